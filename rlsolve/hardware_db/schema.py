@@ -1,0 +1,79 @@
+"""Pydantic schema of the hardware catalog. Units are in the field names.
+
+Bandwidths are GB/s (10^9 bytes/s) **per direction** unless the name says otherwise; NVIDIA's
+marketing NVLink figures are both directions added, so they are halved here.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sourced(_Strict):
+    value: float = Field(description="The number.")
+    source: str = Field(description="Where the number comes from (paper, datasheet, benchmark).")
+
+
+class Efficiency(_Strict):
+    """Achievable fractions of the datasheet peaks, with their sources (never a silent 1.0)."""
+
+    gemm_fraction: Sourced = Field(description="Fraction of dense 16-bit peak reached by large GEMMs.")
+    gemm_fp8_fraction: Sourced | None = Field(None, description="Same for FP8 GEMMs (None: no FP8).")
+    gemm_half_size_flops: Sourced = Field(
+        description="GEMM size (FLOPs of one GEMM) at which the achieved fraction falls to half of "
+        "gemm_fraction; models the lower efficiency of small per-shard GEMMs.")
+    attention_fraction: Sourced = Field(description="Fraction of 16-bit peak reached by fused "
+                                        "(flash) attention kernels, forward+backward average.")
+    hbm_fraction: Sourced = Field(description="Fraction of HBM bandwidth reached by streaming "
+                                  "kernels such as decode GEMV and paged attention.")
+    nvlink_busbw_fraction: Sourced = Field(description="NCCL all-reduce bus bandwidth over the "
+                                           "scale-up link divided by nvlink_gbps_per_dir.")
+    kernel_launch_us: Sourced = Field(description="Fixed per-kernel overhead in microseconds.")
+
+
+class GPU(_Strict):
+    name: str = Field(description="Catalog name, e.g. H100-SXM-80GB.")
+    aliases: list[str] = Field(default_factory=list, description="Other accepted names.")
+    vendor: str
+    bf16_tflops: float = Field(gt=0, description="Dense BF16/FP16 tensor TFLOP/s (not sparse).")
+    fp8_tflops: float | None = Field(None, description="Dense FP8 tensor TFLOP/s; None if unsupported.")
+    memory_gb: float = Field(gt=0, description="Usable device memory, GB (10^9 bytes).")
+    hbm_gbps: float = Field(gt=0, description="Device memory bandwidth, GB/s.")
+    nvlink_gbps_per_dir: float = Field(ge=0, description="Scale-up bandwidth per GPU per direction, "
+                                       "GB/s; 0 when GPUs talk over PCIe only.")
+    nvlink_domain: int = Field(ge=1, description="GPUs in one scale-up (NVLink) domain.")
+    default_gpus_per_node: int = Field(ge=1, description="Usual GPUs per server.")
+    pcie_gbps_per_dir: float = Field(gt=0, description="Host link bandwidth per direction, GB/s.")
+    tdp_w: float = Field(gt=0, description="Board power, W.")
+    price_per_gpu_hour_usd: float = Field(gt=0, description="Default on-demand price per GPU-hour.")
+    price_date: str = Field(description="When the price was read (YYYY-MM).")
+    price_source: str
+    efficiency: Efficiency
+    source: str = Field(description="Datasheet or page the specs come from.")
+
+    def peak_tflops(self, precision: str = "bf16") -> float:
+        if precision == "fp8":
+            return self.fp8_tflops if self.fp8_tflops else self.bf16_tflops
+        return self.bf16_tflops
+
+
+class Network(_Strict):
+    name: str = Field(description="Catalog name, e.g. IB-NDR-400.")
+    aliases: list[str] = Field(default_factory=list)
+    gbps_per_nic: float = Field(gt=0, description="NIC line rate, Gbit/s, per direction.")
+    latency_us: float = Field(gt=0, description="One-way small-message latency, microseconds.")
+    busbw_fraction: Sourced = Field(description="NCCL bus bandwidth across nodes divided by line rate.")
+    source: str
+
+    @property
+    def gbytes_per_s(self) -> float:
+        """Line rate per NIC per direction in GB/s."""
+        return self.gbps_per_nic / 8.0
+
+
+class Catalog(_Strict):
+    gpus: list[GPU]
+    networks: list[Network]

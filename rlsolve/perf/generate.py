@@ -1,0 +1,279 @@
+"""Generation (rollout) time and memory of one engine replica.
+
+Decode step = weight GEMMs (max of weight bytes over HBM and FLOPs over the GEMM rate)
+then attention (max of KV bytes over HBM and attention FLOPs), run one after the other,
+plus the TP all-reduces and the engine's per-step overhead. A replica's requests are
+simulated as a fluid: lengths drawn from a truncated exponential with the spec's mean and
+max; the running batch is capped by KV memory and max_num_seqs; as short responses finish
+the batch shrinks and the long tail decodes at low batch. Prefill is compute bound and,
+with prefix caching, done once per prompt. Formulas and sources: docs/model.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from rlsolve.models import Architecture
+from rlsolve.perf.hw import GB, Device, constants
+
+
+@dataclass(frozen=True)
+class GenLayout:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+
+def weight_bytes_per_gpu(arch: Architecture, lay: GenLayout, bytes_per_param: float) -> float:
+    expert_div = max(lay.tp, lay.ep) * lay.pp
+    return bytes_per_param * (arch.non_expert_params / (lay.tp * lay.pp)
+                              + arch.routed_expert_params_total / expert_div)
+
+
+def kv_bytes_per_token_per_gpu(arch: Architecture, lay: GenLayout, kv_bytes: float) -> float:
+    """vLLM splits KV heads over tp and replicates them when tp > kv_heads; the MLA latent
+    has no head dimension, so every TP rank holds all of it."""
+    full = arch.kv_bytes_per_token(kv_bytes) / lay.pp
+    if arch.is_mla:
+        return full
+    return full * max(arch.n_kv_heads, lay.tp) / arch.n_kv_heads / lay.tp
+
+
+def gen_other_bytes(arch: Architecture, lay: GenLayout) -> float:
+    """Context, NCCL buffers and the activation workspace of one prefill chunk (with the
+    fp32 logits of the sampled rows)."""
+    c = constants()
+    chunk = c["prefill_chunk_tokens"]
+    act = chunk * (4 * arch.hidden + 3 * (arch.d_moe_ffn if arch.is_moe else arch.d_ffn) / lay.tp) * 2.0
+    logits = 256 * arch.vocab * 4.0 / lay.tp
+    return (c["cuda_context_gb"] + c["nccl_buffers_gb"]) * GB + act + logits
+
+
+class StepModel:
+    """Decode-step time of one replica as a function of batch and mean context."""
+
+    def __init__(self, arch: Architecture, dev: Device, lay: GenLayout, weight_bytes: float, kv_bytes: float):
+        self.arch, self.dev, self.lay = arch, dev, lay
+        n = lay.tp * lay.pp
+        self.dense_w = weight_bytes * arch.non_expert_params / n
+        self.expert_w = weight_bytes * arch.expert_params / (max(lay.tp, lay.ep) * lay.pp) * arch.moe_layers
+        self.kv_tok = kv_bytes_per_token_per_gpu(arch, lay, kv_bytes)
+        self.flops_tok = arch.matmul_flops_per_token / n
+        if arch.is_mla:  # absorbed MLA attends in the latent space: q.(c,k_rope) and p.c
+            self.attn_flops_ctx = 2.0 * arch.heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim) * arch.layers / n
+        else:
+            self.attn_flops_ctx = 2.0 * (arch.q_width + arch.v_width) * arch.layers / n
+        layers = math.ceil(arch.layers / lay.pp)
+        self.tp_ar_per_token = 2 * layers  # all-reduces per step (per layer: attention, MLP)
+        self.overhead = constants()["decode_step_overhead_us"] * 1e-6
+        # ring all-reduce time is affine in the batch: fixed hops + bytes per sequence
+        self.ar_fixed = dev.all_reduce(1e-9, lay.tp, lay.tp)
+        self.ar_per_seq = dev.all_reduce(arch.hidden * 2.0, lay.tp, lay.tp) - self.ar_fixed
+
+    def experts_touched(self, batch: np.ndarray) -> np.ndarray:
+        """Distinct experts a batch visits per layer: E(1 - (1 - k/E)^b)."""
+        a = self.arch
+        if not a.is_moe:
+            return np.zeros_like(batch)
+        return a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** batch)
+
+    def step_time(self, batch: np.ndarray, context: np.ndarray) -> np.ndarray:
+        dev, lay = self.dev, self.lay
+        batch = np.asarray(batch, dtype=float)
+        wbytes = self.dense_w + self.experts_touched(batch) * self.expert_w / max(self.arch.experts, 1)
+        flops = batch * self.flops_tok
+        gemm_rate = dev.peak_flops * dev.gemm_fraction
+        gemm = np.maximum(wbytes / dev.hbm_bytes_per_s, flops / gemm_rate)
+        attn = np.maximum(batch * context * self.kv_tok / dev.hbm_bytes_per_s,
+                          batch * context * self.attn_flops_ctx / dev.attention_flops)
+        ar = (self.ar_fixed + self.ar_per_seq * batch) * self.tp_ar_per_token
+        pp_hops = (lay.pp - 1) * dev.p2p(1.0, lay.tp * lay.pp) if lay.pp > 1 else 0.0
+        return gemm + attn + ar + pp_hops + self.overhead
+
+
+def prefill_time(arch: Architecture, dev: Device, lay: GenLayout, tokens: float, context: float) -> float:
+    """Compute-bound prefill of `tokens` prompt tokens with mean attention context `context`."""
+    if tokens <= 0:
+        return 0.0
+    n = lay.tp * lay.pp
+    chunk = min(constants()["prefill_chunk_tokens"], tokens)
+    n_chunks = tokens / chunk
+    gemm = dev.gemm_time(chunk * arch.matmul_flops_per_token / n / 4, 4 * n_chunks)  # ~4 GEMMs per layer
+    attn = tokens * arch.attention_flops_per_token(context, causal=True) / n / dev.attention_flops
+    layers = math.ceil(arch.layers / lay.pp)
+    ar = n_chunks * 2 * layers * dev.all_reduce(chunk * arch.hidden * 2.0, lay.tp, lay.tp)
+    return gemm + attn + ar
+
+
+# --- response lengths ---------------------------------------------------------------------
+
+@lru_cache(maxsize=4096)
+def _trunc_exp_rate(mean: float, max_len: float) -> float:
+    """Rate lam of a truncated exponential on [0, max] with the given mean (lam < 0 puts the
+    mass near max); lam = 0 is the uniform distribution."""
+    r = mean / max_len
+    if abs(r - 0.5) < 1e-6:
+        return 0.0
+
+    def m(lam: float) -> float:  # mean / max as a function of lam * max
+        if abs(lam) < 1e-9:
+            return 0.5
+        return 1.0 / lam - 1.0 / math.expm1(lam)
+
+    lo, hi = -500.0, 500.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if m(mid) > r:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2 / max_len
+
+
+def length_quantiles(mean: float, max_len: float, u: np.ndarray) -> np.ndarray:
+    if mean >= max_len:
+        return np.full_like(u, float(max_len))
+    lam = _trunc_exp_rate(float(mean), float(max_len))
+    if abs(lam) < 1e-12:
+        x = u * max_len
+    else:
+        x = -np.log1p(-u * (-math.expm1(-lam * max_len))) / lam
+    return np.clip(x, 1.0, max_len)
+
+
+@dataclass
+class DecodeResult:
+    time: float
+    steps: float
+    peak_batch: float
+    mean_batch: float
+    kv_limited: bool
+    reprefill_tokens: float
+
+
+def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
+                    kv_capacity_tokens: float, max_num_seqs: float, n_total: float, groups: int = 48) -> DecodeResult:
+    """Fluid simulation of one replica's continuous batching.
+
+    `groups` representative requests stand for the replica's `n_requests` (each with weight
+    w); one of them sits at the quantile of the longest response among all `n_total`
+    samples, because the step waits for the slowest replica's longest response. Requests are
+    admitted while their prompt fits in the free KV tokens and the batch is under
+    max_num_seqs; when growing contexts overflow the KV memory, the newest requests are
+    preempted and later re-prefilled (vLLM's recompute preemption)."""
+    g = max(2, min(groups, int(n_requests)))
+    fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, kv_capacity_tokens,
+                                max_num_seqs, n_total, g)
+    if fast is not None:
+        return fast
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g)
+    # requests arrive in no particular length order: a fixed low-discrepancy shuffle
+    rng_order = np.argsort((np.arange(g) * 0.6180339887) % 1.0, kind="stable")  # deterministic shuffle
+    lengths, weight = lengths[rng_order], weight[rng_order]
+    done = np.zeros(g)            # tokens generated so far
+    active = np.zeros(g, bool)
+    finished = np.zeros(g, bool)
+    t = steps = 0.0
+    peak = 0.0
+    batch_time_area = 0.0
+    kv_limited = False
+    reprefill = 0.0
+    queue = list(range(g))
+    for _ in range(20 * g + 100):
+        # admit from the queue while the prompt (and what was generated before a preemption) fits
+        used = float(np.sum(weight[active] * (prompt_len + done[active])))
+        n_act = float(np.sum(weight[active]))
+        while queue:
+            i = queue[0]
+            need = weight[i] * (prompt_len + done[i])
+            if n_act > 0 and (used + need > kv_capacity_tokens or n_act + weight[i] > max_num_seqs + 1e-9):
+                kv_limited = kv_limited or used + need > kv_capacity_tokens
+                break
+            queue.pop(0)
+            active[i] = True
+            used += need
+            n_act += weight[i]
+            if done[i] > 0:
+                reprefill += weight[i] * (prompt_len + done[i])
+        if not active.any():
+            break
+        remaining = lengths - done
+        idx = np.flatnonzero(active)
+        dt = float(np.min(remaining[idx]))
+        # KV overflow before the next finish? shorten the interval to the overflow point
+        growth = float(np.sum(weight[idx]))
+        if used + growth * dt > kv_capacity_tokens and len(idx) > 1:
+            dt_over = max(1.0, (kv_capacity_tokens - used) / growth)
+            if dt_over < dt:
+                dt = dt_over
+                kv_limited = True
+        b = growth
+        ctx_mid = float(np.sum(weight[idx] * (prompt_len + done[idx] + dt / 2)) / b)
+        st = float(step.step_time(np.array([b]), np.array([ctx_mid]))[0])
+        t += dt * st
+        steps += dt
+        batch_time_area += b * dt
+        peak = max(peak, b)
+        done[idx] += dt
+        fin = idx[lengths[idx] - done[idx] <= 1e-9]
+        active[fin] = False
+        finished[fin] = True
+        # preempt the newest active requests while over capacity
+        used = float(np.sum(weight[active] * (prompt_len + done[active])))
+        act_idx = [i for i in np.flatnonzero(active)]
+        while used > kv_capacity_tokens * 1.0001 and len(act_idx) > 1:
+            j = act_idx.pop()
+            active[j] = False
+            queue.insert(0, j)
+            used -= weight[j] * (prompt_len + done[j])
+        if finished.all():
+            break
+    return DecodeResult(time=t, steps=steps, peak_batch=peak,
+                        mean_batch=batch_time_area / steps if steps else 0.0,
+                        kv_limited=kv_limited, reprefill_tokens=reprefill)
+
+
+def _representatives(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int):
+    u = (np.arange(g - 1) + 0.5) / (g - 1)
+    top = 1.0 - 1.0 / (n_total + 1.0)
+    lengths = np.concatenate([length_quantiles(mean_len, max_len, u),
+                              length_quantiles(mean_len, max_len, np.array([top]))])
+    if n_requests > 1:
+        weight = np.concatenate([np.full(g - 1, (n_requests - 1) / (g - 1)), [1.0]])
+    else:
+        weight = np.concatenate([np.zeros(g - 1), [1.0]])
+    return lengths, weight
+
+
+def _decode_all_admitted(step: StepModel, n_requests: float, prompt_len: float, mean_len: float,
+                         max_len: float, kv_capacity_tokens: float, max_num_seqs: float, n_total: float,
+                         g: int) -> DecodeResult | None:
+    """Closed form when every request runs from the start: between consecutive finish
+    lengths the batch is constant and the context grows linearly. None when the KV memory
+    or max_num_seqs would force queueing (then the event simulation runs)."""
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g)
+    order = np.argsort(lengths, kind="stable")
+    L, w = lengths[order], weight[order]
+    edges = np.concatenate([[0.0], L])
+    seg = np.diff(edges)
+    alive = np.cumsum(w[::-1])[::-1]                 # requests still decoding in each segment
+    # KV held at the end of each segment: finished requests free theirs
+    kv_end = alive * (prompt_len + edges[1:])
+    if n_requests > max_num_seqs + 1e-9 or float(np.max(kv_end)) > kv_capacity_tokens:
+        return None
+    ctx = prompt_len + (edges[:-1] + edges[1:]) / 2
+    mask = seg > 0
+    st = step.step_time(alive[mask], ctx[mask])
+    time = float(np.sum(seg[mask] * st))
+    steps = float(L[-1])
+    area = float(np.sum(seg * alive))
+    return DecodeResult(time=time, steps=steps, peak_batch=float(alive[0]),
+                        mean_batch=area / steps if steps else 0.0, kv_limited=False, reprefill_tokens=0.0)

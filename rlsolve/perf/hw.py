@@ -1,0 +1,131 @@
+"""Hardware primitives of the model: GEMM rate by shape, HBM streaming, collectives by tier.
+
+Units: seconds, bytes, FLOPs. Every efficiency comes from the catalog (or a calibrated
+profile) with its source; nothing here defaults to the datasheet peak.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+
+from rlsolve.resolve import PoolHW
+
+GB = 1e9
+
+
+@lru_cache(maxsize=1)
+def constants() -> dict[str, float]:
+    raw = yaml.safe_load(resources.files("rlsolve.perf").joinpath("constants.yaml").read_text())
+    return {k: float(v["value"]) for k, v in raw.items()}
+
+
+def constant_sources() -> dict[str, str]:
+    raw = yaml.safe_load(resources.files("rlsolve.perf").joinpath("constants.yaml").read_text())
+    return {k: v["source"] for k, v in raw.items()}
+
+
+@dataclass(frozen=True)
+class Device:
+    """The rates the model uses for one pool, with profile overrides applied."""
+
+    pool: PoolHW
+    precision: str = "bf16"
+    overrides: tuple[tuple[str, float], ...] = ()
+
+    def _ov(self, key: str, default: float) -> float:
+        for k, v in self.overrides:
+            if k == key:
+                return v
+        return default
+
+    @property
+    def peak_flops(self) -> float:
+        return self.pool.gpu.peak_tflops(self.precision) * 1e12
+
+    @property
+    def gemm_fraction(self) -> float:
+        eff = self.pool.gpu.efficiency
+        if self.precision == "fp8" and eff.gemm_fp8_fraction is not None:
+            return self._ov("gemm_fp8_fraction", eff.gemm_fp8_fraction.value)
+        return self._ov("gemm_fraction", eff.gemm_fraction.value)
+
+    @property
+    def attention_flops(self) -> float:
+        """Achieved FLOP/s of fused attention (always 16-bit math)."""
+        eff = self.pool.gpu.efficiency
+        return self.pool.gpu.bf16_tflops * 1e12 * self._ov("attention_fraction", eff.attention_fraction.value)
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        eff = self.pool.gpu.efficiency
+        return self.pool.gpu.hbm_gbps * GB * self._ov("hbm_fraction", eff.hbm_fraction.value)
+
+    @property
+    def launch_s(self) -> float:
+        return self._ov("kernel_launch_us", self.pool.gpu.efficiency.kernel_launch_us.value) * 1e-6
+
+    def gemm_time(self, flops: float, count: float = 1.0) -> float:
+        """Time of `count` GEMMs of `flops` each. Small GEMMs fill fewer SMs and tiles: the
+        achieved fraction is gemm_fraction * f / (f + f_half), f_half from the catalog."""
+        if flops <= 0 or count <= 0:
+            return 0.0
+        half = self._ov("gemm_half_size_flops", self.pool.gpu.efficiency.gemm_half_size_flops.value)
+        rate = self.peak_flops * self.gemm_fraction * flops / (flops + half)
+        return count * flops / rate
+
+    def stream_time(self, nbytes: float) -> float:
+        return max(nbytes, 0.0) / self.hbm_bytes_per_s
+
+    def pcie_time(self, nbytes: float) -> float:
+        return nbytes / (self.pool.gpu.pcie_gbps_per_dir * GB * constants()["pcie_fraction"])
+
+    # --- collectives -----------------------------------------------------------------------
+    def link(self, span: int) -> tuple[float, float]:
+        """(bus bandwidth bytes/s per GPU, latency s) for a group whose ranks span `span`
+        consecutive GPUs. Inside the NVLink domain: NVLink; beyond it: the NICs."""
+        gpu = self.pool.gpu
+        if span <= self.pool.scaleup_size and gpu.nvlink_gbps_per_dir > 0:
+            frac = self._ov("nvlink_busbw_fraction", gpu.efficiency.nvlink_busbw_fraction.value)
+            return gpu.nvlink_gbps_per_dir * GB * frac, constants()["nvlink_collective_latency_us"] * 1e-6
+        if span <= self.pool.gpus_per_node:  # PCIe-only server: peers talk through the host
+            return gpu.pcie_gbps_per_dir * GB * constants()["pcie_fraction"], 10e-6
+        net = self.pool.network
+        frac = self._ov("network_busbw_fraction", net.busbw_fraction.value)
+        return self.pool.nic_gbytes_per_gpu * GB * frac, net.latency_us * 1e-6
+
+    def all_reduce(self, nbytes: float, n: int, span: int) -> float:
+        """Ring all-reduce: 2(n-1)/n * bytes over the bus bandwidth, plus 2(n-1) hops."""
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        bw, lat = self.link(span)
+        return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * lat
+
+    def all_gather(self, nbytes: float, n: int, span: int) -> float:
+        """All-gather (or reduce-scatter) of a `nbytes` result: (n-1)/n * bytes."""
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        bw, lat = self.link(span)
+        return (n - 1) / n * nbytes / bw + (n - 1) * lat
+
+    reduce_scatter = all_gather
+
+    def all_to_all(self, nbytes: float, n: int, span: int) -> float:
+        """Each rank sends (n-1)/n of `nbytes` to the others."""
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        bw, lat = self.link(span)
+        return (n - 1) / n * nbytes / bw + lat * min(n - 1, 8)
+
+    def p2p(self, nbytes: float, span: int) -> float:
+        if nbytes <= 0:
+            return 0.0
+        bw, lat = self.link(span)
+        return nbytes / bw + lat
+
+
+def device(pool: PoolHW, precision: str = "bf16", profile: dict | None = None) -> Device:
+    ov = tuple(sorted((profile or {}).get(pool.gpu.name, {}).items()))
+    return Device(pool=pool, precision=precision, overrides=ov)

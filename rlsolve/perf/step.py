@@ -1,0 +1,308 @@
+"""One RL step: generation side, training side, weight sync, and how the pipeline mode
+combines them (SPEC sections 6-7). Both the solver and `estimate` call these functions, so
+a plan re-scored by `estimate` gives the numbers the solver reported."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlsolve.models import Architecture
+from rlsolve.perf.generate import (GenLayout, StepModel, gen_other_bytes, kv_bytes_per_token_per_gpu,
+                                   prefill_time, simulate_decode, weight_bytes_per_gpu)
+from rlsolve.perf.hw import GB, Device, constants, device
+from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, model_flops,
+                                train_memory, train_time)
+from rlsolve.resolve import PoolHW, Problem
+
+QUANT_BYTES = {"none": 2.0, "int8": 1.0, "int4": 0.5}
+
+
+def gen_dtype_bytes(problem: Problem) -> float:
+    """Rollout weights and KV cache in FP8 when the spec asks for fp8, else 16-bit."""
+    return 1.0 if problem.spec.model.precision == "fp8" else 2.0
+
+
+def capacity_bytes(pool: PoolHW, headroom: float) -> float:
+    return pool.gpu.memory_gb * GB * (1.0 - headroom)
+
+
+# --- generation side ----------------------------------------------------------------------
+
+@dataclass
+class GenSide:
+    layout: GenLayout
+    gpus: int
+    prefill: float
+    decode: float
+    aux: float                 # reference/reward forwards run on the generation GPUs
+    weights: float             # bytes per GPU
+    kv_cache: float
+    activations: float
+    other: float
+    reserved: float            # bytes per GPU held by other roles (colocated training states, aux models)
+    capacity: float
+    kv_tokens: float
+    peak_batch: float
+    kv_limited: bool
+    fits: bool
+
+    @property
+    def time(self) -> float:
+        return self.prefill + self.decode + self.aux
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.activations + self.other + self.reserved
+
+
+def aux_forward_on_gen(arch: Architecture, dev: Device, lay: GenLayout, sequences: float, seq_len: float) -> float:
+    """A reference/reward forward over the rollout batch on the engine's layout: prefill-like."""
+    return prefill_time(arch, dev, lay, sequences * seq_len / lay.dp, seq_len / 2)
+
+
+def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,
+             aux_models: tuple[tuple[Architecture, float], ...] = (), kv_cache_gb: float | None = None,
+             max_num_seqs: float | None = None) -> GenSide:
+    """Time and memory of generating one step's samples on `lay.dp` replicas.
+
+    `reserved`: bytes per GPU held by other roles while generating (colocated training
+    states). `aux_models`: (architecture, bytes per parameter) run on these GPUs after
+    decoding (reference, reward)."""
+    rl = problem.spec.rl
+    arch = problem.policy
+    dev = device(pool, problem.spec.model.precision, problem.profile)
+    wb = gen_dtype_bytes(problem)
+    weights = weight_bytes_per_gpu(arch, lay, wb)
+    other = gen_other_bytes(arch, lay)
+    aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for a, b in aux_models)
+    cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+    free = cap - weights - other - reserved - aux_bytes
+    kv = free if kv_cache_gb is None else min(kv_cache_gb * GB, max(free, 0.0))
+    fits = free > 0 and (kv_cache_gb is None or kv_cache_gb * GB <= free)
+    kv_tok_gpu = kv_bytes_per_token_per_gpu(arch, lay, wb)
+    kv_tokens = max(kv, 0.0) / kv_tok_gpu
+    resp = rl.response_len
+    # a replica must hold at least one full-length sequence
+    fits = fits and kv_tokens >= rl.prompt_len + resp.max
+    n_req = rl.samples / lay.dp
+    prompts = rl.prompts_per_step / lay.dp
+    step = StepModel(arch, dev, lay, wb, wb)
+    if fits:
+        res = simulate_decode(step, n_req, rl.prompt_len, resp.mean_tokens, resp.max, kv_tokens,
+                              max_num_seqs or float("inf"), rl.samples)
+        decode, peak, limited, rep = res.time, res.peak_batch, res.kv_limited, res.reprefill_tokens
+    else:
+        decode, peak, limited, rep = float("inf"), 0.0, True, 0.0
+    # prefix caching: each prompt is prefilled once for its samples_per_prompt responses
+    prefill = prefill_time(arch, dev, lay, prompts * rl.prompt_len + rep, rl.prompt_len / 2)
+    seq = rl.prompt_len + resp.mean_tokens
+    aux = sum(aux_forward_on_gen(a, dev, lay, rl.samples, seq) for a, _ in aux_models)
+    return GenSide(layout=lay, gpus=lay.tp * lay.pp * lay.dp, prefill=prefill, decode=decode, aux=aux,
+                   weights=weights + aux_bytes, kv_cache=max(kv, 0.0), activations=0.0, other=other,
+                   reserved=reserved, capacity=cap, kv_tokens=kv_tokens, peak_batch=peak, kv_limited=limited,
+                   fits=fits)
+
+
+# --- training side ------------------------------------------------------------------------
+
+@dataclass
+class TrainSide:
+    layout: TrainLayout
+    gpus: int
+    train: TrainTime
+    old_logprob: float
+    reference: float
+    reward: float
+    value: float
+    mem: TrainMem
+    aux_resident: float        # bytes per GPU of reference/reward/critic kept on these GPUs
+    capacity: float
+    fits: bool
+    states: float              # bytes per GPU that colocation must keep (or offload) during rollout
+
+    @property
+    def time(self) -> float:
+        return self.train.total + self.old_logprob + self.reference + self.reward + self.value
+
+    @property
+    def total(self) -> float:
+        return self.mem.total + self.aux_resident
+
+
+def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout) -> tuple[TrainTime, TrainMem, float]:
+    """The policy's own work on the training GPUs: (update time, memory, old log-prob pass)."""
+    rl = problem.spec.rl
+    arch = problem.policy
+    dev = device(pool, problem.spec.model.precision, problem.profile)
+    lora = problem.spec.model.lora_rank
+    seq_mean = rl.prompt_len + rl.response_len.mean_tokens
+    seq_max = rl.prompt_len + rl.response_len.max
+    gb = max(1, rl.samples // rl.mini_batches)
+    steps = rl.mini_batches * rl.ppo_epochs
+    t = train_time(arch, dev, lay, gb, seq_mean, optimizer_steps=steps, lora_rank=lora)
+    mem = train_memory(arch, lay, seq_max, lora_rank=lora)
+    old = forward_time(arch, dev, lay, rl.samples, seq_mean)
+    return t, mem, old
+
+
+def _aux_layout(a: Architecture, lay: TrainLayout) -> TrainLayout:
+    """Forward-only models reuse the trainer's degrees (experts split only where they divide)."""
+    return TrainLayout(tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp,
+                       ep=lay.ep if a.is_moe and a.experts % lay.ep == 0 else 1,
+                       micro_batch=lay.micro_batch, zero_stage=0)
+
+
+def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: str, reward: str,
+              reward_quant: str) -> tuple[float, float, float, float]:
+    """(reference s, reward s, value s, resident bytes per GPU) of the other models placed on
+    the training GPUs. `reference`: training (resident) | cpu_offload (streamed over PCIe
+    each step) | elsewhere. `reward`: training | elsewhere (rule reward: CPU)."""
+    rl = problem.spec.rl
+    dev = device(pool, problem.spec.model.precision, problem.profile)
+    seq_mean = rl.prompt_len + rl.response_len.mean_tokens
+    seq_max = rl.prompt_len + rl.response_len.max
+    ref_t = rew_t = val_t = resident = 0.0
+    if problem.reference is not None and reference in ("training", "cpu_offload"):
+        a = problem.reference
+        al = _aux_layout(a, lay)
+        ref_t = forward_time(a, dev, al, rl.samples, seq_mean)
+        wbytes = train_memory(a, al, seq_max, trainable=False).weights
+        if reference == "cpu_offload":
+            ref_t += dev.pcie_time(wbytes)  # streamed in each step, not overlapped (conservative)
+        else:
+            resident += wbytes
+    if problem.reward is not None and reward == "training":
+        a = problem.reward
+        al = _aux_layout(a, lay)
+        rew_t = forward_time(a, dev, al, rl.samples, seq_mean)
+        resident += train_memory(a, al, seq_max, trainable=False, weight_bytes=QUANT_BYTES[reward_quant]).weights
+    if problem.value is not None:  # the critic trains with the policy's degrees on the same GPUs
+        a = problem.value
+        vl = TrainLayout(**{**_aux_layout(a, lay).__dict__, "zero_stage": lay.zero_stage,
+                            "recompute": lay.recompute})
+        gb = max(1, rl.samples // rl.mini_batches)
+        val_t = forward_time(a, dev, vl, rl.samples, seq_mean) + train_time(
+            a, dev, vl, gb, seq_mean, optimizer_steps=rl.mini_batches * rl.ppo_epochs).total
+        resident += train_memory(a, vl, seq_max).states
+    return ref_t, rew_t, val_t, resident
+
+
+def train_side(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: str = "training",
+               reward: str = "cpu", reward_quant: str = "none",
+               core: tuple[TrainTime, TrainMem, float] | None = None) -> TrainSide:
+    t, mem, old = core or train_core(problem, pool, lay)
+    ref_t, rew_t, val_t, resident = train_aux(problem, pool, lay, reference=reference, reward=reward,
+                                              reward_quant=reward_quant)
+    cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+    return TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
+                     value=val_t, mem=mem, aux_resident=resident, capacity=cap,
+                     fits=mem.total + resident <= cap, states=mem.states + resident)
+
+
+# --- weight sync and the step -------------------------------------------------------------
+
+def _sync_bytes(problem: Problem) -> float:
+    """Bytes of one weight update: the whole policy in the rollout dtype, or the LoRA adapters."""
+    lora = problem.spec.model.lora_rank
+    if lora:
+        return lora_params(problem.policy, lora) * 2.0
+    return problem.policy.total_params * gen_dtype_bytes(problem)
+
+
+def _nic(pool: PoolHW) -> tuple[float, float]:
+    """(achievable bytes/s per GPU over the NICs, latency s)."""
+    return (pool.nic_gbytes_per_gpu * GB * pool.network.busbw_fraction.value, pool.network.latency_us * 1e-6)
+
+
+def send_time(problem: Problem, pool_train: PoolHW, n_train: int) -> float:
+    """Trainers push one copy of the weights, each GPU its shard, over their NICs."""
+    bw, lat = _nic(pool_train)
+    return _sync_bytes(problem) / (n_train * bw) + BROADCAST_HOPS * lat
+
+
+def recv_time(problem: Problem, pool_gen: PoolHW, gen: GenLayout) -> float:
+    """Every engine GPU must receive its own shard over its NIC (pipelined broadcast)."""
+    bw, lat = _nic(pool_gen)
+    share = weight_bytes_per_gpu(problem.policy, gen, 1.0) / problem.policy.total_params
+    return _sync_bytes(problem) * share / bw + BROADCAST_HOPS * lat
+
+
+BROADCAST_HOPS = 20  # pipelined chunks in flight: latency paid per hop of the broadcast tree
+
+
+def sync_time(problem: Problem, pool_train: PoolHW, pool_gen: PoolHW, gen: GenLayout, n_train: int,
+              colocated: bool) -> tuple[float, float]:
+    """(total, exposed-to-generation) seconds to move the new policy weights to every
+    engine. Disaggregated: a pipelined broadcast bounded by what each engine GPU must
+    receive and by what the trainers can send. Colocated: a reshard in HBM over NVLink."""
+    if colocated:
+        dev = device(pool_gen, problem.spec.model.precision, problem.profile)
+        share = weight_bytes_per_gpu(problem.policy, gen, 1.0) / problem.policy.total_params
+        recv = _sync_bytes(problem) * share
+        bw, lat = dev.link(min(pool_gen.scaleup_size, max(gen.tp * gen.pp, 2)))
+        t = recv / bw + lat + dev.stream_time(2 * recv)
+        return t, t
+    recv = recv_time(problem, pool_gen, gen)
+    return max(recv, send_time(problem, pool_train, n_train)), recv
+
+
+@dataclass
+class StepEstimate:
+    mode: str
+    gen: GenSide
+    train: TrainSide
+    sync: float
+    sync_exposed: float
+    switch: float
+    step: float
+    tokens_per_step: float
+    n_gpus_used: int
+    n_gpus_total: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step if self.step > 0 else 0.0
+
+
+def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offload_states: bool = False,
+            pool_train: PoolHW | None = None, pool_gen: PoolHW | None = None) -> StepEstimate:
+    pool_train = pool_train or problem.pool
+    pool_gen = pool_gen or problem.pool
+    rl = problem.spec.rl
+    colocated = mode == "colocated"
+    sync, exposed = sync_time(problem, pool_train, pool_gen, gen.layout, train.gpus, colocated)
+    switch = 0.0
+    if colocated:
+        if offload_states:  # out to host before rollout, back after
+            dev = device(pool_train, problem.spec.model.precision, problem.profile)
+            switch = 2 * dev.pcie_time(train.states)
+        step = gen.time + train.time + sync + switch
+        used = max(gen.gpus, train.gpus)
+    elif mode == "sync":
+        step = gen.time + sync + train.time
+        used = gen.gpus + train.gpus
+    else:  # async: generation of step k+1 overlaps training of step k; engines pause to load weights
+        step = max(gen.time + exposed, train.time + (sync - exposed))
+        used = gen.gpus + train.gpus
+    total = sum(p.n_gpus for p in problem.pools)
+    return StepEstimate(mode=mode, gen=gen, train=train, sync=sync, sync_exposed=exposed, switch=switch,
+                        step=step, tokens_per_step=rl.tokens_per_step, n_gpus_used=used, n_gpus_total=total)
+
+
+def step_flops(problem: Problem) -> tuple[float, float]:
+    """(training-side FLOPs, generation FLOPs) of one step by the model-FLOPs convention."""
+    rl = problem.spec.rl
+    arch = problem.policy
+    seq = rl.prompt_len + rl.response_len.mean_tokens
+    tokens = rl.samples * seq
+    train = model_flops(arch, tokens, seq) * rl.ppo_epochs
+    fwd = lambda a: model_flops(a, tokens, seq) / 3  # noqa: E731
+    train += fwd(arch)  # old log-probs
+    for a in (problem.reference, problem.reward):
+        if a is not None:
+            train += fwd(a)
+    if problem.value is not None:
+        train += fwd(problem.value) + model_flops(problem.value, tokens, seq) * rl.ppo_epochs
+    gen = rl.samples * rl.response_len.mean_tokens * arch.matmul_flops_per_token + \
+        rl.prompts_per_step * rl.prompt_len * arch.matmul_flops_per_token
+    return train, gen

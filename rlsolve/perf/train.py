@@ -1,0 +1,306 @@
+"""Training (forward+backward) time and memory of one model on one layout.
+
+Per micro-batch, per pipeline stage: GEMMs at their per-shard shapes (rate by shape from
+the catalog), flash attention at its own rate, elementwise traffic at HBM speed, and the
+collectives of each parallel dimension at the bandwidth of the tier its group spans
+(rank order TP innermost, then CP, then EP/DP, PP outermost). Then the 1F1B schedule, the
+data-parallel gradient exchange and the optimizer step. Formulas and sources: docs/model.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from rlsolve.models import Architecture
+from rlsolve.perf.hw import GB, Device, constants
+
+BF16 = 2.0
+ADAM_BYTES = 12.0  # fp32 master + m + v
+FA_BWD_OVER_FWD = 2.5  # FlashAttention-2 backward runs 5 matmuls to the forward's 2 (Dao 2023)
+
+
+@dataclass(frozen=True)
+class TrainLayout:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vp: int = 1
+    zero_stage: int = 1
+    micro_batch: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = True
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def sp(self) -> bool:
+        return self.sequence_parallel and self.tp > 1
+
+
+@dataclass
+class TrainTime:
+    compute: float = 0.0
+    tp_comm: float = 0.0
+    cp_comm: float = 0.0
+    ep_comm: float = 0.0
+    pp_comm: float = 0.0
+    bubble: float = 0.0
+    dp_comm: float = 0.0
+    optimizer: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return (self.compute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm
+                + self.bubble + self.dp_comm + self.optimizer)
+
+    @property
+    def comm(self) -> float:
+        return self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.dp_comm
+
+    def scaled(self, k: float) -> "TrainTime":
+        return TrainTime(*(getattr(self, f) * k for f in (
+            "compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "bubble", "dp_comm", "optimizer")))
+
+
+def lora_params(arch: Architecture, rank: int) -> float:
+    """Adapter parameters: rank x (in + out) for every linear of every layer."""
+    if rank <= 0:
+        return 0.0
+    h, q, v = arch.hidden, arch.q_width, arch.v_width
+    kv = 2 * arch.n_kv_heads * arch.d_head
+    mats = 3 if arch.activation == "swiglu" else 2
+    width = arch.d_ffn if not arch.is_moe else arch.d_moe_ffn * (arch.experts_per_token + arch.shared_experts)
+    per_layer = (h + q + kv) + (v + h) + mats * (h + width)
+    return float(rank * per_layer * arch.layers)
+
+
+# --- per-GPU parameter shares -------------------------------------------------------------
+
+def params_per_gpu(arch: Architecture, tp: int, pp: int, ep: int) -> tuple[float, float]:
+    """(non-expert, routed-expert) parameters held by the busiest GPU before ZeRO sharding.
+
+    Layers split evenly over pp (ceil); the embedding and the LM head sit on the first and
+    last stage (the same stage when pp == 1); expert weights are split by ep and by the
+    expert tensor-parallel degree (= tp, Megatron's default)."""
+    layer_params = arch.non_expert_params - arch.embedding_params - arch.hidden
+    stage_frac = math.ceil(arch.layers / pp) / arch.layers
+    emb = arch.vocab * arch.hidden * (1 if (pp > 1 and not arch.tied_embeddings) else
+                                      (1 if arch.tied_embeddings else 2))
+    dense = (layer_params * stage_frac + emb) / tp
+    expert = arch.routed_expert_params_total * stage_frac / (tp * ep)
+    return dense, expert
+
+
+# --- memory -------------------------------------------------------------------------------
+
+@dataclass
+class TrainMem:
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    other: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations + self.other
+
+    @property
+    def states(self) -> float:
+        """What must stay resident between steps (weights, grads, optimizer)."""
+        return self.weights + self.grads + self.optimizer
+
+
+def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, trainable: bool = True,
+                 lora_rank: int = 0, weight_bytes: float = BF16) -> TrainMem:
+    """Peak bytes per GPU on the busiest pipeline stage."""
+    c = constants()
+    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep)
+    shard_dense = lay.dp * lay.cp
+    shard_expert = max(1, lay.dp * lay.cp // lay.ep)
+    z = lay.zero_stage
+    weights = weight_bytes * (dense / (shard_dense if z >= 3 else 1) + expert / (shard_expert if z >= 3 else 1))
+    if not trainable:
+        return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True), _other(weights))
+    if lora_rank > 0:
+        adapters = lora_params(arch, lora_rank) / (lay.tp * lay.pp)
+        grads, opt = BF16 * adapters, ADAM_BYTES * adapters
+    else:
+        gshard = (shard_dense if z >= 2 else 1), (shard_expert if z >= 2 else 1)
+        oshard = (shard_dense if z >= 1 else 1), (shard_expert if z >= 1 else 1)
+        grads = BF16 * (dense / gshard[0] + expert / gshard[1])
+        opt = ADAM_BYTES * (dense / oshard[0] + expert / oshard[1])
+    act = _activations(arch, lay, seq_len)
+    return TrainMem(weights, grads, opt, act, _other(weights + grads + opt + act))
+
+
+def _other(tracked: float) -> float:
+    c = constants()
+    return (c["cuda_context_gb"] + c["nccl_buffers_gb"]) * GB + c["fragmentation_fraction"] * tracked
+
+
+def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_only: bool = False) -> float:
+    """Korthikanti et al. 2022 per-layer activations (flash attention: no s^2 term), split by
+    tp with sequence parallelism (without it the norms and residuals are replicated), by cp
+    along the sequence; 1F1B keeps pp micro-batches in flight on the first stage; plus the
+    fp32 logits of the last stage."""
+    tokens = lay.micro_batch * seq_len / lay.cp
+    per_tok_layer = arch.activation_bytes_per_token_layer()
+    if lay.tp > 1 and not lay.sp:
+        # norms/residual inputs (4h of the per-layer count) stay whole on every TP rank
+        repl = 2.0 * 4 * arch.hidden
+        per_tok_layer = repl + (per_tok_layer - repl) / lay.tp
+    else:
+        per_tok_layer /= lay.tp
+    layers_stage = math.ceil(arch.layers / lay.pp)
+    logits = tokens * arch.vocab / lay.tp * 4.0
+    if forward_only:  # one layer's working set plus the logits
+        return tokens * per_tok_layer + logits
+    if lay.recompute == "full":
+        stored = tokens * layers_stage * BF16 * arch.hidden / (lay.tp if lay.sp else 1) + tokens * per_tok_layer
+    else:
+        stored = tokens * layers_stage * per_tok_layer
+    in_flight = lay.pp * (1 + (lay.pp - 1) / (lay.pp * lay.vp)) if lay.vp > 1 else lay.pp
+    in_flight = min(in_flight, max(lay.pp, 1))
+    return stored * in_flight + logits
+
+
+# --- time ---------------------------------------------------------------------------------
+
+def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float, seq_len: float,
+               moe: bool) -> tuple[float, float, float, float]:
+    """(gemm_s, attention_s, elementwise_s, ep_comm_s) for one layer's forward on one GPU."""
+    h, tp = arch.hidden, lay.tp
+    kvw = 2 * arch.n_kv_heads * arch.d_head if not arch.is_mla else (
+        arch.kv_lora_rank + arch.qk_rope_head_dim)
+    attn_in = arch.attn_params_per_layer - arch.v_width * h
+    gemm = dev.gemm_time(2 * tokens * attn_in / tp) + dev.gemm_time(2 * tokens * arch.v_width * h / tp)
+    mats = 3 if arch.activation == "swiglu" else 2
+    ep_comm = 0.0
+    if moe:
+        k, E = arch.experts_per_token, arch.experts
+        tok_expert = tokens * k / E * lay.ep  # tokens one local expert sees (balanced routing)
+        local = E / lay.ep
+        w = arch.d_moe_ffn
+        gemm += dev.gemm_time(2 * tok_expert * h * w * (mats - 1) / tp, local)
+        gemm += dev.gemm_time(2 * tok_expert * w * h / tp, local)
+        if arch.shared_experts:
+            sw = arch.shared_experts * w
+            gemm += dev.gemm_time(2 * tokens * h * sw * (mats - 1) / tp) + dev.gemm_time(2 * tokens * sw * h / tp)
+        gemm += dev.gemm_time(2 * tokens * h * E)  # router
+        width_elem = k * w
+        # dispatch + combine all-to-all of the routed hidden states
+        span = lay.tp * lay.cp * lay.ep
+        ep_comm = 2 * dev.all_to_all(tokens * k * h * BF16 / tp, lay.ep, span)
+        perm = 4 * tokens * k * h * BF16 / tp  # permute/unpermute copies
+    else:
+        w = arch.d_ffn
+        gemm += dev.gemm_time(2 * tokens * h * w * (mats - 1) / tp) + dev.gemm_time(2 * tokens * w * h / tp)
+        width_elem = w
+        perm = 0.0
+    # flash attention (causal) over the full sequence; cp splits the queries
+    attn_flops = tokens * arch.attention_flops_per_token(seq_len, causal=True) / arch.layers / tp
+    attention = attn_flops / dev.attention_flops
+    # elementwise traffic: 2 norms, 2 residual adds, rotary on q/k, the activation function
+    q_k = arch.q_width + kvw
+    elem_elems = 10 * h + 2 * q_k + (3 if mats == 3 else 2) * width_elem
+    shard = tp if lay.sp else 1
+    elementwise = dev.stream_time(tokens * BF16 * elem_elems / shard + perm)
+    return gemm, attention, elementwise, ep_comm
+
+
+def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float, *,
+                lora: bool = False) -> dict[str, float]:
+    """Forward and backward time of one micro-batch on the busiest stage, split by cause."""
+    tokens = lay.micro_batch * seq_len / lay.cp
+    layers_stage = math.ceil(arch.layers / lay.pp)
+    moe_frac = arch.moe_layers / arch.layers
+    g_d, a_d, e_d, x_d = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
+    if arch.is_moe:
+        g_m, a_m, e_m, x_m = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True)
+    else:
+        g_m = a_m = e_m = x_m = 0.0
+    mix = lambda d, m: layers_stage * ((1 - moe_frac) * d + moe_frac * m)  # noqa: E731
+    gemm, attn, elem, ep = mix(g_d, g_m), mix(a_d, a_m), mix(e_d, e_m), mix(x_d, x_m)
+    head = dev.gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
+    head_elem = dev.stream_time(tokens * arch.vocab / lay.tp * 4.0 * 3)  # fp32 log-softmax read/write
+    # tensor parallel: 2 all-reduce equivalents per layer forward (AG+RS with SP: same bytes)
+    act_bytes = tokens * arch.hidden * BF16
+    tp_fwd = layers_stage * 2 * dev.all_reduce(act_bytes, lay.tp, lay.tp)
+    # context parallel: ring exchange of this rank's K/V, overlapped with attention
+    kv_bytes = tokens * (2 * arch.n_kv_heads * arch.d_head) * BF16 / lay.tp
+    cp_fwd = layers_stage * dev.all_gather(kv_bytes * lay.cp, lay.cp, lay.tp * lay.cp)
+    attn_fwd_exposed = max(attn, cp_fwd) if lay.cp > 1 else attn
+    cp_exposed = attn_fwd_exposed - attn
+    bwd_gemm = 1.0 if lora else 2.0  # frozen weights need no weight-gradient GEMM
+    fwd = {"compute": gemm + attn + elem + head + head_elem, "tp": tp_fwd, "ep": ep, "cp": cp_exposed}
+    bwd = {"compute": bwd_gemm * (gemm + head) + FA_BWD_OVER_FWD * attn + 2 * (elem + head_elem),
+           "tp": tp_fwd, "ep": ep, "cp": cp_exposed * FA_BWD_OVER_FWD}
+    if lay.recompute == "full":
+        for k in ("compute", "tp", "ep", "cp"):
+            bwd[k] += fwd[k] - (head + head_elem if k == "compute" else 0.0)
+    elif lay.recompute == "selective":
+        bwd["compute"] += attn
+    # pipeline: send activations forward, gradients back, per (virtual) stage boundary
+    pp_bytes = tokens * arch.hidden * BF16 / (lay.tp if lay.sp else 1)
+    pp_span = 2 * lay.tp * lay.cp * lay.dp
+    p2p = dev.p2p(pp_bytes, pp_span) if lay.pp > 1 else 0.0
+    return {"fwd": sum(fwd.values()), "bwd": sum(bwd.values()), "fwd_compute": fwd["compute"],
+            "bwd_compute": bwd["compute"], "tp": fwd["tp"] + bwd["tp"], "ep": fwd["ep"] + bwd["ep"],
+            "cp": fwd["cp"] + bwd["cp"], "p2p": p2p}
+
+
+def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: int, seq_len: float,
+               *, optimizer_steps: int = 1, lora_rank: int = 0, overlap_grad_reduce: bool = True) -> TrainTime:
+    """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens."""
+    st = stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
+    m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
+    per_mb = st["fwd"] + st["bwd"]
+    p2p = m * 2 * lay.vp * st["p2p"]
+    bubble = (lay.pp - 1) / lay.vp * per_mb
+    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep)
+    if lora_rank > 0:
+        dense, expert = lora_params(arch, lora_rank) / (lay.tp * lay.pp), 0.0
+    span = lay.tp * lay.cp * lay.dp
+    n_d, n_e = lay.dp * lay.cp, max(1, lay.dp * lay.cp // lay.ep)
+    grad_bytes_d, grad_bytes_e = BF16 * dense, BF16 * expert
+    if lay.zero_stage == 0:
+        comm = dev.all_reduce(grad_bytes_d, n_d, span) + dev.all_reduce(grad_bytes_e, n_e, span)
+    else:  # reduce-scatter grads, all-gather updated params
+        comm = 2 * (dev.reduce_scatter(grad_bytes_d, n_d, span) + dev.reduce_scatter(grad_bytes_e, n_e, span))
+    dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
+    if lay.zero_stage >= 3 and lora_rank == 0:
+        # parameters gathered for forward and backward of every micro-batch, grads scattered;
+        # prefetching hides them behind that micro-batch's compute
+        per_mb_comm = 3 * (dev.all_gather(grad_bytes_d, n_d, span) + dev.all_gather(grad_bytes_e, n_e, span))
+        dp_exposed += m * max(0.0, per_mb_comm - (st["fwd_compute"] + st["bwd_compute"]))
+    shard = n_d if lay.zero_stage >= 1 else 1
+    opt = dev.stream_time(constants()["optimizer_bytes_per_param"] * (dense / shard + expert / max(1, n_e if lay.zero_stage else 1)))
+    t = TrainTime(
+        compute=m * (st["fwd_compute"] + st["bwd_compute"]),
+        tp_comm=m * st["tp"], cp_comm=m * st["cp"], ep_comm=m * st["ep"], pp_comm=p2p,
+        bubble=bubble, dp_comm=dp_exposed, optimizer=opt)
+    return t.scaled(optimizer_steps)
+
+
+def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float) -> float:
+    """Forward-only pass (log-probs, reference, reward, value) over `sequences`."""
+    st = stage_times(arch, dev, lay, seq_len)
+    m = max(1.0, sequences / (lay.dp * lay.micro_batch))
+    return (m + lay.pp - 1) * (st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0))
+
+
+def model_flops(arch: Architecture, tokens: float, seq_len: float, *, recompute: bool = False,
+                causal: bool = False) -> float:
+    """Training FLOPs by the published convention: 3 passes (4 with full recompute, the
+    'hardware' count of Narayanan et al. 2021 eq. 3), attention counted non-causal."""
+    layers = arch.matmul_flops_per_token - 2.0 * arch.vocab * arch.hidden
+    head = 2.0 * arch.vocab * arch.hidden
+    attn = arch.attention_flops_per_token(seq_len, causal=causal)
+    passes = 4 if recompute else 3
+    return tokens * (passes * (layers + attn) + 3 * head)

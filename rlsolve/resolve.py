@@ -1,0 +1,100 @@
+"""Resolve a validated Spec into concrete hardware and architectures (the `Problem`).
+
+Kept apart from spec.py so the schema stays pure data and catalog look-ups happen once."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlsolve.errors import SpecError
+from rlsolve.hardware_db import GPU, Network, find_gpu, find_network, inline_network
+from rlsolve.models import Architecture, resolve_model
+from rlsolve.spec import InlineNetwork, Pool, Spec
+
+
+@dataclass(frozen=True)
+class PoolHW:
+    """One homogeneous pool with its catalog entries resolved."""
+
+    name: str
+    gpu: GPU
+    nodes: int
+    gpus_per_node: int
+    network: Network
+    nics_per_node: int
+    price_per_gpu_hour_usd: float
+
+    @property
+    def n_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def nic_gbytes_per_gpu(self) -> float:
+        """Inter-node bandwidth per GPU per direction, GB/s (line rate)."""
+        return self.network.gbytes_per_s * self.nics_per_node / self.gpus_per_node
+
+    @property
+    def scaleup_size(self) -> int:
+        """GPUs that reach each other over NVLink: the node, or the rack for NVL72."""
+        if self.gpu.nvlink_gbps_per_dir <= 0:
+            return 1
+        domain = self.gpu.nvlink_domain
+        # A rack-scale domain (NVL72) spans servers; otherwise NVLink stops at the server.
+        return domain if domain > self.gpu.default_gpus_per_node else min(domain, self.gpus_per_node)
+
+
+@dataclass(frozen=True)
+class Problem:
+    spec: Spec
+    pools: tuple[PoolHW, ...]
+    policy: Architecture
+    reference: Architecture | None
+    reward: Architecture | None  # None = rule-based reward on the CPU
+    value: Architecture | None
+    profile: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pool(self) -> PoolHW:
+        return self.pools[0]
+
+
+def _network(value: Any, field_name: str) -> Network:
+    if isinstance(value, InlineNetwork):
+        return inline_network(value.gbps, value.latency_us)
+    return find_network(value, field=field_name)
+
+
+def _pool(p: Pool, prefix: str) -> PoolHW:
+    gpu = find_gpu(p.gpu, field=f"{prefix}.gpu")
+    gpn = p.gpus_per_node or gpu.default_gpus_per_node
+    return PoolHW(name=p.name, gpu=gpu, nodes=p.nodes, gpus_per_node=gpn,
+                  network=_network(p.network, f"{prefix}.network"),
+                  nics_per_node=p.nics_per_node or gpn,
+                  price_per_gpu_hour_usd=p.price_per_gpu_hour_usd or gpu.price_per_gpu_hour_usd)
+
+
+def _aux(value: Any, policy: Architecture, field_name: str, allow_rule: bool = False) -> Architecture | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.lower() == "policy":
+        return policy
+    if isinstance(value, str) and value.lower() == "rule":
+        if allow_rule:
+            return None
+        raise SpecError("'rule' is only valid for model.reward; use policy, a catalog name or null", field=field_name)
+    return resolve_model(value, field=field_name)
+
+
+def resolve(spec: Spec, profile: dict[str, Any] | None = None) -> Problem:
+    if spec.cluster.pools:
+        pools = tuple(_pool(p, f"cluster.pools.{i}") for i, p in enumerate(spec.cluster.pools))
+    else:
+        pools = (_pool(spec.cluster.pool_list()[0], "cluster"),)
+    policy = resolve_model(spec.model.policy, field="model.policy")
+    return Problem(
+        spec=spec, pools=pools, policy=policy,
+        reference=_aux(spec.model.reference, policy, "model.reference"),
+        reward=_aux(spec.model.reward, policy, "model.reward", allow_rule=True),
+        value=_aux(spec.model.value, policy, "model.value"),
+        profile=dict(profile or {}),
+    )

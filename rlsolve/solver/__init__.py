@@ -1,0 +1,211 @@
+"""solve(spec) -> Plan: enumerate candidates, pick the best pair with CP-SAT, explain it.
+
+Pure: prints nothing, writes nothing, does not mutate its input."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from rlsolve.errors import InfeasibleError
+from rlsolve.perf.hw import GB
+from rlsolve.plan import (Alternative, GenParallel, Layout, Optimization, Parallelism, Pipeline, PlacementSection,
+                          Plan, ResourceAllocation, RoleGPUs, SolverInfo, TrainParallel)
+from rlsolve.resolve import Problem, resolve
+from rlsolve.solver.candidates import Candidates, GenCand, TrainCand, enumerate_candidates, modes_allowed
+from rlsolve.solver.estimate import evaluate_layout
+from rlsolve.solver.program import Program, run
+from rlsolve.solver.report import build_plan, gen_reason
+from rlsolve.spec import Spec, load_spec
+
+SOLVER_KEYS = {"time_limit_s", "workers", "deterministic", "top_k"}
+
+
+def framework_for(t: TrainCand) -> str:
+    L = t.layout
+    if L.tp == L.pp == L.cp == L.ep == 1 and L.zero_stage == 3:
+        return "fsdp"
+    return "megatron"
+
+
+def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand) -> Layout:
+    g, t = gc.layout, tc.layout
+    pool = problem.pool.name
+    placement = PlacementSection(
+        reference="none" if problem.reference is None else ("generation" if "reference" in gc.hosts else tc.reference),
+        reward="cpu" if problem.reward is None else ("generation" if "reward" in gc.hosts else "training"),
+        value="training" if problem.value is not None else "none")
+    quant = gc.reward_quant if "reward" in gc.hosts else tc.reward_quant
+    side = gc.side
+    engine_bytes = side.weights + side.kv_cache + side.other
+    opt = Optimization(reference_offload=tc.reference == "cpu_offload", reward_quantization=quant,
+                       train_offload_during_rollout=tc.offload_states, kv_cache_gb=side.kv_cache / GB,
+                       max_num_seqs=None,
+                       gpu_memory_utilization=round(min(0.99, engine_bytes / (problem.pool.gpu.memory_gb * GB)), 3))
+    gpus = problem.pool.n_gpus if mode == "colocated" else None
+    return Layout(
+        pipeline=Pipeline(mode=mode, staleness=problem.spec.rl.max_staleness if mode == "async" else 0),
+        resource_allocation=ResourceAllocation(
+            generation=RoleGPUs(pool=pool, gpus=gpus or gc.gpus, engine="vllm"),
+            training=RoleGPUs(pool=pool, gpus=gpus or tc.gpus, framework=framework_for(tc))),
+        placement=placement,
+        parallelism=Parallelism(
+            generation=GenParallel(tp=g.tp, pp=g.pp, dp=g.dp, ep=g.ep),
+            training=TrainParallel(tp=t.tp, pp=t.pp, dp=t.dp, cp=t.cp, ep=t.ep, vp=t.vp, zero_stage=t.zero_stage,
+                                   micro_batch=t.micro_batch,
+                                   grad_accum=max(1, problem.spec.rl.samples // problem.spec.rl.mini_batches
+                                                  // (t.dp * t.micro_batch)),
+                                   recompute=t.recompute, sequence_parallel=t.sequence_parallel)),
+        optimization=opt)
+
+
+def _aux_names(problem: Problem) -> list[str]:
+    return [n for n in ("reference", "reward") if getattr(problem, n) is not None]
+
+
+def _no_candidates(problem: Problem, cands: Candidates) -> InfeasibleError:
+    reasons = []
+    if not cands.train:
+        best = cands.rejected.get("train_min_bytes", (None, None))[1]
+        if best is not None:
+            reasons.append("no training layout fits: the smallest, " + _describe_train(best.layout) + ", "
+                           + _train_need(problem, best))
+        else:
+            reasons.append("no legal training layout: check constraints.training and the batch divisibility "
+                           f"(rl.prompts_per_step*samples_per_prompt/mini_batches = "
+                           f"{problem.spec.rl.samples // problem.spec.rl.mini_batches})")
+    if cands.train and not cands.gen:
+        best = cands.rejected.get("gen_min_bytes", (None, None))[1]
+        if best is not None:
+            reasons.append("no generation layout fits; the smallest: " + gen_reason(problem, best))
+        else:
+            reasons.append("no legal generation layout: check constraints.generation")
+    return InfeasibleError(reasons or ["no candidate layout"])
+
+
+def _describe_train(L) -> str:
+    return (f"tp={L.tp} pp={L.pp} cp={L.cp} dp={L.dp} ep={L.ep} ZeRO-{L.zero_stage} recompute={L.recompute} "
+            f"micro_batch={L.micro_batch}")
+
+
+def _train_need(problem: Problem, side) -> str:
+    a = problem.policy
+    return (f"needs {side.total / GB:,.1f} GB per GPU (the {a.name} policy's {a.total_params / 1e9:,.1f}B parameters "
+            f"take {a.total_params * 16 / GB:,.0f} GB for weights, grads and Adam states across the cluster's "
+            f"{problem.pool.n_gpus} GPUs of {problem.pool.gpu.memory_gb:g} GB = "
+            f"{problem.pool.n_gpus * problem.pool.gpu.memory_gb:,.0f} GB), more than the "
+            f"{side.capacity / GB:,.1f} GB allowed")
+
+
+def _summary(lay: Layout) -> str:
+    g, t = lay.parallelism.generation, lay.parallelism.training
+    return (f"{lay.pipeline.mode}: gen {lay.resource_allocation.generation.gpus} GPUs tp{g.tp} pp{g.pp} x{g.dp}; "
+            f"train {lay.resource_allocation.training.gpus} GPUs tp{t.tp} pp{t.pp} cp{t.cp} dp{t.dp} ep{t.ep} "
+            f"ZeRO-{t.zero_stage} mb{t.micro_batch} recompute={t.recompute}")
+
+
+def _why(best: Plan, alt: Plan) -> str:
+    terms = []
+    for k in ("decode", "prefill", "train", "old_logprob", "reference", "value", "weight_sync", "switch"):
+        d = getattr(alt.time_s, k) - getattr(best.time_s, k)
+        if abs(d) >= 0.05 * best.time_s.step:
+            terms.append(f"{k} {'+' if d > 0 else ''}{d:.1f} s")
+    base = f"step {alt.time_s.step:.1f} s vs {best.time_s.step:.1f} s"
+    return base + (" (" + ", ".join(terms) + ")" if terms else "")
+
+
+def solve(spec: "Spec | dict | str", objective: str | None = None, profile: dict | None = None,
+          **solver_options: Any) -> Plan:
+    """Return the throughput-optimal plan for `spec` (raises SpecError / InfeasibleError)."""
+    t0 = time.perf_counter()
+    spec = load_spec(spec)
+    unknown = set(solver_options) - SOLVER_KEYS
+    if unknown:
+        raise TypeError(f"unknown solver option(s): {sorted(unknown)}")
+    opts = spec.solver.model_copy(update=solver_options)
+    objective = objective or spec.objective
+    problem = resolve(spec, profile)
+    cands = enumerate_candidates(problem)
+    if not cands.gen or not cands.train:
+        raise _no_candidates(problem, cands)
+    modes = modes_allowed(problem)
+    program = Program(cands, modes, problem.pool.n_gpus, _aux_names(problem))
+    program.minimize_step()
+    solver, status = run(program, opts.time_limit_s, opts.workers, opts.deterministic)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise InfeasibleError(_diagnose(problem, cands, modes))
+    gc, tc, mode = _chosen(program, solver, cands)
+    lay = cand_layout(problem, mode, gc, tc)
+    est = evaluate_layout(problem, lay)
+    bound = solver.best_objective_bound
+    val = solver.objective_value
+    gap = 0.0 if status == cp_model.OPTIMAL else (abs(val - bound) / max(abs(val), 1.0))
+    info = SolverInfo(wall_s=0.0, proven_optimal=status == cp_model.OPTIMAL, gap=round(gap, 6),
+                      variables=len(program.m.proto.variables), candidates=len(cands.gen) + len(cands.train),
+                      status_name=solver.status_name(status))
+    plan = build_plan(problem, lay, est, status="optimal" if status == cp_model.OPTIMAL else "feasible",
+                      solver=info, objective=objective)
+    alts = _alternatives(problem, cands, modes, plan, (gc.id, tc.id, mode), opts, objective)
+    plan.alternatives = alts
+    wall = time.perf_counter() - t0
+    # wall time breaks byte-identical output; deterministic mode reports the deterministic time
+    plan.solver.wall_s = round(solver.deterministic_time, 3) if opts.deterministic else round(wall, 3)
+    return plan
+
+
+def _chosen(program: Program, solver: cp_model.CpSolver, cands: Candidates) -> tuple[GenCand, TrainCand, str]:
+    gc = next(c for c in cands.gen if solver.value(program.v.gen[c.id]))
+    tc = next(c for c in cands.train if solver.value(program.v.train[c.id]))
+    mode = next(k for k, var in program.v.mode.items() if solver.value(var))
+    return gc, tc, mode
+
+
+def _alternatives(problem: Problem, cands: Candidates, modes: list[str], best: Plan, chosen, opts, objective) -> list[Alternative]:
+    """Runner-ups: the best plan of every other mode, then the next distinct plans."""
+    out: list[Alternative] = []
+    if opts.top_k <= 0:
+        return out
+    seen = {chosen}
+    tries: list[tuple[str | None, bool]] = [(m, False) for m in modes if m != chosen[2]] + [(None, True)] * opts.top_k
+    for mode, exclude in tries:
+        if len(out) >= opts.top_k:
+            break
+        prog = Program(cands, modes, problem.pool.n_gpus, _aux_names(problem))
+        if mode:
+            prog.m.add(prog.v.mode[mode] == 1)
+        for g_id, t_id, _ in seen:
+            prog.forbid(g_id, t_id)
+        prog.minimize_step()
+        solver, status = run(prog, opts.time_limit_s, opts.workers, opts.deterministic)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            continue
+        gc, tc, m = _chosen(prog, solver, cands)
+        seen.add((gc.id, tc.id, m))
+        lay = cand_layout(problem, m, gc, tc)
+        try:
+            alt = build_plan(problem, lay, evaluate_layout(problem, lay), status="feasible", objective=objective)
+        except InfeasibleError:
+            continue
+        gap = 1.0 - alt.throughput.tokens_per_s / best.throughput.tokens_per_s
+        out.append(Alternative(summary=_summary(lay), tokens_per_s=alt.throughput.tokens_per_s, gap=round(gap, 4),
+                               why=_why(best, alt)))
+    return out
+
+
+def _diagnose(problem: Problem, cands: Candidates, modes: list[str]) -> list[str]:
+    n = problem.pool.n_gpus
+    min_g = min((c.gpus for c in cands.gen if c.mode == "disagg"), default=None)
+    min_t = min((c.gpus for c in cands.train if c.mode == "disagg"), default=None)
+    reasons = []
+    if "colocated" not in modes or not any(c.mode == "colocated" for c in cands.train):
+        if min_g and min_t and min_g + min_t > n:
+            reasons.append(f"disaggregated: generation needs >= {min_g} GPUs and training >= {min_t}; "
+                           f"the cluster has {n}")
+    if "colocated" in modes:
+        held = min((c.reserved_gb for c in cands.train if c.mode == "colocated"), default=None)
+        room = max((c.reserved_gb for c in cands.gen if c.mode == "colocated"), default=None)
+        if held is not None and (room is None or held > room):
+            reasons.append(f"colocated: training keeps >= {held} GB per GPU during rollout, generation can spare "
+                           f"{room if room is not None else 0} GB and still hold one sequence's KV cache")
+    return reasons or ["no (generation, training) pair satisfies all constraints"]

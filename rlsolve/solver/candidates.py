@@ -1,0 +1,343 @@
+"""Enumerate the legal layouts of each role and score them with the performance model.
+
+Each candidate is one side of a plan (generation or training) with every decision of that
+side fixed; the CP-SAT program then picks one of each. Dominated candidates are dropped
+here (same mode, GPUs and hosted models, no faster and no smaller), which keeps the
+program small without changing its optimum."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from rlsolve.errors import SpecError
+from rlsolve.perf.generate import GenLayout
+from rlsolve.perf.hw import device
+from rlsolve.perf.step import (QUANT_BYTES, GenSide, TrainSide, capacity_bytes, gen_side, send_time, sync_time,
+                               train_core, train_side)
+from rlsolve.perf.train import TrainLayout
+from rlsolve.resolve import PoolHW, Problem
+from rlsolve.solver.scale import mem_units_up, time_units
+
+GEN_KEYS = {"tp", "pp", "dp", "ep", "gpus", "max_gpus"}
+TRAIN_KEYS = {"tp", "pp", "dp", "cp", "ep", "vp", "zero_stage", "micro_batch", "recompute", "gpus", "max_gpus"}
+
+
+@dataclass
+class GenCand:
+    mode: str                 # colocated | disagg
+    layout: GenLayout
+    hosts: frozenset          # aux models run here: {"reference", "reward"}
+    reward_quant: str
+    reserved_gb: int          # colocated: GB per GPU left to the training side during rollout
+    side: GenSide
+    sync: float               # colocated: reshard seconds; disagg: seconds to receive the weights
+    id: int = -1
+
+    @property
+    def gpus(self) -> int:
+        return self.side.gpus
+
+    @property
+    def time(self) -> float:
+        return self.side.time + (self.sync if self.mode == "colocated" else 0.0)
+
+
+@dataclass
+class TrainCand:
+    mode: str
+    layout: TrainLayout
+    hosts: frozenset          # aux models run on these GPUs
+    reference: str            # training | cpu_offload | generation | none
+    reward_quant: str
+    offload_states: bool      # colocated: move states to the host during rollout
+    side: TrainSide
+    switch: float             # colocated offload/reload seconds
+    send: float               # disagg: seconds for the trainers to send the weights
+    id: int = -1
+
+    @property
+    def gpus(self) -> int:
+        return self.side.gpus
+
+    @property
+    def time(self) -> float:
+        return self.side.time + self.switch
+
+    @property
+    def reserved_gb(self) -> int:
+        return 0 if self.offload_states else mem_units_up(self.side.states)
+
+
+@dataclass
+class Candidates:
+    gen: list[GenCand]
+    train: list[TrainCand]
+    rejected: dict[str, Any] = field(default_factory=dict)   # why layouts were dropped, with numbers
+    evaluated: int = 0
+
+
+# --- user constraints ---------------------------------------------------------------------
+
+def _allowed(cons: dict[str, Any], key: str, value: Any) -> bool:
+    if key not in cons:
+        return True
+    want = cons[key]
+    return value in want if isinstance(want, (list, tuple, set)) else value == want
+
+
+def check_constraint_keys(problem: Problem) -> None:
+    c = problem.spec.constraints
+    for role, keys, got in (("generation", GEN_KEYS, c.generation), ("training", TRAIN_KEYS, c.training)):
+        for k in got:
+            if k not in keys:
+                raise SpecError(f"unknown key {k!r}; allowed: {', '.join(sorted(keys))}", field=f"constraints.{role}.{k}")
+
+
+# --- GPU counts and degrees ---------------------------------------------------------------
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def role_gpu_counts(pool: PoolHW, exclusive: bool) -> list[int]:
+    """Legal GPU counts for one role: whole nodes, or a power of two inside one node."""
+    g = pool.gpus_per_node
+    total = pool.n_gpus
+    sub = [d for d in divisors(g) if d < g]
+    whole = [k * g for k in range(1, pool.nodes + 1)]
+    counts = sub + whole
+    if exclusive:  # the other role needs at least one GPU
+        counts = [c for c in counts if c < total]
+    return counts
+
+
+def tp_choices(problem: Problem, pool: PoolHW, n: int, *, training: bool) -> list[int]:
+    a = problem.policy
+    out = []
+    for t in divisors(min(n, pool.scaleup_size)):
+        if a.heads % t:
+            continue
+        if training and not a.is_mla and a.n_kv_heads % t and t % a.n_kv_heads:
+            continue  # Megatron needs query groups divisible by tp (or tp a multiple of them)
+        out.append(t)
+    return out
+
+
+def pp_choices(problem: Problem, n_over_tp: int) -> list[int]:
+    L = problem.policy.layers
+    return [p for p in divisors(n_over_tp) if p <= max(1, L // 2) and (p == 1 or p & (p - 1) == 0 or L % p == 0)]
+
+
+def gen_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[GenLayout]:
+    cons = problem.spec.constraints.generation
+    for tp in tp_choices(problem, pool, n, training=False):
+        for pp in pp_choices(problem, n // tp):
+            if pp > 1 and tp < min(pool.scaleup_size, n):
+                continue  # engines add pipeline stages only once TP fills the NVLink domain
+            dp = n // (tp * pp)
+            lay = GenLayout(tp=tp, pp=pp, dp=dp, ep=1)
+            if all(_allowed(cons, k, getattr(lay, k)) for k in ("tp", "pp", "dp", "ep")):
+                yield lay
+
+
+def train_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[TrainLayout]:
+    cons = problem.spec.constraints.training
+    a = problem.policy
+    rl = problem.spec.rl
+    seq_max = rl.prompt_len + rl.response_len.max
+    gb = max(1, rl.samples // rl.mini_batches)
+    for tp in tp_choices(problem, pool, n, training=True):
+        for pp in pp_choices(problem, n // tp):
+            for cp in (1, 2, 4, 8):
+                if (n // tp // pp) % cp or (cp > 1 and seq_max / cp < 2048):
+                    continue
+                dp = n // (tp * pp * cp)
+                eps = [e for e in divisors(dp * cp) if a.is_moe and a.experts % e == 0] if a.is_moe else [1]
+                for ep in eps:
+                    vps = [1] + ([v for v in (2, 4) if a.layers % (pp * v) == 0] if pp > 1 else [])
+                    for vp in vps:
+                        zeros = (0, 1, 2, 3) if pp == 1 else (0, 1)
+                        for zero in zeros:
+                            for mb in (1, 2, 4, 8):
+                                if gb % (dp * mb):
+                                    continue
+                                for rec in ("none", "selective", "full"):
+                                    lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
+                                                      micro_batch=mb, recompute=rec, sequence_parallel=tp > 1)
+                                    if all(_allowed(cons, k, getattr(lay, k)) for k in
+                                           ("tp", "pp", "dp", "cp", "ep", "vp", "zero_stage", "micro_batch",
+                                            "recompute")):
+                                        yield lay
+
+
+def _count_ok(cons: dict[str, Any], n: int) -> bool:
+    if "max_gpus" in cons and n > cons["max_gpus"]:
+        return False
+    return _allowed(cons, "gpus", n)
+
+
+# --- the enumeration ----------------------------------------------------------------------
+
+def _aux_variants(problem: Problem, disagg: bool):
+    """(hosts on training, reference placement, reward quant, hosts on generation)."""
+    refs = ["none"] if problem.reference is None else (["training", "cpu_offload"] + (["generation"] if disagg else []))
+    rewards = ["cpu"] if problem.reward is None else (["training"] + (["generation"] if disagg else []))
+    quants = ["none"] if problem.reward is None else ["none", "int8", "int4"]
+    for r in refs:
+        for w in rewards:
+            for q in quants:
+                train_hosts = frozenset(x for x, p in (("reference", r), ("reward", w))
+                                        if p in ("training", "cpu_offload"))
+                gen_hosts = frozenset(x for x, p in (("reference", r), ("reward", w)) if p == "generation")
+                yield train_hosts, r, q, gen_hosts
+
+
+def modes_allowed(problem: Problem) -> list[str]:
+    allowed = problem.spec.constraints.modes or ["colocated", "sync", "async"]
+    if problem.spec.rl.max_staleness == 0:
+        allowed = [m for m in allowed if m != "async"]
+    return allowed
+
+
+def enumerate_candidates(problem: Problem) -> Candidates:
+    check_constraint_keys(problem)
+    pool = problem.pool
+    modes = modes_allowed(problem)
+    gen_c, train_c = problem.spec.constraints.generation, problem.spec.constraints.training
+    out = Candidates(gen=[], train=[])
+    best_train_mem: tuple[float, Any] = (math.inf, None)
+    best_gen_mem: tuple[float, Any] = (math.inf, None)
+
+    def note_train(side: TrainSide):
+        nonlocal best_train_mem
+        if side.mem.total + side.aux_resident < best_train_mem[0]:
+            best_train_mem = (side.mem.total + side.aux_resident, side)
+
+    cores: dict[tuple, tuple] = {}
+    dev = device(pool, problem.spec.model.precision, problem.profile)
+
+    def core(lay: TrainLayout):
+        k = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.micro_batch, lay.recompute)
+        if k not in cores:
+            cores[k] = train_core(problem, pool, lay)
+            out.evaluated += 1
+        return cores[k]
+
+    # ---- training candidates
+    disagg = any(m in modes for m in ("sync", "async"))
+    counts = []
+    if "colocated" in modes and _count_ok(train_c, pool.n_gpus) and _count_ok(gen_c, pool.n_gpus):
+        counts.append(("colocated", pool.n_gpus))
+    if disagg:
+        counts += [("disagg", n) for n in role_gpu_counts(pool, exclusive=True) if _count_ok(train_c, n)]
+    for mode, n in counts:
+        variants = list(_aux_variants(problem, mode == "disagg"))
+        for lay in train_layouts(problem, pool, n):
+            t, mem, old = core(lay)
+            cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+            if mem.total > cap:
+                note_train(train_side(problem, pool, lay, core=(t, mem, old)))
+                continue
+            for hosts, ref, quant, _gen_hosts in variants:
+                if problem.reward is not None and "reward" not in hosts and quant != "none":
+                    continue  # quantization of a reward model placed elsewhere is the gen side's choice
+                side = train_side(problem, pool, lay, reference=ref,
+                                  reward="training" if "reward" in hosts else "elsewhere",
+                                  reward_quant=quant, core=(t, mem, old))
+                if not side.fits:
+                    note_train(side)
+                    continue
+                offloads = (False, True) if mode == "colocated" else (False,)
+                for off in offloads:
+                    switch = 2 * dev.pcie_time(side.states) if off else 0.0
+                    out.train.append(TrainCand(mode=mode, layout=lay, hosts=hosts, reference=ref, reward_quant=quant,
+                                               offload_states=off, side=side, switch=switch, send=0.0))
+    out.train = _prune_train(out.train)
+    # ---- generation candidates
+    g_counts = []
+    if "colocated" in modes and any(c.mode == "colocated" for c in out.train):
+        g_counts.append(("colocated", pool.n_gpus))
+    if disagg:
+        g_counts += [("disagg", n) for n in role_gpu_counts(pool, exclusive=True) if _count_ok(gen_c, n)]
+    levels = sorted({c.reserved_gb for c in out.train if c.mode == "colocated"})
+    for mode, n in g_counts:
+        for lay in gen_layouts(problem, pool, n):
+            if mode == "colocated":
+                for lv in levels:
+                    side = gen_side(problem, pool, lay, reserved=lv * 1e9)
+                    out.evaluated += 1
+                    if not side.fits:
+                        if side.total < best_gen_mem[0]:
+                            best_gen_mem = (side.total, side)
+                        break  # more reserved memory fits even less
+                    sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
+                    out.gen.append(GenCand(mode, lay, frozenset(), "none", lv, side, sync))
+            else:
+                for hosts, q in _gen_host_variants(problem):
+                    aux = tuple((getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
+                    side = gen_side(problem, pool, lay, aux_models=aux)
+                    out.evaluated += 1
+                    if not side.fits:
+                        if side.total < best_gen_mem[0]:
+                            best_gen_mem = (side.total, side)
+                        continue
+                    _, recv = sync_time(problem, pool, pool, lay, 1, colocated=False)
+                    out.gen.append(GenCand(mode, lay, hosts, q, 0, side, recv))
+    # disaggregated trainers send the weights; the time depends on their count only
+    for c in out.train:
+        if c.mode == "disagg":
+            c.send = send_time(problem, pool, c.gpus)
+    out.gen = _prune_gen(out.gen)
+    for i, c in enumerate(out.gen):
+        c.id = i
+    for i, c in enumerate(out.train):
+        c.id = i
+    out.rejected = {"train_min_bytes": best_train_mem, "gen_min_bytes": best_gen_mem}
+    return out
+
+
+
+
+def _gen_host_variants(problem: Problem):
+    yield frozenset(), "none"
+    if problem.reference is not None:
+        yield frozenset({"reference"}), "none"
+    if problem.reward is not None:
+        for q in ("none", "int8", "int4"):
+            yield frozenset({"reward"}), q
+            if problem.reference is not None:
+                yield frozenset({"reference", "reward"}), q
+
+
+def _prune_train(cands: list[TrainCand]) -> list[TrainCand]:
+    """Keep, per (mode, GPUs, hosted models, reference placement, degrees), the candidates
+    on the Pareto front of (time, memory held during rollout); disaggregated candidates
+    hold nothing during rollout, so only the fastest survives."""
+    groups: dict[tuple, list[TrainCand]] = {}
+    for c in cands:
+        L = c.layout
+        key = (c.mode, c.gpus, c.hosts, c.reference, c.reward_quant, L.tp, L.pp, L.cp, L.ep)
+        groups.setdefault(key, []).append(c)
+    out = []
+    for key, cs in groups.items():
+        cs.sort(key=lambda c: (time_units(c.time), c.reserved_gb if c.mode == "colocated" else 0, _simplicity(c)))
+        best_mem = math.inf
+        for c in cs:
+            mem = c.reserved_gb if c.mode == "colocated" else 0
+            if mem < best_mem:
+                out.append(c)
+                best_mem = mem
+    return out
+
+
+def _simplicity(c: TrainCand) -> tuple:
+    L = c.layout
+    rec = {"none": 0, "selective": 1, "full": 2}[L.recompute]
+    return (L.zero_stage, rec, L.vp, -L.micro_batch, c.offload_states)
+
+
+def _prune_gen(cands: list[GenCand]) -> list[GenCand]:
+    """Colocated: per layout keep each reserved level (they couple to training). Disagg:
+    per (GPUs, hosted models, quant, tp, pp) only one candidate exists already."""
+    return cands

@@ -1,0 +1,148 @@
+"""The CP-SAT program: pick one generation candidate, one training candidate and a mode.
+
+Built from small modules, each adding its constraints (and, for the pipeline module, the
+step-time terms): world sizes and GPU budget, memory coupling of colocated roles, placement
+of the reference/reward models, pipeline mode. All coefficients are integers from
+`scale` (milliseconds, GB)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from rlsolve.solver.candidates import Candidates, GenCand, TrainCand
+from rlsolve.solver.scale import time_units
+
+DISAGG = ("sync", "async")
+
+
+@dataclass
+class Vars:
+    gen: dict[int, cp_model.IntVar]
+    train: dict[int, cp_model.IntVar]
+    mode: dict[str, cp_model.IntVar]
+    step: cp_model.IntVar
+    sync: cp_model.IntVar
+    gpus_used: cp_model.IntVar
+    extra: dict = field(default_factory=dict)
+
+
+class Program:
+    def __init__(self, cands: Candidates, modes: list[str], n_gpus: int, aux_models: list[str]):
+        self.cands, self.modes, self.n_gpus, self.aux = cands, modes, n_gpus, aux_models
+        self.m = cp_model.CpModel()
+        self.v = self._variables()
+        for module in (self._world, self._memory, self._placement, self._pipeline):
+            module()
+
+    # --- variables -------------------------------------------------------------------------
+    def _variables(self) -> Vars:
+        m = self.m
+        gen = {c.id: m.new_bool_var(f"gen[{c.id}]") for c in self.cands.gen}
+        train = {c.id: m.new_bool_var(f"train[{c.id}]") for c in self.cands.train}
+        mode = {k: m.new_bool_var(f"mode[{k}]") for k in self.modes}
+        horizon = max([time_units(c.time) for c in self.cands.gen] + [1]) + \
+            max([time_units(c.time) for c in self.cands.train] + [1]) + \
+            max([time_units(c.sync) for c in self.cands.gen] + [time_units(c.send) for c in self.cands.train] + [1]) + 1
+        step = m.new_int_var(0, horizon, "step_ms")
+        sync = m.new_int_var(0, horizon, "sync_ms")
+        used = m.new_int_var(0, self.n_gpus, "gpus_used")
+        return Vars(gen, train, mode, step, sync, used)
+
+    # --- modules ---------------------------------------------------------------------------
+    def _world(self) -> None:
+        """One candidate per role, one mode, both roles of that mode; GPUs within the pool."""
+        m, v, c = self.m, self.v, self.cands
+        m.add_exactly_one(v.gen.values())
+        m.add_exactly_one(v.train.values())
+        m.add_exactly_one(v.mode.values())
+        coloc = v.mode.get("colocated")
+        disagg = [v.mode[k] for k in DISAGG if k in v.mode]
+        for side, cands in ((v.gen, c.gen), (v.train, c.train)):
+            m.add(sum(side[x.id] for x in cands if x.mode == "colocated") == (coloc if coloc is not None else 0))
+            m.add(sum(side[x.id] for x in cands if x.mode == "disagg") == sum(disagg))
+        gen_gpus = sum(x.gpus * v.gen[x.id] for x in c.gen if x.mode == "disagg")
+        train_gpus = sum(x.gpus * v.train[x.id] for x in c.train if x.mode == "disagg")
+        m.add(gen_gpus + train_gpus <= self.n_gpus)
+        m.add(v.gpus_used == gen_gpus + train_gpus + (self.n_gpus * coloc if coloc is not None else 0))
+
+    def _memory(self) -> None:
+        """Colocated: what training keeps on the GPU during rollout must fit the KV budget the
+        generation candidate was scored with."""
+        m, v, c = self.m, self.v, self.cands
+        held = sum(x.reserved_gb * v.train[x.id] for x in c.train if x.mode == "colocated")
+        budget = sum(x.reserved_gb * v.gen[x.id] for x in c.gen if x.mode == "colocated")
+        m.add(held <= budget)
+
+    def _placement(self) -> None:
+        """Each reference/reward model runs on exactly one side; the reward quantization is
+        the one its host side was scored with."""
+        m, v, c = self.m, self.v, self.cands
+        for a in self.aux:
+            m.add(sum(v.gen[x.id] for x in c.gen if a in x.hosts) +
+                  sum(v.train[x.id] for x in c.train if a in x.hosts) == 1)
+
+    def _pipeline(self) -> None:
+        """Step time per mode (SPEC section 6):
+        colocated: gen + reshard + train side + offload switch;
+        sync:      gen + max(recv, send) + train side;
+        async:     max(gen + recv, train side + max(0, send - recv))."""
+        m, v, c = self.m, self.v, self.cands
+        tg = sum(time_units(x.time) * v.gen[x.id] for x in c.gen)
+        tt = sum(time_units(x.time) * v.train[x.id] for x in c.train)
+        recv = sum(time_units(x.sync) * v.gen[x.id] for x in c.gen if x.mode == "disagg")
+        send = sum(time_units(x.send) * v.train[x.id] for x in c.train if x.mode == "disagg")
+        m.add(v.sync >= recv)
+        m.add(v.sync >= send)
+        if "colocated" in v.mode:
+            m.add(v.step >= tg + tt).only_enforce_if(v.mode["colocated"])
+        if "sync" in v.mode:
+            m.add(v.step >= tg + v.sync + tt).only_enforce_if(v.mode["sync"])
+        if "async" in v.mode:
+            a = v.mode["async"]
+            m.add(v.step >= tg + recv).only_enforce_if(a)
+            m.add(v.step >= tt + send - recv).only_enforce_if(a)
+            m.add(v.step >= tt).only_enforce_if(a)
+
+    # --- objective -------------------------------------------------------------------------
+    def minimize_step(self) -> None:
+        """Throughput: tokens per step are fixed, so minimize the step time; among equal step
+        times (1 ms) prefer fewer GPUs, then simpler candidates (lower ids are simpler)."""
+        v = self.v
+        n = self.n_gpus + 1
+        simplicity = sum(self._penalty(x) * v.train[x.id] for x in self.cands.train) + \
+            sum(self._penalty_gen(x) * v.gen[x.id] for x in self.cands.gen)
+        self.m.minimize(v.step * (n * 64) + v.gpus_used * 64 + simplicity)
+
+    @staticmethod
+    def _penalty(x: TrainCand) -> int:
+        L = x.layout
+        return min(31, L.zero_stage + {"none": 0, "selective": 1, "full": 2}[L.recompute] + (L.vp > 1)
+                   + x.offload_states + (x.reference == "cpu_offload") + {"none": 0, "int8": 1, "int4": 2}[x.reward_quant])
+
+    @staticmethod
+    def _penalty_gen(x: GenCand) -> int:
+        return min(31, {"none": 0, "int8": 1, "int4": 2}[x.reward_quant] + len(x.hosts))
+
+    def objective_step_ms(self, solver: cp_model.CpSolver) -> int:
+        return solver.value(self.v.step)
+
+    def forbid(self, gen_id: int, train_id: int) -> None:
+        """No-good cut: exclude one (generation, training) pair (for runner-up plans)."""
+        self.m.add_bool_or([self.v.gen[gen_id].Not(), self.v.train[train_id].Not()])
+
+
+def run(program: Program, time_limit_s: float, workers: int, deterministic: bool) -> tuple[cp_model.CpSolver, int]:
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.num_workers = workers
+    p.random_seed = 7
+    if deterministic:
+        # no dependence on the wall clock: a deterministic time limit and interleaved search
+        p.max_deterministic_time = time_limit_s
+        p.interleave_search = True
+        p.num_workers = max(1, workers)
+    else:
+        p.max_time_in_seconds = time_limit_s
+    status = solver.solve(program.m)
+    return solver, status

@@ -1,0 +1,141 @@
+"""Turn a scored layout into a Plan that explains itself: objective terms, memory headroom,
+the bottleneck phase, and the binding constraints."""
+from __future__ import annotations
+
+from rlsolve.errors import InfeasibleError
+from rlsolve.perf.hw import GB
+from rlsolve.perf.step import StepEstimate, step_flops
+from rlsolve.plan import (GenMemory, Layout, Metrics, MemorySection, Objective, Plan, SolverInfo, Throughput,
+                          TimeSection, TrainMemory)
+from rlsolve.resolve import Problem
+
+
+def _gb(x: float) -> float:
+    return round(x / GB, 2)
+
+
+def _r(x: float, nd: int = 3) -> float:
+    return round(float(x), nd)
+
+
+def train_reason(problem: Problem, t) -> str:
+    head = problem.spec.constraints.min_headroom
+    return (f"training needs {_gb(t.total):,.1f} GB per GPU (weights {_gb(t.mem.weights):.1f}, grads "
+            f"{_gb(t.mem.grads):.1f}, optimizer {_gb(t.mem.optimizer):.1f}, activations "
+            f"{_gb(t.mem.activations):.1f}, other models {_gb(t.aux_resident):.1f}, overhead "
+            f"{_gb(t.mem.other):.1f}); a {problem.pool.gpu.name} allows {_gb(t.capacity):.1f} GB "
+            f"({1 - head:.0%} of {problem.pool.gpu.memory_gb:g} GB)")
+
+
+def gen_reason(problem: Problem, g) -> str:
+    need = problem.spec.rl.prompt_len + problem.spec.rl.response_len.max
+    return (f"generation: weights {_gb(g.weights):.1f} GB + overhead {_gb(g.other):.1f} GB + training "
+            f"state kept during rollout {_gb(g.reserved):.1f} GB leave {_gb(max(g.kv_cache, 0)):.1f} GB "
+            f"for the KV cache, {g.kv_tokens:,.0f} tokens per replica, fewer than one {need:,}-token "
+            f"sequence (or than the requested kv_cache_gb); capacity {_gb(g.capacity):.1f} GB")
+
+
+def memory_reasons(problem: Problem, est: StepEstimate) -> list[str]:
+    out = []
+    if not est.train.fits:
+        out.append(train_reason(problem, est.train))
+    if not est.gen.fits:
+        out.append(gen_reason(problem, est.gen))
+    return out
+
+
+def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str, solver: SolverInfo | None = None,
+               alternatives=None, objective: str = "throughput") -> Plan:
+    reasons = memory_reasons(problem, est)
+    if reasons:
+        raise InfeasibleError(reasons)
+    pool = problem.pool
+    rl = problem.spec.rl
+    g, t = est.gen, est.train
+    cap = pool.gpu.memory_gb
+    gen_mem = GenMemory(weights=_gb(g.weights), kv_cache=_gb(g.kv_cache), activations=_gb(g.activations),
+                        other=_gb(g.other + g.reserved), total=_gb(g.total), capacity=cap)
+    tr_mem = TrainMemory(weights=_gb(t.mem.weights), grads=_gb(t.mem.grads), optimizer=_gb(t.mem.optimizer),
+                         activations=_gb(t.mem.activations), other=_gb(t.mem.other + t.aux_resident),
+                         total=_gb(t.total), capacity=cap)
+    times = TimeSection(step=_r(est.step), prefill=_r(g.prefill), decode=_r(g.decode), reward=_r(t.reward),
+                        reference=_r(t.reference + (g.aux if lay.placement.reference == "generation" else 0.0)),
+                        value=_r(t.value), old_logprob=_r(t.old_logprob), train=_r(t.train.total),
+                        weight_sync=_r(est.sync), switch=_r(est.switch))
+    tps = est.tokens_per_s
+    n_used = est.n_gpus_used
+    train_flops, gen_flops = step_flops(problem)
+    peak = pool.gpu.peak_tflops(problem.spec.model.precision) * 1e12
+    mfu = (train_flops + gen_flops) / (est.step * n_used * peak)
+    if est.mode == "colocated":
+        busy = 1.0 - est.switch / est.step
+    else:
+        busy = (g.gpus * g.time + t.gpus * t.time) / (n_used * est.step)
+    comm = t.train.comm + est.sync
+    bound = bound_tokens_per_s(problem)
+    price = pool.price_per_gpu_hour_usd
+    usd_per_mtok = n_used * price / 3600.0 / tps * 1e6 if tps > 0 else float("inf")
+    if objective == "cost":
+        obj = Objective(name="cost", value=_r(usd_per_mtok, 4), unit="USD per million trained tokens")
+    else:
+        obj = Objective(name="throughput", value=_r(tps, 1), unit="trained tokens/s")
+    metrics = Metrics(mfu=_r(mfu, 4), gpu_utilization=_r(busy, 4), gen_train_ratio=_r(g.time / t.time if t.time else 0, 3),
+                      comm_fraction=_r(comm / est.step, 4),
+                      memory_utilization=_r(max(g.total, t.total) / (cap * GB), 4),
+                      bound_tokens_per_s=_r(bound, 1), efficiency=_r(tps / bound if bound else 0.0, 4))
+    plan = Plan(status=status, objective=obj, **lay.model_dump(),
+                memory_gb_per_gpu=MemorySection(generation=gen_mem, training=tr_mem), time_s=times,
+                throughput=Throughput(tokens_per_s=_r(tps, 1), tokens_per_s_per_gpu=_r(tps / n_used, 2),
+                                      samples_per_s=_r(rl.samples / est.step, 3)),
+                metrics=metrics, solver=solver, alternatives=list(alternatives or []),
+                explanation=explain(problem, est, usd_per_mtok))
+    return plan
+
+
+def bound_tokens_per_s(problem: Problem) -> float:
+    """Roofline of the whole cluster: every FLOP of the step at the GPUs' dense peak, or the
+    decode's unavoidable HBM traffic (each response token reads its KV context once and one
+    replica reads the weights once per step of the longest response) at full bandwidth,
+    whichever takes longer."""
+    pool = problem.pool
+    rl = problem.spec.rl
+    a = problem.policy
+    n = pool.n_gpus
+    train_flops, gen_flops = step_flops(problem)
+    t_flops = (train_flops + gen_flops) / (n * pool.gpu.peak_tflops(problem.spec.model.precision) * 1e12)
+    mean = rl.response_len.mean_tokens
+    kv = a.kv_bytes_per_token(2.0) * rl.samples * mean * (rl.prompt_len + mean / 2)
+    weights = a.total_params * 2.0 * rl.response_len.max
+    t_bytes = (kv + weights) / (n * pool.gpu.hbm_gbps * GB)
+    return rl.tokens_per_step / max(t_flops, t_bytes)
+
+
+def explain(problem: Problem, est: StepEstimate, usd_per_mtok: float) -> list[str]:
+    g, t = est.gen, est.train
+    phases = {"decode": g.decode, "prefill": g.prefill, "training (update)": t.train.total,
+              "old log-probs": t.old_logprob, "reference": t.reference + g.aux, "reward": t.reward,
+              "value (critic)": t.value, "weight sync": est.sync, "offload switch": est.switch}
+    top = max(phases, key=phases.get)
+    out = [f"bottleneck phase: {top} ({phases[top]:.1f} s of a {est.step:.1f} s step)"]
+    if est.mode == "colocated":
+        out.append(f"colocated on {g.gpus} GPUs: phases run one after another; generation {g.time:.1f} s, "
+                   f"training side {t.time:.1f} s")
+    elif est.mode == "sync":
+        out.append(f"disaggregated, synchronous: {g.gpus} GPUs generate ({g.time:.1f} s) while {t.gpus} wait, "
+                   f"then train ({t.time:.1f} s)")
+    else:
+        slower = "generation" if g.time + est.sync_exposed >= t.time else "training"
+        out.append(f"disaggregated, async (staleness {problem.spec.rl.max_staleness}): generation {g.time:.1f} s on "
+                   f"{g.gpus} GPUs overlaps training {t.time:.1f} s on {t.gpus} GPUs; {slower} sets the pace")
+    if g.kv_limited:
+        out.append(f"binding: KV-cache memory caps the decode batch at {g.peak_batch:,.0f} sequences per replica "
+                   f"({g.kv_tokens:,.0f} tokens of {g.kv_cache / GB:.1f} GB)")
+    head_t = 1 - t.total / (problem.pool.gpu.memory_gb * GB)
+    out.append(f"training memory {t.total / GB:.1f} of {problem.pool.gpu.memory_gb:g} GB per GPU "
+               f"({head_t:.0%} headroom); generation {g.total / GB:.1f} GB")
+    if est.n_gpus_used < est.n_gpus_total:
+        out.append(f"{est.n_gpus_total - est.n_gpus_used} of {est.n_gpus_total} GPUs left idle: more would not "
+                   f"shorten the step under the divisibility and node rules")
+    out.append(f"cost: {usd_per_mtok:,.2f} USD per million trained tokens at "
+               f"{problem.pool.price_per_gpu_hour_usd:g} USD/GPU-hour")
+    return out

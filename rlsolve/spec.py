@@ -1,0 +1,220 @@
+"""The input schema: the cluster.yaml a user writes (SPEC section 3).
+
+Every field has a description: it feeds `--help`, `rlsolve schema` and the docs. Names of
+GPUs, networks and models are resolved against the catalogs by `load_spec`, which raises
+`SpecError` naming the field and the fix.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rlsolve.errors import SpecError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InlineNetwork(_Strict):
+    gbps: float = Field(gt=0, description="Per-GPU NIC line rate in Gbit/s.")
+    latency_us: float | None = Field(None, gt=0, description="One-way latency; default as IB-NDR-400.")
+
+
+class Pool(_Strict):
+    """One homogeneous group of nodes."""
+
+    name: str = Field("main", description="Pool name (used by heterogeneous clusters).")
+    gpu: str = Field(description="GPU catalog name (see `rlsolve gpus`), e.g. H100-SXM-80GB.")
+    nodes: int = Field(gt=0, description="Number of nodes.")
+    gpus_per_node: int | None = Field(None, gt=0, description="GPUs per node; default: the GPU's usual server size.")
+    network: Union[str, InlineNetwork] = Field("IB-NDR-400", description="Inter-node fabric per GPU: a catalog "
+                                               "name (IB-NDR-400, ...) or {gbps: 400}.")
+    nics_per_node: int | None = Field(None, gt=0, description="NICs per node; default one per GPU.")
+    price_per_gpu_hour_usd: float | None = Field(None, gt=0, description="Override the catalog price.")
+
+
+class Cluster(_Strict):
+    gpu: str | None = Field(None, description="GPU catalog name for a single-pool cluster.")
+    nodes: int | None = Field(None, gt=0, description="Nodes in a single-pool cluster.")
+    gpus_per_node: int | None = Field(None, gt=0, description="GPUs per node; default: the GPU's usual server size.")
+    network: Union[str, InlineNetwork] = Field("IB-NDR-400", description="Inter-node fabric per GPU (catalog name or {gbps: N}).")
+    nics_per_node: int | None = Field(None, gt=0, description="NICs per node; default one per GPU.")
+    price_per_gpu_hour_usd: float | None = Field(None, gt=0, description="Override the catalog price per GPU-hour.")
+    pools: list[Pool] | None = Field(None, description="Heterogeneous cluster: one entry per pool "
+                                     "(instead of gpu/nodes at this level).")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "Cluster":
+        if self.pools:
+            if self.gpu or self.nodes:
+                raise ValueError("give either gpu/nodes or pools, not both")
+            names = [p.name for p in self.pools]
+            if len(set(names)) != len(names):
+                raise ValueError(f"pool names must be unique, got {names}")
+        elif not (self.gpu and self.nodes):
+            raise ValueError("give gpu and nodes (or a list of pools)")
+        return self
+
+    def pool_list(self) -> list[Pool]:
+        if self.pools:
+            return list(self.pools)
+        return [Pool(name="main", gpu=self.gpu, nodes=self.nodes, gpus_per_node=self.gpus_per_node,
+                     network=self.network, nics_per_node=self.nics_per_node,
+                     price_per_gpu_hour_usd=self.price_per_gpu_hour_usd)]
+
+
+ModelRef = Union[str, dict[str, Any], None]
+
+
+class ModelSpec(_Strict):
+    policy: Union[str, dict[str, Any]] = Field(description="Policy model: catalog name, HF id, inline "
+                                               "architecture {layers, hidden, heads, ...} or {params_b: N}.")
+    reference: ModelRef = Field("policy", description="Reference model for the KL term: policy | catalog name | "
+                                "inline | null (no KL term).")
+    reward: ModelRef = Field("rule", description="rule (CPU verifier) | policy | catalog name | inline (a reward model).")
+    value: ModelRef = Field(None, description="PPO critic: policy | catalog name | inline | null (GRPO).")
+    lora_rank: int = Field(0, ge=0, description="LoRA rank for the policy (0: full fine-tuning). Only adapters "
+                           "train and sync.")
+    precision: Literal["bf16", "fp8"] = Field("bf16", description="Training/generation GEMM precision.")
+
+
+class ResponseLen(_Strict):
+    max: int = Field(gt=0, description="Maximum response tokens (the generation cap).")
+    mean: int | None = Field(None, gt=0, description="Mean response tokens; default = max (every response that long).")
+
+    @model_validator(mode="after")
+    def _mean_le_max(self) -> "ResponseLen":
+        if self.mean is not None and self.mean > self.max:
+            raise ValueError(f"mean ({self.mean}) cannot exceed max ({self.max})")
+        return self
+
+    @property
+    def mean_tokens(self) -> int:
+        return self.mean or self.max
+
+
+class RL(_Strict):
+    algorithm: Literal["grpo", "ppo"] = Field("grpo", description="grpo (no critic) | ppo (critic, GAE).")
+    prompts_per_step: int = Field(gt=0, description="Prompts sampled per RL step.")
+    samples_per_prompt: int = Field(1, gt=0, description="Responses per prompt (GRPO group size).")
+    prompt_len: int = Field(gt=0, description="Prompt tokens.")
+    response_len: ResponseLen = Field(description="Response tokens: {max, mean} or one number.")
+    ppo_epochs: int = Field(1, gt=0, description="Passes over the batch per step.")
+    mini_batches: int = Field(1, gt=0, description="Optimizer steps per RL step (per epoch).")
+    max_staleness: int = Field(1, ge=0, description="How many steps generation may run ahead; 0 = strictly on-policy "
+                               "(forbids async overlap).")
+
+    @field_validator("response_len", mode="before")
+    @classmethod
+    def _one_number(cls, v: Any) -> Any:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return {"max": int(v)}
+        return v
+
+    @property
+    def samples(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Trained tokens per step (SPEC section 4)."""
+        return self.samples * (self.prompt_len + self.response_len.mean_tokens)
+
+
+Mode = Literal["colocated", "sync", "async"]
+
+
+class Constraints(_Strict):
+    modes: list[Mode] | None = Field(None, description="Pipeline modes allowed (default all).")
+    min_headroom: float = Field(0.05, ge=0, lt=0.9, description="Fraction of each GPU's memory kept free.")
+    generation: dict[str, Any] = Field(default_factory=dict, description="Fixed or allowed generation degrees, "
+                                       "e.g. {tp: 4} or {tp: [2, 4]}; also max_gpus.")
+    training: dict[str, Any] = Field(default_factory=dict, description="Fixed or allowed training settings, "
+                                     "e.g. {tp: [4, 8], zero_stage: 1}; also max_gpus.")
+    max_price_per_hour_usd: float | None = Field(None, gt=0, description="Budget for the GPUs used, $/hour.")
+
+
+class SolverOptions(_Strict):
+    time_limit_s: float = Field(10.0, gt=0, description="CP-SAT wall-clock limit (deterministic mode ignores the "
+                                "clock and uses a deterministic time limit of the same value).")
+    workers: int = Field(2, ge=1, description="CP-SAT search workers.")
+    deterministic: bool = Field(True, description="Fixed seed and worker count; byte-identical plans across runs.")
+    top_k: int = Field(3, ge=0, description="Runner-up plans to report, with why they lost.")
+
+
+class Spec(_Strict):
+    """The whole input file."""
+
+    cluster: Cluster = Field(description="The hardware.")
+    model: ModelSpec = Field(description="Policy, reference, reward and value models.")
+    rl: RL = Field(description="The RL workload per step.")
+    objective: Literal["throughput", "cost"] = Field("throughput", description="throughput | cost; the CLI flag overrides.")
+    constraints: Constraints = Field(default_factory=Constraints, description="Optional user restrictions.")
+    solver: SolverOptions = Field(default_factory=SolverOptions, description="Solver settings.")
+
+
+# --- loading ------------------------------------------------------------------------------
+
+def _fix_hint(err: dict) -> str:
+    kind = err.get("type", "")
+    if kind == "missing":
+        return "add it"
+    if kind == "extra_forbidden":
+        return "remove it or check the spelling (see `rlsolve schema`)"
+    if kind in ("greater_than", "greater_than_equal"):
+        return "use a positive number" if "0" in str(err.get("ctx", {})) else err["msg"]
+    return err.get("msg", "fix the value")
+
+
+def format_validation_error(exc: ValidationError, prefix: str = "") -> SpecError:
+    """Turn pydantic's report into one SpecError naming the first bad field and the fix."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+    field = f"{prefix}{loc}" if loc else prefix.rstrip(".") or None
+    msg = err["msg"]
+    hint = _fix_hint(err)
+    text = msg if hint == msg else f"{msg}; {hint}"
+    if err.get("type") == "extra_forbidden":
+        text = f"unknown field; {hint}"
+    return SpecError(text, field=field)
+
+
+def read_yaml(path: str | os.PathLike, what: str = "spec file") -> Any:
+    p = Path(path)
+    if not p.exists():
+        raise SpecError(f"file not found: {p}; check the path", field=what)
+    if p.is_dir():
+        raise SpecError(f"{p} is a directory; give a YAML file", field=what)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"YAML syntax error{where}: {getattr(e, 'problem', e)}; fix the YAML", field=what) from None
+    if data is None:
+        raise SpecError(f"{p} is empty; write a spec (see examples/)", field=what)
+    if not isinstance(data, dict):
+        raise SpecError(f"{p} must hold a mapping at the top level, not {type(data).__name__}", field=what)
+    return data
+
+
+def load_spec(source: "str | os.PathLike | dict | Spec") -> Spec:
+    """Read and validate a spec from a path, a dict or a Spec; resolve catalog names.
+
+    Raises SpecError (naming the field and the fix) on any invalid input."""
+    if isinstance(source, Spec):
+        spec = source
+    else:
+        data = read_yaml(source) if not isinstance(source, dict) else source
+        try:
+            spec = Spec.model_validate(data)
+        except ValidationError as e:
+            raise format_validation_error(e) from None
+    from rlsolve.resolve import resolve  # late import: catalogs load lazily
+    resolve(spec)  # raises SpecError on unknown names
+    return spec

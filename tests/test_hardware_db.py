@@ -1,0 +1,205 @@
+"""The hardware catalog: every entry sourced, units per direction, dense numbers, lookups."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import yaml
+
+from rlsolve.errors import SpecError
+from rlsolve.hardware_db import (
+    GPU, Catalog, Network, find_gpu, find_network, inline_network, list_gpus, list_networks,
+    load_catalog,
+)
+
+GPU_NAMES = {
+    "A100-SXM-40GB", "A100-SXM-80GB", "A800-SXM-80GB", "H100-SXM-80GB", "H100-PCIe-80GB",
+    "H800-SXM-80GB", "H20-96GB", "H200-SXM-141GB", "B200-SXM-180GB", "GB200-NVL72", "L40S", "L4",
+    "MI300X", "MI325X",
+}
+NETWORK_NAMES = {"IB-HDR-200", "IB-NDR-400", "IB-XDR-800", "RoCE-200", "RoCE-400", "Eth-100"}
+
+
+@pytest.fixture(autouse=True)
+def fresh_catalog(monkeypatch):
+    """Each test sees the built-in catalog unless it sets its own overlay."""
+    monkeypatch.delenv("RLSOLVE_CATALOG_DIR", raising=False)
+    load_catalog.cache_clear()
+    yield
+    load_catalog.cache_clear()
+
+
+def _efficiencies(gpu: GPU):
+    eff = gpu.efficiency
+    items = [eff.gemm_fraction, eff.gemm_half_size_flops, eff.attention_fraction,
+             eff.hbm_fraction, eff.nvlink_busbw_fraction, eff.kernel_launch_us]
+    return items + ([eff.gemm_fp8_fraction] if eff.gemm_fp8_fraction else [])
+
+
+def test_catalog_has_the_expected_entries():
+    catalog = load_catalog()
+    assert isinstance(catalog, Catalog)
+    assert {g.name for g in list_gpus()} == GPU_NAMES
+    assert {n.name for n in list_networks()} == NETWORK_NAMES
+
+
+@pytest.mark.parametrize("name", sorted(GPU_NAMES))
+def test_every_gpu_number_is_sourced(name):
+    gpu = find_gpu(name)
+    assert gpu.source.strip() and gpu.price_source.strip()
+    assert len(gpu.price_date) == 7 and gpu.price_date.startswith("20")  # YYYY-MM
+    for sourced in _efficiencies(gpu):
+        assert sourced.source.strip()
+
+
+@pytest.mark.parametrize("name", sorted(NETWORK_NAMES))
+def test_every_network_is_sourced(name):
+    net = find_network(name)
+    assert net.source.strip() and net.busbw_fraction.source.strip()
+    assert 0 < net.busbw_fraction.value < 1
+
+
+@pytest.mark.parametrize("name", sorted(GPU_NAMES))
+def test_efficiency_fractions_are_strictly_between_0_and_1(name):
+    eff = find_gpu(name).efficiency
+    fractions = [eff.gemm_fraction, eff.attention_fraction, eff.hbm_fraction,
+                 eff.nvlink_busbw_fraction]
+    if eff.gemm_fp8_fraction:
+        fractions.append(eff.gemm_fp8_fraction)
+    for f in fractions:
+        assert 0 < f.value < 1, f.source
+    assert eff.gemm_half_size_flops.value > 1e8
+    assert 1 <= eff.kernel_launch_us.value <= 20
+
+
+def test_fp8_fraction_only_where_fp8_exists():
+    for gpu in list_gpus():
+        assert (gpu.fp8_tflops is None) == (gpu.efficiency.gemm_fp8_fraction is None), gpu.name
+
+
+@pytest.mark.parametrize("name, per_dir", [
+    ("H100-SXM-80GB", 450), ("H200-SXM-141GB", 450), ("H20-96GB", 450), ("A100-SXM-80GB", 300),
+    ("A100-SXM-40GB", 300), ("A800-SXM-80GB", 200), ("H800-SXM-80GB", 200),
+    ("B200-SXM-180GB", 900), ("GB200-NVL72", 900), ("H100-PCIe-80GB", 300), ("L40S", 0), ("L4", 0),
+])
+def test_nvlink_is_per_direction(name, per_dir):
+    assert find_gpu(name).nvlink_gbps_per_dir == per_dir
+
+
+def test_scale_up_domains_and_node_sizes():
+    gb200 = find_gpu("GB200-NVL72")
+    assert (gb200.nvlink_domain, gb200.default_gpus_per_node) == (72, 4)
+    assert find_gpu("H100-PCIe-80GB").nvlink_domain == 2
+    for name in ("L40S", "L4"):
+        assert find_gpu(name).nvlink_domain == 1
+    for gpu in list_gpus():
+        if gpu.name != "GB200-NVL72":
+            assert gpu.default_gpus_per_node == 8, gpu.name
+
+
+def test_pcie_generations():
+    for name in ("A100-SXM-80GB", "A100-SXM-40GB", "L40S", "L4"):
+        assert find_gpu(name).pcie_gbps_per_dir == 32
+    for name in ("H100-SXM-80GB", "H200-SXM-141GB", "H20-96GB", "H800-SXM-80GB", "MI300X", "MI325X"):
+        assert find_gpu(name).pcie_gbps_per_dir == 64
+
+
+def test_throughput_is_dense_not_sparse():
+    h100 = find_gpu("H100-SXM-80GB")
+    assert (h100.bf16_tflops, h100.fp8_tflops) == (989.4, 1978.9)
+    assert find_gpu("MI300X").bf16_tflops == 1307.4
+    assert find_gpu("MI300X").fp8_tflops == 2614.9
+    assert find_gpu("B200-SXM-180GB").bf16_tflops == 2250
+    assert find_gpu("A100-SXM-80GB").fp8_tflops is None
+    assert h100.peak_tflops("fp8") == 1978.9 and find_gpu("A100").peak_tflops("fp8") == 312
+
+
+@pytest.mark.parametrize("alias, name", [
+    ("H100", "H100-SXM-80GB"), ("h100", "H100-SXM-80GB"), ("h200", "H200-SXM-141GB"),
+    ("B200", "B200-SXM-180GB"), ("a100", "A100-SXM-80GB"), ("H20", "H20-96GB"),
+    ("a800", "A800-SXM-80GB"), ("H800", "H800-SXM-80GB"), ("gb200", "GB200-NVL72"),
+    ("  mi300x ", "MI300X"), ("h100-sxm-80gb", "H100-SXM-80GB"),
+])
+def test_aliases_are_case_insensitive(alias, name):
+    assert find_gpu(alias).name == name
+
+
+def test_network_aliases():
+    assert find_network("ndr").name == "IB-NDR-400"
+    assert find_network("roce").name == "RoCE-400"
+
+
+def test_unknown_gpu_suggests_the_close_match():
+    with pytest.raises(SpecError) as info:
+        find_gpu("H100-SXM", field="rollout.gpu")
+    message = str(info.value)
+    assert info.value.field == "rollout.gpu"
+    assert "did you mean" in message and "'H100-SXM-80GB'" in message
+    assert "rlsolve gpus" in message
+
+
+def test_unknown_network_suggests_the_close_match():
+    with pytest.raises(SpecError) as info:
+        find_network("IB-NDR")
+    assert info.value.field == "cluster.network"
+    assert "'IB-NDR-400'" in str(info.value) and "rlsolve gpus --networks" in str(info.value)
+
+
+def test_inline_network_copies_ndr_efficiency():
+    ndr = find_network("IB-NDR-400")
+    net = inline_network(800)
+    assert isinstance(net, Network)
+    assert net.name == "custom-800G" and net.gbps_per_nic == 800 and net.gbytes_per_s == 100
+    assert net.busbw_fraction.value == ndr.busbw_fraction.value
+    assert net.latency_us == ndr.latency_us
+    assert "IB-NDR-400" in net.source and "IB-NDR-400" in net.busbw_fraction.source
+    assert inline_network(100, latency_us=12.5).latency_us == 12.5
+    assert inline_network(12.5).name == "custom-12.5G"
+    with pytest.raises(SpecError):
+        inline_network(0)
+
+
+def test_overlay_directory_replaces_and_adds_entries(tmp_path, monkeypatch):
+    base = find_gpu("H100").model_dump()
+    (tmp_path / "site.yaml").write_text(textwrap.dedent("""\
+        networks:
+          - name: IB-NDR-400
+            aliases: [NDR]
+            gbps_per_nic: 400
+            latency_us: 2.0
+            busbw_fraction: {value: 0.85, source: "site nccl-tests run"}
+            source: "site fabric"
+        """))
+    cheap = dict(base, price_per_gpu_hour_usd=1.23, price_source="site contract", price_date="2026-05")
+    new = dict(base, name="H100-Site", aliases=[])
+    (tmp_path / "gpus.yml").write_text(yaml.safe_dump({"gpus": [cheap, new]}))
+    monkeypatch.setenv("RLSOLVE_CATALOG_DIR", str(tmp_path))
+    load_catalog.cache_clear()
+
+    assert find_gpu("h100").price_per_gpu_hour_usd == 1.23  # replaced, aliases still work
+    assert find_gpu("H100-Site").bf16_tflops == 989.4        # added
+    assert len(list_gpus()) == len(GPU_NAMES) + 1
+    assert find_network("NDR").busbw_fraction.value == 0.85
+    assert inline_network(400).busbw_fraction.value == 0.85  # inline follows the overlay
+
+
+def test_bad_overlay_is_a_spec_error(tmp_path, monkeypatch):
+    (tmp_path / "bad.yaml").write_text("gpus:\n  - name: X\n")
+    monkeypatch.setenv("RLSOLVE_CATALOG_DIR", str(tmp_path))
+    load_catalog.cache_clear()
+    with pytest.raises(SpecError, match="bad.yaml"):
+        load_catalog()
+
+    monkeypatch.setenv("RLSOLVE_CATALOG_DIR", str(tmp_path / "missing"))
+    load_catalog.cache_clear()
+    with pytest.raises(SpecError, match="not a directory"):
+        load_catalog()
+
+
+def test_overlay_alias_clash_is_reported(tmp_path, monkeypatch):
+    clash = dict(find_gpu("H200").model_dump(), name="H200-Other", aliases=["H100"])
+    (tmp_path / "clash.yaml").write_text(yaml.safe_dump({"gpus": [clash]}))
+    monkeypatch.setenv("RLSOLVE_CATALOG_DIR", str(tmp_path))
+    load_catalog.cache_clear()
+    with pytest.raises(SpecError, match="names both"):
+        load_catalog()
