@@ -5,6 +5,7 @@ RMSNorm/LayerNorm weights counted; rotary embeddings have no parameters).
 """
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -106,7 +107,7 @@ class Architecture(BaseModel):
         return self.heads * (self.v_head_dim if self.is_mla else self.d_head)
 
     # --- parameters -------------------------------------------------------------------------
-    @property
+    @cached_property
     def attn_params_per_layer(self) -> int:
         h = self.hidden
         if self.is_mla:
@@ -123,20 +124,20 @@ class Architecture(BaseModel):
         mats = 3 if self.activation == "swiglu" else 2
         return mats * self.hidden * width
 
-    @property
+    @cached_property
     def dense_mlp_params(self) -> int:
         return self._mlp_params(self.d_ffn)
 
-    @property
+    @cached_property
     def expert_params(self) -> int:
         """Parameters of one routed expert."""
         return self._mlp_params(self.d_moe_ffn)
 
-    @property
+    @cached_property
     def embedding_params(self) -> int:
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
 
-    @property
+    @cached_property
     def routed_expert_params_total(self) -> int:
         """All routed-expert parameters of the model (the part expert parallelism shards)."""
         return self.moe_layers * self.experts * self.expert_params
@@ -149,25 +150,25 @@ class Architecture(BaseModel):
                + (routed + self.shared_experts) * self.expert_params)
         return dense, moe
 
-    @property
+    @cached_property
     def total_params(self) -> int:
         dense, moe = self._layer_params(self.experts)
         n_dense = self.layers - self.moe_layers
         return n_dense * dense + self.moe_layers * moe + self.embedding_params + self.hidden
 
-    @property
+    @cached_property
     def active_params(self) -> int:
         dense, moe = self._layer_params(self.experts_per_token)
         n_dense = self.layers - self.moe_layers
         return n_dense * dense + self.moe_layers * moe + self.embedding_params + self.hidden
 
-    @property
+    @cached_property
     def non_expert_params(self) -> int:
         """Parameters outside routed experts (replicated across expert-parallel ranks)."""
         return self.total_params - self.routed_expert_params_total
 
     # --- FLOPs ------------------------------------------------------------------------------
-    @property
+    @cached_property
     def matmul_flops_per_token(self) -> float:
         """Forward FLOPs of the weight GEMMs for one token (2 per active weight, LM head
         included, input embedding lookup excluded)."""

@@ -74,6 +74,9 @@ class StepModel:
         layers = math.ceil(arch.layers / lay.pp)
         self.tp_ar_per_token = 2 * layers  # all-reduces per step (per layer: attention, MLP)
         self.overhead = constants()["decode_step_overhead_us"] * 1e-6
+        self.hbm, self.attn_rate = dev.hbm_bytes_per_s, dev.attention_flops
+        self.gemm_rate = dev.peak_flops * dev.gemm_fraction
+        self.pp_hops = (lay.pp - 1) * dev.p2p(1.0, lay.tp * lay.pp) if lay.pp > 1 else 0.0
         # ring all-reduce time is affine in the batch: fixed hops + bytes per sequence
         self.ar_fixed = dev.all_reduce(1e-9, lay.tp, lay.tp)
         self.ar_per_seq = dev.all_reduce(arch.hidden * 2.0, lay.tp, lay.tp) - self.ar_fixed
@@ -85,18 +88,23 @@ class StepModel:
             return np.zeros_like(batch)
         return a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** batch)
 
+    def scalar_step_time(self, b: float, ctx: float) -> float:
+        """step_time for one (batch, context) point, without numpy overhead."""
+        a = self.arch
+        touched = a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** b) if a.is_moe else 0.0
+        wbytes = self.dense_w + touched * self.expert_w / max(a.experts, 1)
+        gemm = max(wbytes / self.hbm, b * self.flops_tok / self.gemm_rate)
+        attn = max(b * ctx * self.kv_tok / self.hbm, b * ctx * self.attn_flops_ctx / self.attn_rate)
+        return gemm + attn + (self.ar_fixed + self.ar_per_seq * b) * self.tp_ar_per_token + self.pp_hops + self.overhead
+
     def step_time(self, batch: np.ndarray, context: np.ndarray) -> np.ndarray:
         dev, lay = self.dev, self.lay
         batch = np.asarray(batch, dtype=float)
         wbytes = self.dense_w + self.experts_touched(batch) * self.expert_w / max(self.arch.experts, 1)
-        flops = batch * self.flops_tok
-        gemm_rate = dev.peak_flops * dev.gemm_fraction
-        gemm = np.maximum(wbytes / dev.hbm_bytes_per_s, flops / gemm_rate)
-        attn = np.maximum(batch * context * self.kv_tok / dev.hbm_bytes_per_s,
-                          batch * context * self.attn_flops_ctx / dev.attention_flops)
+        gemm = np.maximum(wbytes / self.hbm, batch * self.flops_tok / self.gemm_rate)
+        attn = np.maximum(batch * context * self.kv_tok / self.hbm, batch * context * self.attn_flops_ctx / self.attn_rate)
         ar = (self.ar_fixed + self.ar_per_seq * batch) * self.tp_ar_per_token
-        pp_hops = (lay.pp - 1) * dev.p2p(1.0, lay.tp * lay.pp) if lay.pp > 1 else 0.0
-        return gemm + attn + ar + pp_hops + self.overhead
+        return gemm + attn + ar + self.pp_hops + self.overhead
 
 
 def prefill_time(arch: Architecture, dev: Device, lay: GenLayout, tokens: float, context: float) -> float:
@@ -160,15 +168,15 @@ class DecodeResult:
 
 
 def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
-                    kv_capacity_tokens: float, max_num_seqs: float, n_total: float, groups: int = 48) -> DecodeResult:
-    """Fluid simulation of one replica's continuous batching.
+                    kv_capacity_tokens: float, max_num_seqs: float, n_total: float, groups: int = 32) -> DecodeResult:
+    """Continuous batching of one replica's `n_requests`, as a fluid.
 
-    `groups` representative requests stand for the replica's `n_requests` (each with weight
-    w); one of them sits at the quantile of the longest response among all `n_total`
-    samples, because the step waits for the slowest replica's longest response. Requests are
-    admitted while their prompt fits in the free KV tokens and the batch is under
-    max_num_seqs; when growing contexts overflow the KV memory, the newest requests are
-    preempted and later re-prefilled (vLLM's recompute preemption)."""
+    `groups` representative requests stand for the replica's requests (each with a weight);
+    one sits at the quantile of the longest response among all `n_total` samples, because
+    the step waits for the slowest replica's longest response. Requests are admitted while
+    their context fits in the free KV tokens and the batch is under max_num_seqs; when
+    growing contexts overflow the KV memory the newest requests are preempted and later
+    re-prefilled (vLLM's recompute preemption)."""
     g = max(2, min(groups, int(n_requests)))
     fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, kv_capacity_tokens,
                                 max_num_seqs, n_total, g)
@@ -176,69 +184,56 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
         return fast
     lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g)
     # requests arrive in no particular length order: a fixed low-discrepancy shuffle
-    rng_order = np.argsort((np.arange(g) * 0.6180339887) % 1.0, kind="stable")  # deterministic shuffle
-    lengths, weight = lengths[rng_order], weight[rng_order]
-    done = np.zeros(g)            # tokens generated so far
-    active = np.zeros(g, bool)
-    finished = np.zeros(g, bool)
-    t = steps = 0.0
-    peak = 0.0
-    batch_time_area = 0.0
-    kv_limited = False
-    reprefill = 0.0
+    order = sorted(range(g), key=lambda i: (i * 0.6180339887) % 1.0)
+    L = [float(lengths[i]) for i in order]
+    w = [float(weight[i]) for i in order]
+    done = [0.0] * g
     queue = list(range(g))
-    for _ in range(20 * g + 100):
-        # admit from the queue while the prompt (and what was generated before a preemption) fits
-        used = float(np.sum(weight[active] * (prompt_len + done[active])))
-        n_act = float(np.sum(weight[active]))
-        while queue:
+    active: list[int] = []
+    cap, p = kv_capacity_tokens, prompt_len
+    t = steps = area = peak = reprefill = 0.0
+    limited = False
+    step_time = step.scalar_step_time
+    for _ in range(50 * g):
+        used = sum(w[i] * (p + done[i]) for i in active)
+        n_act = sum(w[i] for i in active)
+        while queue:  # admit
             i = queue[0]
-            need = weight[i] * (prompt_len + done[i])
-            if n_act > 0 and (used + need > kv_capacity_tokens or n_act + weight[i] > max_num_seqs + 1e-9):
-                kv_limited = kv_limited or used + need > kv_capacity_tokens
+            need = w[i] * (p + done[i])
+            over_kv = used + need > cap
+            if active and (over_kv or n_act + w[i] > max_num_seqs + 1e-9):
+                limited = limited or over_kv
                 break
             queue.pop(0)
-            active[i] = True
+            active.append(i)
             used += need
-            n_act += weight[i]
+            n_act += w[i]
             if done[i] > 0:
-                reprefill += weight[i] * (prompt_len + done[i])
-        if not active.any():
+                reprefill += need
+        if not active:
             break
-        remaining = lengths - done
-        idx = np.flatnonzero(active)
-        dt = float(np.min(remaining[idx]))
-        # KV overflow before the next finish? shorten the interval to the overflow point
-        growth = float(np.sum(weight[idx]))
-        if used + growth * dt > kv_capacity_tokens and len(idx) > 1:
-            dt_over = max(1.0, (kv_capacity_tokens - used) / growth)
+        dt = min(L[i] - done[i] for i in active)
+        if used + n_act * dt > cap and len(active) > 1:  # overflow before the next finish
+            dt_over = max(1.0, (cap - used) / n_act)
             if dt_over < dt:
-                dt = dt_over
-                kv_limited = True
-        b = growth
-        ctx_mid = float(np.sum(weight[idx] * (prompt_len + done[idx] + dt / 2)) / b)
-        st = float(step.step_time(np.array([b]), np.array([ctx_mid]))[0])
-        t += dt * st
+                dt, limited = dt_over, True
+        ctx = sum(w[i] * (p + done[i]) for i in active) / n_act + dt / 2
+        t += dt * step_time(n_act, ctx)
         steps += dt
-        batch_time_area += b * dt
-        peak = max(peak, b)
-        done[idx] += dt
-        fin = idx[lengths[idx] - done[idx] <= 1e-9]
-        active[fin] = False
-        finished[fin] = True
-        # preempt the newest active requests while over capacity
-        used = float(np.sum(weight[active] * (prompt_len + done[active])))
-        act_idx = [i for i in np.flatnonzero(active)]
-        while used > kv_capacity_tokens * 1.0001 and len(act_idx) > 1:
-            j = act_idx.pop()
-            active[j] = False
+        area += n_act * dt
+        peak = max(peak, n_act)
+        for i in active:
+            done[i] += dt
+        active = [i for i in active if L[i] - done[i] > 1e-9]
+        used = sum(w[i] * (p + done[i]) for i in active)
+        while used > cap * 1.0001 and len(active) > 1:  # preempt the newest
+            j = active.pop()
             queue.insert(0, j)
-            used -= weight[j] * (prompt_len + done[j])
-        if finished.all():
+            used -= w[j] * (p + done[j])
+        if not active and not queue:
             break
-    return DecodeResult(time=t, steps=steps, peak_batch=peak,
-                        mean_batch=batch_time_area / steps if steps else 0.0,
-                        kv_limited=kv_limited, reprefill_tokens=reprefill)
+    return DecodeResult(time=t, steps=steps, peak_batch=peak, mean_batch=area / steps if steps else 0.0,
+                        kv_limited=limited, reprefill_tokens=reprefill)
 
 
 def _representatives(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int):

@@ -77,7 +77,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
     free = cap - weights - other - reserved - aux_bytes
     kv = free if kv_cache_gb is None else min(kv_cache_gb * GB, max(free, 0.0))
-    fits = free > 0 and (kv_cache_gb is None or kv_cache_gb * GB <= free)
+    fits = free > 0 and (kv_cache_gb is None or kv_cache_gb * GB <= free + 1.0)  # 1 byte: float round trip
     kv_tok_gpu = kv_bytes_per_token_per_gpu(arch, lay, wb)
     kv_tokens = max(kv, 0.0) / kv_tok_gpu
     resp = rl.response_len
@@ -128,20 +128,26 @@ class TrainSide:
         return self.mem.total + self.aux_resident
 
 
-def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout) -> tuple[TrainTime, TrainMem, float]:
+def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem | None = None
+               ) -> tuple[TrainTime, TrainMem, float]:
     """The policy's own work on the training GPUs: (update time, memory, old log-prob pass)."""
     rl = problem.spec.rl
     arch = problem.policy
     dev = device(pool, problem.spec.model.precision, problem.profile)
     lora = problem.spec.model.lora_rank
     seq_mean = rl.prompt_len + rl.response_len.mean_tokens
-    seq_max = rl.prompt_len + rl.response_len.max
     gb = max(1, rl.samples // rl.mini_batches)
     steps = rl.mini_batches * rl.ppo_epochs
     t = train_time(arch, dev, lay, gb, seq_mean, optimizer_steps=steps, lora_rank=lora)
-    mem = train_memory(arch, lay, seq_max, lora_rank=lora)
     old = forward_time(arch, dev, lay, rl.samples, seq_mean)
-    return t, mem, old
+    return t, mem or policy_memory(problem, lay), old
+
+
+def policy_memory(problem: Problem, lay: TrainLayout) -> TrainMem:
+    """Peak training memory of the policy; sized for micro-batches of max-length sequences."""
+    rl = problem.spec.rl
+    return train_memory(problem.policy, lay, rl.prompt_len + rl.response_len.max,
+                        lora_rank=problem.spec.model.lora_rank)
 
 
 def _aux_layout(a: Architecture, lay: TrainLayout) -> TrainLayout:
@@ -152,37 +158,48 @@ def _aux_layout(a: Architecture, lay: TrainLayout) -> TrainLayout:
 
 
 def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: str, reward: str,
-              reward_quant: str) -> tuple[float, float, float, float]:
+              reward_quant: str, cache: dict | None = None) -> tuple[float, float, float, float]:
     """(reference s, reward s, value s, resident bytes per GPU) of the other models placed on
     the training GPUs. `reference`: training (resident) | cpu_offload (streamed over PCIe
-    each step) | elsewhere. `reward`: training | elsewhere (rule reward: CPU)."""
+    each step) | elsewhere. `reward`: training | elsewhere (rule reward: CPU). `cache`
+    memoizes each model's pass by the degrees it depends on (the solver scores thousands)."""
     rl = problem.spec.rl
     dev = device(pool, problem.spec.model.precision, problem.profile)
     seq_mean = rl.prompt_len + rl.response_len.mean_tokens
     seq_max = rl.prompt_len + rl.response_len.max
+    cache = {} if cache is None else cache
+    dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch)
+
+    def forward(role: str, a: Architecture, wbytes_per_param: float) -> tuple[float, float]:
+        key = (role, dims, wbytes_per_param)
+        if key not in cache:
+            al = _aux_layout(a, lay)
+            cache[key] = (forward_time(a, dev, al, rl.samples, seq_mean),
+                          train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
+        return cache[key]
+
     ref_t = rew_t = val_t = resident = 0.0
     if problem.reference is not None and reference in ("training", "cpu_offload"):
-        a = problem.reference
-        al = _aux_layout(a, lay)
-        ref_t = forward_time(a, dev, al, rl.samples, seq_mean)
-        wbytes = train_memory(a, al, seq_max, trainable=False).weights
+        ref_t, wbytes = forward("reference", problem.reference, 2.0)
         if reference == "cpu_offload":
             ref_t += dev.pcie_time(wbytes)  # streamed in each step, not overlapped (conservative)
         else:
             resident += wbytes
     if problem.reward is not None and reward == "training":
-        a = problem.reward
-        al = _aux_layout(a, lay)
-        rew_t = forward_time(a, dev, al, rl.samples, seq_mean)
-        resident += train_memory(a, al, seq_max, trainable=False, weight_bytes=QUANT_BYTES[reward_quant]).weights
+        rew_t, wbytes = forward("reward", problem.reward, QUANT_BYTES[reward_quant])
+        resident += wbytes
     if problem.value is not None:  # the critic trains with the policy's degrees on the same GPUs
-        a = problem.value
-        vl = TrainLayout(**{**_aux_layout(a, lay).__dict__, "zero_stage": lay.zero_stage,
-                            "recompute": lay.recompute})
-        gb = max(1, rl.samples // rl.mini_batches)
-        val_t = forward_time(a, dev, vl, rl.samples, seq_mean) + train_time(
-            a, dev, vl, gb, seq_mean, optimizer_steps=rl.mini_batches * rl.ppo_epochs).total
-        resident += train_memory(a, vl, seq_max).states
+        key = ("value", dims, lay.zero_stage, lay.recompute)
+        if key not in cache:
+            a = problem.value
+            vl = TrainLayout(**{**_aux_layout(a, lay).__dict__, "zero_stage": lay.zero_stage,
+                                "recompute": lay.recompute})
+            gb = max(1, rl.samples // rl.mini_batches)
+            cache[key] = (forward_time(a, dev, vl, rl.samples, seq_mean) + train_time(
+                a, dev, vl, gb, seq_mean, optimizer_steps=rl.mini_batches * rl.ppo_epochs).total,
+                train_memory(a, vl, seq_max).states)
+        val_t, states = cache[key]
+        resident += states
     return ref_t, rew_t, val_t, resident
 
 

@@ -10,6 +10,7 @@ from ortools.sat.python import cp_model
 
 from rlsolve.errors import InfeasibleError
 from rlsolve.perf.hw import GB
+from rlsolve.perf.step import capacity_bytes
 from rlsolve.plan import (Alternative, GenParallel, Layout, Optimization, Parallelism, Pipeline, PlacementSection,
                           Plan, ResourceAllocation, RoleGPUs, SolverInfo, TrainParallel)
 from rlsolve.resolve import Problem, resolve
@@ -69,8 +70,9 @@ def _no_candidates(problem: Problem, cands: Candidates) -> InfeasibleError:
     if not cands.train:
         best = cands.rejected.get("train_min_bytes", (None, None))[1]
         if best is not None:
-            reasons.append("no training layout fits: the smallest, " + _describe_train(best.layout) + ", "
-                           + _train_need(problem, best))
+            lay, mem = best
+            reasons.append("no training layout fits: the smallest, " + _describe_train(lay) + ", "
+                           + _train_need(problem, mem))
         else:
             reasons.append("no legal training layout: check constraints.training and the batch divisibility "
                            f"(rl.prompts_per_step*samples_per_prompt/mini_batches = "
@@ -89,13 +91,14 @@ def _describe_train(L) -> str:
             f"micro_batch={L.micro_batch}")
 
 
-def _train_need(problem: Problem, side) -> str:
+def _train_need(problem: Problem, mem) -> str:
     a = problem.policy
-    return (f"needs {side.total / GB:,.1f} GB per GPU (the {a.name} policy's {a.total_params / 1e9:,.1f}B parameters "
+    cap = capacity_bytes(problem.pool, problem.spec.constraints.min_headroom)
+    return (f"needs {mem.total / GB:,.1f} GB per GPU (the {a.name} policy's {a.total_params / 1e9:,.1f}B parameters "
             f"take {a.total_params * 16 / GB:,.0f} GB for weights, grads and Adam states across the cluster's "
             f"{problem.pool.n_gpus} GPUs of {problem.pool.gpu.memory_gb:g} GB = "
             f"{problem.pool.n_gpus * problem.pool.gpu.memory_gb:,.0f} GB), more than the "
-            f"{side.capacity / GB:,.1f} GB allowed")
+            f"{cap / GB:,.1f} GB allowed")
 
 
 def _summary(lay: Layout) -> str:

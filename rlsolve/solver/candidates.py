@@ -13,8 +13,8 @@ from typing import Any, Iterable
 from rlsolve.errors import SpecError
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
-from rlsolve.perf.step import (QUANT_BYTES, GenSide, TrainSide, capacity_bytes, gen_side, send_time, sync_time,
-                               train_core, train_side)
+from rlsolve.perf.step import (QUANT_BYTES, GenSide, TrainSide, capacity_bytes, gen_side, policy_memory, send_time,
+                               sync_time, train_aux, train_core)
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.scale import mem_units_up, time_units
@@ -124,15 +124,17 @@ def tp_choices(problem: Problem, pool: PoolHW, n: int, *, training: bool) -> lis
     return out
 
 
-def pp_choices(problem: Problem, n_over_tp: int) -> list[int]:
+def pp_choices(problem: Problem, n_over_tp: int, limit: int = 16) -> list[int]:
+    """Pipeline degrees: powers of two up to `limit` (uneven last stage allowed, as Megatron's
+    decoder-first/last options do), at least two layers per stage."""
     L = problem.policy.layers
-    return [p for p in divisors(n_over_tp) if p <= max(1, L // 2) and (p == 1 or p & (p - 1) == 0 or L % p == 0)]
+    return [p for p in divisors(n_over_tp) if p <= min(limit, max(1, L // 2)) and p & (p - 1) == 0]
 
 
 def gen_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[GenLayout]:
     cons = problem.spec.constraints.generation
     for tp in tp_choices(problem, pool, n, training=False):
-        for pp in pp_choices(problem, n // tp):
+        for pp in pp_choices(problem, n // tp, limit=8):
             if pp > 1 and tp < min(pool.scaleup_size, n):
                 continue  # engines add pipeline stages only once TP fills the NVLink domain
             dp = n // (tp * pp)
@@ -209,20 +211,13 @@ def enumerate_candidates(problem: Problem) -> Candidates:
     best_train_mem: tuple[float, Any] = (math.inf, None)
     best_gen_mem: tuple[float, Any] = (math.inf, None)
 
-    def note_train(side: TrainSide):
-        nonlocal best_train_mem
-        if side.mem.total + side.aux_resident < best_train_mem[0]:
-            best_train_mem = (side.mem.total + side.aux_resident, side)
-
-    cores: dict[tuple, tuple] = {}
     dev = device(pool, problem.spec.model.precision, problem.profile)
+    cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+    aux_cache: dict[tuple, tuple] = {}
 
-    def core(lay: TrainLayout):
-        k = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.micro_batch, lay.recompute)
-        if k not in cores:
-            cores[k] = train_core(problem, pool, lay)
-            out.evaluated += 1
-        return cores[k]
+    def aux(lay: TrainLayout, ref: str, hosts: frozenset, quant: str):
+        return train_aux(problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
+                         reward_quant=quant, cache=aux_cache)
 
     # ---- training candidates
     disagg = any(m in modes for m in ("sync", "async"))
@@ -232,22 +227,23 @@ def enumerate_candidates(problem: Problem) -> Candidates:
     if disagg:
         counts += [("disagg", n) for n in role_gpu_counts(pool, exclusive=True) if _count_ok(train_c, n)]
     for mode, n in counts:
-        variants = list(_aux_variants(problem, mode == "disagg"))
+        variants = [v for v in _aux_variants(problem, mode == "disagg")
+                    if not (problem.reward is not None and "reward" not in v[0] and v[2] != "none")]
         for lay in train_layouts(problem, pool, n):
-            t, mem, old = core(lay)
-            cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+            mem = policy_memory(problem, lay)
             if mem.total > cap:
-                note_train(train_side(problem, pool, lay, core=(t, mem, old)))
+                if mem.total < best_train_mem[0]:
+                    best_train_mem = (mem.total, (lay, mem))
                 continue
+            t, _, old = train_core(problem, pool, lay, mem)
+            out.evaluated += 1
             for hosts, ref, quant, _gen_hosts in variants:
-                if problem.reward is not None and "reward" not in hosts and quant != "none":
-                    continue  # quantization of a reward model placed elsewhere is the gen side's choice
-                side = train_side(problem, pool, lay, reference=ref,
-                                  reward="training" if "reward" in hosts else "elsewhere",
-                                  reward_quant=quant, core=(t, mem, old))
-                if not side.fits:
-                    note_train(side)
+                ref_t, rew_t, val_t, resident = aux(lay, ref, hosts, quant)
+                if mem.total + resident > cap:
                     continue
+                side = TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
+                                 value=val_t, mem=mem, aux_resident=resident, capacity=cap, fits=True,
+                                 states=mem.states + resident)
                 offloads = (False, True) if mode == "colocated" else (False,)
                 for off in offloads:
                     switch = 2 * dev.pcie_time(side.states) if off else 0.0

@@ -112,7 +112,8 @@ class Program:
         n = self.n_gpus + 1
         simplicity = sum(self._penalty(x) * v.train[x.id] for x in self.cands.train) + \
             sum(self._penalty_gen(x) * v.gen[x.id] for x in self.cands.gen)
-        self.m.minimize(v.step * (n * 64) + v.gpus_used * 64 + simplicity)
+        self.objective = v.step * (n * 64) + v.gpus_used * 64 + simplicity
+        self.m.minimize(self.objective)
 
     @staticmethod
     def _penalty(x: TrainCand) -> int:
@@ -133,16 +134,48 @@ class Program:
 
 
 def run(program: Program, time_limit_s: float, workers: int, deterministic: bool) -> tuple[cp_model.CpSolver, int]:
+    """Solve. Deterministic mode: a fixed seed, then a second solve that fixes the optimal
+    objective and picks the lowest-numbered optimal pair, so the plan never depends on which
+    worker thread finished first (CP-SAT's own parallel search is not reproducible)."""
+    solver = _solver(time_limit_s, workers)
+    status = solver.solve(program.m)
+    if not deterministic or status != cp_model.OPTIMAL:
+        return solver, status
+    best = int(round(solver.objective_value))
+    m = program.m.clone()
+    obj = program.objective
+    m.clear_objective()
+    m.add(obj == best)
+    v = program.v
+    n_train = len(v.train)
+    m.minimize(sum(i * n_train * var for i, var in v.gen.items()) + sum(i * var for i, var in v.train.items()))
+    tie = _solver(time_limit_s, workers)
+    status2 = tie.solve(m)
+    if status2 != cp_model.OPTIMAL:
+        return solver, status
+    return _Fixed(tie, solver, program, m), status
+
+
+class _Fixed:
+    """Values from the tie-break solve, objective and bound from the main one."""
+
+    def __init__(self, tie: cp_model.CpSolver, main: cp_model.CpSolver, program: Program, model: cp_model.CpModel):
+        self._tie, self._main = tie, main
+        self.objective_value = main.objective_value
+        self.best_objective_bound = main.best_objective_bound
+        self.deterministic_time = main.deterministic_time + tie.deterministic_time
+
+    def value(self, var):
+        return self._tie.value(var)
+
+    def status_name(self, status):
+        return self._main.status_name(status)
+
+
+def _solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.num_workers = workers
     p.random_seed = 7
-    if deterministic:
-        # no dependence on the wall clock: a deterministic time limit and interleaved search
-        p.max_deterministic_time = time_limit_s
-        p.interleave_search = True
-        p.num_workers = max(1, workers)
-    else:
-        p.max_time_in_seconds = time_limit_s
-    status = solver.solve(program.m)
-    return solver, status
+    p.max_time_in_seconds = time_limit_s
+    return solver
