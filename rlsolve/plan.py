@@ -98,10 +98,11 @@ class Objective(_Out):
 
 
 class GenMemory(_Out):
-    weights: float
+    weights: float = Field(description="Policy weights (plus reference/reward models placed here), GB.")
     kv_cache: float
     activations: float
-    other: float
+    other: float = Field(description="CUDA context, NCCL buffers, prefill workspace, GB.")
+    colocated_training: float = Field(0.0, description="Training state kept on the GPU during rollout (colocated), GB.")
     total: float
     capacity: float
 
@@ -111,7 +112,8 @@ class TrainMemory(_Out):
     grads: float
     optimizer: float
     activations: float
-    other: float
+    other: float = Field(description="CUDA context, NCCL buffers, allocator fragmentation, GB.")
+    other_models: float = Field(0.0, description="Reference/reward weights and critic state kept here, GB.")
     total: float
     capacity: float
 
@@ -151,7 +153,8 @@ class Metrics(_Out):
 
 
 class SolverInfo(_Out):
-    wall_s: float
+    wall_s: float | None = Field(description="Solve time; null in deterministic mode, whose output must not "
+                                 "depend on the clock (time it from outside, e.g. benchmarks/solve_examples.py).")
     proven_optimal: bool
     gap: float
     variables: int

@@ -63,16 +63,18 @@ class StepModel:
     def __init__(self, arch: Architecture, dev: Device, lay: GenLayout, weight_bytes: float, kv_bytes: float):
         self.arch, self.dev, self.lay = arch, dev, lay
         n = lay.tp * lay.pp
-        self.dense_w = weight_bytes * arch.non_expert_params / n
-        self.expert_w = weight_bytes * arch.expert_params / (max(lay.tp, lay.ep) * lay.pp) * arch.moe_layers
+        # With pp stages the batch moves as pp micro-batches and each re-reads its stage's
+        # weights: per decode step every GPU reads its weights pp times (pp x W/(tp*pp)).
+        self.dense_w = weight_bytes * arch.non_expert_params / lay.tp
+        self.expert_w = weight_bytes * arch.expert_params / max(lay.tp, lay.ep) * arch.moe_layers
         self.kv_tok = kv_bytes_per_token_per_gpu(arch, lay, kv_bytes)
         self.flops_tok = arch.matmul_flops_per_token / n
         if arch.is_mla:  # absorbed MLA attends in the latent space: q.(c,k_rope) and p.c
             self.attn_flops_ctx = 2.0 * arch.heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim) * arch.layers / n
         else:
             self.attn_flops_ctx = 2.0 * (arch.q_width + arch.v_width) * arch.layers / n
-        layers = math.ceil(arch.layers / lay.pp)
-        self.tp_ar_per_token = 2 * layers  # all-reduces per step (per layer: attention, MLP)
+        # 2 all-reduces per layer (attention, MLP); a GPU runs its L/pp layers for pp micro-batches
+        self.tp_ar_per_token = 2 * arch.layers
         self.overhead = constants()["decode_step_overhead_us"] * 1e-6
         self.hbm, self.attn_rate = dev.hbm_bytes_per_s, dev.attention_flops
         self.gemm_rate = dev.peak_flops * dev.gemm_fraction
@@ -82,16 +84,16 @@ class StepModel:
         self.ar_per_seq = dev.all_reduce(arch.hidden * 2.0, lay.tp, lay.tp) - self.ar_fixed
 
     def experts_touched(self, batch: np.ndarray) -> np.ndarray:
-        """Distinct experts a batch visits per layer: E(1 - (1 - k/E)^b)."""
+        """Distinct experts one micro-batch visits per layer: E(1 - (1 - k/E)^(b/pp))."""
         a = self.arch
         if not a.is_moe:
             return np.zeros_like(batch)
-        return a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** batch)
+        return a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** (batch / self.lay.pp))
 
     def scalar_step_time(self, b: float, ctx: float) -> float:
         """step_time for one (batch, context) point, without numpy overhead."""
         a = self.arch
-        touched = a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** b) if a.is_moe else 0.0
+        touched = a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** (b / self.lay.pp)) if a.is_moe else 0.0
         wbytes = self.dense_w + touched * self.expert_w / max(a.experts, 1)
         gemm = max(wbytes / self.hbm, b * self.flops_tok / self.gemm_rate)
         attn = max(b * ctx * self.kv_tok / self.hbm, b * ctx * self.attn_flops_ctx / self.attn_rate)

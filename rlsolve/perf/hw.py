@@ -5,6 +5,7 @@ profile) with its source; nothing here defaults to the datasheet peak.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -84,8 +85,8 @@ class Device:
 
     # --- collectives -----------------------------------------------------------------------
     def link(self, span: int) -> tuple[float, float]:
-        """(bus bandwidth bytes/s per GPU, latency s) for a group whose ranks span `span`
-        consecutive GPUs. Inside the NVLink domain: NVLink; beyond it: the NICs."""
+        """(bus bandwidth bytes/s per GPU, latency s per latency step) for a group whose ranks
+        span `span` consecutive GPUs. Inside the NVLink domain: NVLink; beyond it: the NICs."""
         gpu = self.pool.gpu
         if span <= self.pool.scaleup_size and gpu.nvlink_gbps_per_dir > 0:
             frac = self._ov("nvlink_busbw_fraction", gpu.efficiency.nvlink_busbw_fraction.value)
@@ -96,19 +97,25 @@ class Device:
         frac = self._ov("network_busbw_fraction", net.busbw_fraction.value)
         return self.pool.nic_gbytes_per_gpu * GB * frac, net.latency_us * 1e-6
 
+    @staticmethod
+    def _steps(n: int) -> int:
+        """Latency steps of a small collective: NCCL switches to tree/LL algorithms whose
+        latency grows with log2(n), not with the ring's n-1 hops."""
+        return max(1, math.ceil(math.log2(n)))
+
     def all_reduce(self, nbytes: float, n: int, span: int) -> float:
-        """Ring all-reduce: 2(n-1)/n * bytes over the bus bandwidth, plus 2(n-1) hops."""
+        """Ring all-reduce bandwidth term 2(n-1)/n * bytes / busbw, plus the latency term."""
         if n <= 1 or nbytes <= 0:
             return 0.0
         bw, lat = self.link(span)
-        return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * lat
+        return 2 * (n - 1) / n * nbytes / bw + self._steps(n) * lat
 
     def all_gather(self, nbytes: float, n: int, span: int) -> float:
         """All-gather (or reduce-scatter) of a `nbytes` result: (n-1)/n * bytes."""
         if n <= 1 or nbytes <= 0:
             return 0.0
         bw, lat = self.link(span)
-        return (n - 1) / n * nbytes / bw + (n - 1) * lat
+        return (n - 1) / n * nbytes / bw + self._steps(n) * lat
 
     reduce_scatter = all_gather
 
@@ -117,7 +124,7 @@ class Device:
         if n <= 1 or nbytes <= 0:
             return 0.0
         bw, lat = self.link(span)
-        return (n - 1) / n * nbytes / bw + lat * min(n - 1, 8)
+        return (n - 1) / n * nbytes / bw + self._steps(n) * lat
 
     def p2p(self, nbytes: float, span: int) -> float:
         if nbytes <= 0:

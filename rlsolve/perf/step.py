@@ -4,6 +4,7 @@ a plan re-scored by `estimate` gives the numbers the solver reported."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import (GenLayout, StepModel, gen_other_bytes, kv_bytes_per_token_per_gpu,
@@ -44,6 +45,7 @@ class GenSide:
     peak_batch: float
     kv_limited: bool
     fits: bool
+    max_num_seqs: int | None = None  # the engine cap the time was computed with (None: no cap)
 
     @property
     def time(self) -> float:
@@ -86,20 +88,36 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     n_req = rl.samples / lay.dp
     prompts = rl.prompts_per_step / lay.dp
     step = StepModel(arch, dev, lay, wb, wb)
+    chosen_cap = max_num_seqs
+    prompt_tokens = prompts * rl.prompt_len
+    ctx = rl.prompt_len / 2
+
+    def run(cap: float) -> tuple[float, Any]:
+        r = simulate_decode(step, n_req, rl.prompt_len, resp.mean_tokens, resp.max, kv_tokens, cap, rl.samples)
+        return r.time + prefill_time(arch, dev, lay, prompt_tokens + r.reprefill_tokens, ctx), r
+
     if fits:
-        res = simulate_decode(step, n_req, rl.prompt_len, resp.mean_tokens, resp.max, kv_tokens,
-                              max_num_seqs or float("inf"), rl.samples)
+        total, res = run(max_num_seqs or float("inf"))
+        if max_num_seqs is None and res.kv_limited:
+            # Oversubscribed KV memory makes the engine preempt and re-prefill; a cap on
+            # concurrent sequences (max_num_seqs) trades batch for fewer preemptions.
+            for cap in sorted({int(kv_tokens / (rl.prompt_len + x)) for x in (resp.max, resp.mean_tokens,
+                                                                               (resp.max + resp.mean_tokens) / 2)}):
+                if cap >= 1:
+                    t_alt, alt = run(float(cap))
+                    if t_alt + 1e-9 < total:
+                        total, res, chosen_cap = t_alt, alt, cap
         decode, peak, limited, rep = res.time, res.peak_batch, res.kv_limited, res.reprefill_tokens
     else:
         decode, peak, limited, rep = float("inf"), 0.0, True, 0.0
     # prefix caching: each prompt is prefilled once for its samples_per_prompt responses
-    prefill = prefill_time(arch, dev, lay, prompts * rl.prompt_len + rep, rl.prompt_len / 2)
+    prefill = prefill_time(arch, dev, lay, prompt_tokens + rep, ctx)
     seq = rl.prompt_len + resp.mean_tokens
     aux = sum(aux_forward_on_gen(a, dev, lay, rl.samples, seq) for a, _ in aux_models)
     return GenSide(layout=lay, gpus=lay.tp * lay.pp * lay.dp, prefill=prefill, decode=decode, aux=aux,
                    weights=weights + aux_bytes, kv_cache=max(kv, 0.0), activations=0.0, other=other,
                    reserved=reserved, capacity=cap, kv_tokens=kv_tokens, peak_batch=peak, kv_limited=limited,
-                   fits=fits)
+                   fits=fits, max_num_seqs=chosen_cap)
 
 
 # --- training side ------------------------------------------------------------------------

@@ -54,9 +54,9 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
     g, t = est.gen, est.train
     cap = pool.gpu.memory_gb
     gen_mem = GenMemory(weights=_gb(g.weights), kv_cache=_gb(g.kv_cache), activations=_gb(g.activations),
-                        other=_gb(g.other + g.reserved), total=_gb(g.total), capacity=cap)
+                        other=_gb(g.other), colocated_training=_gb(g.reserved), total=_gb(g.total), capacity=cap)
     tr_mem = TrainMemory(weights=_gb(t.mem.weights), grads=_gb(t.mem.grads), optimizer=_gb(t.mem.optimizer),
-                         activations=_gb(t.mem.activations), other=_gb(t.mem.other + t.aux_resident),
+                         activations=_gb(t.mem.activations), other=_gb(t.mem.other), other_models=_gb(t.aux_resident),
                          total=_gb(t.total), capacity=cap)
     times = TimeSection(step=_r(est.step), prefill=_r(g.prefill), decode=_r(g.decode), reward=_r(t.reward),
                         reference=_r(t.reference + (g.aux if lay.placement.reference == "generation" else 0.0)),

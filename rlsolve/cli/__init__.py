@@ -1,0 +1,1 @@
+"""Command-line interface (click): thin shells over the Python API."""

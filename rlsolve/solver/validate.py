@@ -1,0 +1,65 @@
+"""A solver-independent check of any plan: the rules of SPEC section 6 re-derived from the
+plan's own numbers, without calling the solver. Returns the list of violations."""
+from __future__ import annotations
+
+from rlsolve.plan import Plan
+from rlsolve.resolve import Problem
+
+
+def plan_violations(problem: Problem, plan: Plan) -> list[str]:
+    bad: list[str] = []
+    a = problem.policy
+    pool = problem.pool
+    g, t = plan.parallelism.generation, plan.parallelism.training
+    ra = plan.resource_allocation
+    mode = plan.pipeline.mode
+    if g.tp * g.pp * g.dp != ra.generation.gpus:
+        bad.append(f"generation tp*pp*dp={g.tp * g.pp * g.dp} != {ra.generation.gpus} GPUs")
+    if t.tp * t.pp * t.cp * t.dp != ra.training.gpus:
+        bad.append(f"training tp*pp*cp*dp={t.tp * t.pp * t.cp * t.dp} != {ra.training.gpus} GPUs")
+    for role, tp in (("generation", g.tp), ("training", t.tp)):
+        if a.heads % tp:
+            bad.append(f"{role} tp={tp} does not divide {a.heads} heads")
+        if tp > pool.scaleup_size:
+            bad.append(f"{role} tp={tp} spans beyond the NVLink domain of {pool.scaleup_size}")
+    if t.ep > 1 and (a.experts % t.ep or (t.dp * t.cp) % t.ep):
+        bad.append(f"training ep={t.ep} must divide experts {a.experts} and dp*cp {t.dp * t.cp}")
+    if t.pp > a.layers:
+        bad.append(f"pp={t.pp} > layers {a.layers}")
+    gb = problem.spec.rl.samples // problem.spec.rl.mini_batches
+    if gb % (t.dp * t.micro_batch):
+        bad.append(f"global batch {gb} not divisible by dp*micro_batch={t.dp * t.micro_batch}")
+    if t.grad_accum * t.dp * t.micro_batch != gb:
+        bad.append(f"grad_accum*dp*micro_batch={t.grad_accum * t.dp * t.micro_batch} != global batch {gb}")
+    n = pool.n_gpus
+    if mode == "colocated":
+        if not (ra.generation.gpus == ra.training.gpus <= n):
+            bad.append("colocated roles must share the same GPUs")
+    else:
+        if ra.generation.gpus + ra.training.gpus > n:
+            bad.append(f"{ra.generation.gpus}+{ra.training.gpus} GPUs > {n}")
+        for role, cnt in (("generation", ra.generation.gpus), ("training", ra.training.gpus)):
+            if cnt > pool.gpus_per_node and cnt % pool.gpus_per_node:
+                bad.append(f"{role} uses {cnt} GPUs: not whole {pool.gpus_per_node}-GPU nodes")
+        if mode == "async" and problem.spec.rl.max_staleness < 1:
+            bad.append("async mode with max_staleness 0")
+    cap = pool.gpu.memory_gb * (1 - problem.spec.constraints.min_headroom) + 0.011
+    mem = plan.memory_gb_per_gpu
+    for role, m in (("generation", mem.generation), ("training", mem.training)):
+        if m.total > cap:
+            bad.append(f"{role} memory {m.total} GB > {cap:.2f} GB allowed")
+    parts_g = mem.generation.weights + mem.generation.kv_cache + mem.generation.activations + \
+        mem.generation.other + mem.generation.colocated_training
+    if abs(parts_g - mem.generation.total) > 0.05:
+        bad.append(f"generation memory parts {parts_g:.2f} != total {mem.generation.total}")
+    ts = plan.time_s
+    side_g = ts.prefill + ts.decode
+    side_t = ts.train + ts.old_logprob + ts.reward + ts.value
+    if ts.step + 0.01 < max(side_g, side_t):
+        bad.append(f"step {ts.step} s shorter than a side ({side_g:.2f} / {side_t:.2f} s)")
+    if mode != "async" and ts.step + 0.01 < side_g + side_t:
+        bad.append(f"{mode} step {ts.step} s shorter than generation + training {side_g + side_t:.2f} s")
+    tok = problem.spec.rl.tokens_per_step
+    if ts.step > 0 and abs(tok / ts.step - plan.throughput.tokens_per_s) > 0.01 * plan.throughput.tokens_per_s + 0.2:
+        bad.append(f"throughput {plan.throughput.tokens_per_s} != tokens/step / step = {tok / ts.step:.1f}")
+    return bad
