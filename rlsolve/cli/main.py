@@ -176,5 +176,12 @@ def schema() -> None:
     click.echo(json.dumps(Spec.model_json_schema(), indent=2))
 
 
+def _register() -> None:
+    from rlsolve.cli.commands import register
+    register(main)
+
+
+_register()
+
 if __name__ == "__main__":
     main()
