@@ -1,0 +1,252 @@
+"""Score the performance model on published measurements (`rlsolve cases FILE`).
+
+Reads the reference-case format (see ../shared/reference_cases.yaml: kind train | generate |
+rl_step, hardware, model, precision, layout, measured) and predicts each row with the same
+functions the solver uses. A row the model cannot represent is reported with the reason,
+never skipped. Pure: no printing, no files."""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from rlsolve.errors import InfeasibleError, SpecError
+from rlsolve.hardware_db import find_gpu, find_network
+from rlsolve.models import Architecture, resolve_model
+from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_decode, weight_bytes_per_gpu, \
+    kv_bytes_per_token_per_gpu, gen_other_bytes
+from rlsolve.perf.hw import GB, device
+from rlsolve.perf.train import TrainLayout, model_flops, train_time
+from rlsolve.resolve import PoolHW
+
+# Rows of kind rl_step give total sequence lengths only; the prompt's share is assumed.
+DEFAULT_RL_PROMPT_LEN = 256
+# Engines' default cap on concurrent sequences for >=70 GiB GPUs (vLLM get_batch_defaults).
+DEFAULT_MAX_NUM_SEQS = 1024
+
+
+@dataclass
+class CaseResult:
+    id: str
+    kind: str
+    metric: str = ""
+    measured: float | None = None
+    predicted: float | None = None
+    error: float | None = None          # predicted / measured - 1
+    note: str = ""
+    modelled: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CaseReport:
+    rows: list[CaseResult]
+
+    def median_abs_error(self, kind: str | None = None) -> float | None:
+        errs = [abs(r.error) for r in self.rows if r.error is not None and (kind is None or r.kind == kind)]
+        return statistics.median(errs) if errs else None
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for kind in ("train", "generate", "rl_step"):
+            rows = [r for r in self.rows if r.kind == kind]
+            if rows:
+                m = self.median_abs_error(kind)
+                out[kind] = {"rows": len(rows), "modelled": sum(r.error is not None for r in rows),
+                             "median_abs_error": None if m is None else round(m, 4),
+                             "max_abs_error": _max_abs([r for r in rows if r.error is not None])}
+        m = self.median_abs_error()
+        out["overall"] = {"rows": len(self.rows), "modelled": sum(r.error is not None for r in self.rows),
+                          "median_abs_error": None if m is None else round(m, 4),
+                          "max_abs_error": _max_abs([r for r in self.rows if r.error is not None])}
+        return out
+
+
+def _max_abs(rows: list[CaseResult]) -> float | None:
+    return round(max(abs(r.error) for r in rows), 4) if rows else None
+
+
+# --- inputs -------------------------------------------------------------------------------
+
+def _arch(row: dict) -> Architecture:
+    m = dict(row.get("model") or {})
+    if set(m) <= {"name", "params_b"} and "name" in m:
+        return resolve_model(m["name"], field=f"{row['id']}.model.name")
+    shape = {k: v for k, v in m.items() if k != "name"}
+    if "name" in m:
+        shape["name"] = str(m["name"])
+    return resolve_model(shape, field=f"{row['id']}.model")
+
+
+def _pool(row: dict) -> PoolHW:
+    hw = row.get("hardware") or {}
+    gpu = find_gpu(hw["gpu"], field=f"{row['id']}.hardware.gpu")
+    gpn = int(hw.get("gpus_per_node") or gpu.default_gpus_per_node)
+    gpus = int(hw.get("gpus", gpn))
+    net = find_network(hw.get("network", "IB-NDR-400"), field=f"{row['id']}.hardware.network")
+    nodes = max(1, math.ceil(gpus / gpn))
+    return PoolHW("case", gpu, nodes, gpn, net, gpn, gpu.price_per_gpu_hour_usd)
+
+
+def _precision(row: dict) -> str:
+    return "fp8" if row.get("precision") == "fp8" else "bf16"
+
+
+# --- predictions --------------------------------------------------------------------------
+
+def predict_train(row: dict) -> CaseResult:
+    arch, pool = _arch(row), _pool(row)
+    lay_in = row.get("layout") or {}
+    gpus = int(row["hardware"]["gpus"])
+    tp, pp, cp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1)), int(lay_in.get("cp", 1))
+    dp = int(lay_in.get("dp") or gpus // (tp * pp * cp))
+    lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=int(lay_in.get("ep", 1)), vp=int(lay_in.get("vp") or 1),
+                      zero_stage=int(lay_in.get("zero_stage", 1)), micro_batch=int(lay_in.get("micro_batch") or 1),
+                      recompute=str(lay_in.get("recompute", "none")),
+                      sequence_parallel=bool(lay_in.get("sequence_parallel", tp > 1)))
+    if lay.gpus != gpus:
+        return CaseResult(row["id"], "train", modelled=False,
+                          note=f"tp*pp*cp*dp = {lay.gpus} does not match hardware.gpus = {gpus}")
+    dev = device(pool, _precision(row))
+    gb, seq = int(lay_in["global_batch"]), float(lay_in["seq_len"])
+    t = train_time(arch, dev, lay, gb, seq).total
+    meas = row.get("measured") or {}
+    tokens = gb * seq
+    if "iteration_s" in meas:
+        return _result(row, "iteration_s", meas["iteration_s"], t)
+    if "tokens_per_s_per_gpu" in meas:
+        return _result(row, "tokens_per_s_per_gpu", meas["tokens_per_s_per_gpu"], tokens / t / gpus)
+    if "tflops_per_gpu" in meas:
+        hardware = meas.get("flops_convention") == "hardware" and lay.recompute == "full"
+        flops = model_flops(arch, tokens, seq, recompute=hardware)
+        return _result(row, "tflops_per_gpu", meas["tflops_per_gpu"], flops / t / gpus / 1e12)
+    return CaseResult(row["id"], "train", modelled=False, note="no train metric the model predicts in `measured`")
+
+
+def _gen_setup(row: dict):
+    arch, pool = _arch(row), _pool(row)
+    lay_in = row.get("layout") or {}
+    prec = _precision(row)
+    dev = device(pool, prec)
+    tp, pp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1))
+    lay = GenLayout(tp=tp, pp=pp, dp=1)
+    wb = 1.0 if prec == "fp8" else 2.0
+    return arch, pool, dev, lay, wb, lay_in
+
+
+def predict_generate(row: dict) -> CaseResult:
+    arch, pool, dev, lay, wb, lay_in = _gen_setup(row)
+    gpus = lay.tp * lay.pp
+    inp, out = float(lay_in["input_len"]), float(lay_in["output_len"])
+    step = StepModel(arch, dev, lay, wb, wb)
+    cap = pool.gpu.memory_gb * GB * 0.9 - weight_bytes_per_gpu(arch, lay, wb) - gen_other_bytes(arch, lay)
+    kv_tokens = cap / kv_bytes_per_token_per_gpu(arch, lay, wb)
+    batch = lay_in.get("batch", 1)
+    meas = row.get("measured") or {}
+    if batch == "auto":  # in-flight batching at maximum load: as many requests as memory allows
+        n_req = float(lay_in.get("requests") or max(1, min(DEFAULT_MAX_NUM_SEQS * 4, kv_tokens / (inp + out) * 4)))
+        res = simulate_decode(step, n_req, inp, out, out, kv_tokens, DEFAULT_MAX_NUM_SEQS, n_req)
+        t = res.time + prefill_time(arch, dev, lay, n_req * inp + res.reprefill_tokens, inp / 2)
+        total_out = n_req * out
+    else:
+        b = float(batch)
+        if b * (inp + out) > kv_tokens:
+            return CaseResult(row["id"], "generate", modelled=False,
+                              note=f"batch {b:.0f} x {inp + out:.0f} tokens exceeds the {kv_tokens:,.0f}-token KV memory")
+        # static batch: every sequence runs the whole output length; context grows linearly
+        steps = np.linspace(0, out, 65)
+        mid = (steps[:-1] + steps[1:]) / 2
+        decode = float(np.sum(np.diff(steps) * step.step_time(np.full(64, b), inp + mid)))
+        t = prefill_time(arch, dev, lay, b * inp, inp / 2) + decode
+        total_out = b * out
+        if "itl_ms" in meas and "output_tokens_per_s" not in meas and "output_tokens_per_s_per_gpu" not in meas:
+            return _result(row, "itl_ms", meas["itl_ms"], decode / out * 1e3)
+    if "output_tokens_per_s_per_gpu" in meas:
+        return _result(row, "output_tokens_per_s_per_gpu", meas["output_tokens_per_s_per_gpu"], total_out / t / gpus)
+    if "output_tokens_per_s" in meas:
+        return _result(row, "output_tokens_per_s", meas["output_tokens_per_s"], total_out / t)
+    if "itl_ms" in meas:
+        return _result(row, "itl_ms", meas["itl_ms"], (t / out) * 1e3)
+    return CaseResult(row["id"], "generate", modelled=False, note="no generation metric the model predicts")
+
+
+def rl_step_spec(row: dict) -> dict:
+    """The spec and constraints a published RL step implies; decisions the row leaves open are
+    left to the solver (its best plan under the row's fixed choices is the prediction)."""
+    lay = row.get("layout") or {}
+    hw = row["hardware"]
+    missing = [k for k in ("samples_per_step", "avg_seq_len", "max_seq_len") if k not in lay]
+    if missing:
+        raise ValueError(f"layout lacks {', '.join(missing)}: the step's token count and lengths are unknown")
+    prompt = int(lay.get("prompt_len", min(DEFAULT_RL_PROMPT_LEN, lay["avg_seq_len"] // 2)))
+    samples = int(lay["samples_per_step"])
+    tgb = int(lay.get("train_global_batch", samples))
+    model = row["model"]
+    policy: Any = model["name"] if set(model) <= {"name", "params_b"} else {k: v for k, v in model.items()}
+    cons: dict[str, Any] = {"modes": [lay.get("mode", "colocated")], "min_headroom": 0.05,
+                            "generation": {k: lay["generation"][k] for k in ("tp", "pp") if k in (lay.get("generation") or {})},
+                            "training": {k: v for k, v in (lay.get("training") or {}).items() if k in ("tp", "pp", "cp", "ep", "vp")}}
+    return {
+        "cluster": {"gpu": hw["gpu"], "nodes": max(1, math.ceil(hw["gpus"] / hw.get("gpus_per_node", 8))),
+                    "gpus_per_node": min(hw["gpus"], hw.get("gpus_per_node", 8)),
+                    "network": hw.get("network", "IB-NDR-400")},
+        "model": {"policy": policy, "reference": "policy", "reward": "rule", "value": None if
+                  lay.get("algorithm", "grpo") == "grpo" else "policy", "precision": _precision(row)},
+        "rl": {"algorithm": lay.get("algorithm", "grpo"), "prompts_per_step": samples, "samples_per_prompt": 1,
+               "prompt_len": prompt, "response_len": {"max": int(lay["max_seq_len"]) - prompt,
+                                                      "mean": int(lay["avg_seq_len"]) - prompt},
+               "mini_batches": max(1, samples // tgb), "max_staleness": int(lay.get("staleness", 0))},
+        "constraints": cons,
+        "solver": {"top_k": 0, "time_limit_s": 10},
+    }
+
+
+def predict_rl_step(row: dict) -> CaseResult:
+    from rlsolve.solver import solve
+    try:
+        spec = rl_step_spec(row)
+    except ValueError as e:
+        return CaseResult(row["id"], "rl_step", modelled=False, note=str(e))
+    try:
+        plan = solve(spec)
+    except InfeasibleError as e:
+        return CaseResult(row["id"], "rl_step", modelled=False, note="no layout fits: " + "; ".join(e.reasons))
+    meas = row.get("measured") or {}
+    gpus = row["hardware"]["gpus"]
+    extra = {"mode": plan.pipeline.mode, "decode_s": plan.time_s.decode, "train_s": plan.time_s.train}
+    if "step_s" in meas:
+        r = _result(row, "step_s", meas["step_s"], plan.time_s.step)
+    else:
+        r = _result(row, "tokens_per_s_per_gpu", meas["tokens_per_s_per_gpu"], plan.throughput.tokens_per_s / gpus)
+    r.extra = extra
+    return r
+
+
+def _result(row: dict, metric: str, measured: float, predicted: float) -> CaseResult:
+    return CaseResult(row["id"], row["kind"], metric, float(measured), float(predicted),
+                      float(predicted) / float(measured) - 1.0)
+
+
+PREDICT = {"train": predict_train, "generate": predict_generate, "rl_step": predict_rl_step}
+
+
+def score_cases(data: dict) -> CaseReport:
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise SpecError("a cases file holds `cases:`, a list of rows (see reference_cases.yaml)", field="cases")
+    rows = []
+    for i, row in enumerate(data["cases"]):
+        rid = row.get("id", f"row {i}") if isinstance(row, dict) else f"row {i}"
+        kind = row.get("kind") if isinstance(row, dict) else None
+        if kind not in PREDICT:
+            rows.append(CaseResult(rid, str(kind), modelled=False, note=f"unknown kind {kind!r}"))
+            continue
+        try:
+            rows.append(PREDICT[kind]({**row, "id": rid}))
+        except (SpecError, KeyError, ValueError, TypeError, ValidationError, ZeroDivisionError) as e:
+            msg = f"missing field {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
+            rows.append(CaseResult(rid, kind, modelled=False, note=f"cannot model: {msg}"))
+    return CaseReport(rows)

@@ -1,0 +1,38 @@
+"""`rlsolve cases FILE`: predicted vs measured on published figures."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from rlsolve.cli.main import guarded
+
+
+@click.command()
+@click.argument("path", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@guarded
+def cases(path: str, fmt: str) -> None:
+    """Predict every row of a reference-case FILE and print the error per row and the medians."""
+    from rlsolve.cases import score_cases
+    from rlsolve.cli.render import table
+    from rlsolve.spec import read_yaml
+    report = score_cases(read_yaml(path, what="cases file"))
+    if fmt == "json":
+        click.echo(json.dumps({"rows": [r.__dict__ for r in report.rows], "summary": report.summary()}, indent=2))
+        return
+    rows = [{"id": r.id, "kind": r.kind, "metric": r.metric, "measured": _n(r.measured), "predicted": _n(r.predicted),
+             "error": f"{r.error:+.1%}" if r.error is not None else "not modelled: " + r.note} for r in report.rows]
+    click.echo(table(rows, ["id", "kind", "metric", "measured", "predicted", "error"]), nl=False)
+    click.echo("")
+    for kind, s in report.summary().items():
+        med = "n/a" if s["median_abs_error"] is None else f"{s['median_abs_error']:.1%}"
+        mx = "n/a" if s["max_abs_error"] is None else f"{s['max_abs_error']:.1%}"
+        click.echo(f"{kind:8s} rows {s['rows']:3d}  modelled {s['modelled']:3d}  median |error| {med:>6s}  max {mx}")
+
+
+def _n(x: float | None) -> str:
+    return "" if x is None else f"{x:,.4g}"
+
+
+COMMANDS = [cases]
