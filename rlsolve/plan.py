@@ -158,7 +158,8 @@ class SolverInfo(_Out):
     proven_optimal: bool
     gap: float
     variables: int
-    candidates: int
+    candidates: int = Field(description="Non-dominated candidates the program chose among.")
+    layouts_scored: int = Field(0, description="Layouts the performance model scored during enumeration.")
     status_name: str = ""
 
 

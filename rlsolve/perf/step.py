@@ -11,7 +11,7 @@ from rlsolve.perf.generate import (GenLayout, StepModel, gen_other_bytes, kv_byt
                                    prefill_time, simulate_decode, weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, model_flops,
-                                train_memory, train_time)
+                                stage_times, train_memory, train_time)
 from rlsolve.resolve import PoolHW, Problem
 
 QUANT_BYTES = {"none": 2.0, "int8": 1.0, "int4": 0.5}
@@ -156,8 +156,11 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     seq_mean = rl.prompt_len + rl.response_len.mean_tokens
     gb = max(1, rl.samples // rl.mini_batches)
     steps = rl.mini_batches * rl.ppo_epochs
-    t = train_time(arch, dev, lay, gb, seq_mean, optimizer_steps=steps, lora_rank=lora)
-    old = forward_time(arch, dev, lay, rl.samples, seq_mean)
+    st = stage_times(arch, dev, lay, seq_mean, lora=lora > 0)
+    t = train_time(arch, dev, lay, gb, seq_mean, optimizer_steps=steps, lora_rank=lora, st=st)
+    if lora:  # the old log-prob pass is a plain forward
+        st = stage_times(arch, dev, lay, seq_mean)
+    old = forward_time(arch, dev, lay, rl.samples, seq_mean, st=st)
     return t, mem or policy_memory(problem, lay), old
 
 

@@ -256,9 +256,10 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
 
 
 def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: int, seq_len: float,
-               *, optimizer_steps: int = 1, lora_rank: int = 0, overlap_grad_reduce: bool = True) -> TrainTime:
+               *, optimizer_steps: int = 1, lora_rank: int = 0, overlap_grad_reduce: bool = True,
+               st: dict | None = None) -> TrainTime:
     """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens."""
-    st = stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
+    st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
     per_mb = st["fwd"] + st["bwd"]
     p2p = m * 2 * lay.vp * st["p2p"]
@@ -288,9 +289,10 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
     return t.scaled(optimizer_steps)
 
 
-def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float) -> float:
+def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float,
+                 st: dict | None = None) -> float:
     """Forward-only pass (log-probs, reference, reward, value) over `sequences`."""
-    st = stage_times(arch, dev, lay, seq_len)
+    st = st or stage_times(arch, dev, lay, seq_len)
     m = max(1.0, sequences / (lay.dp * lay.micro_batch))
     return (m + lay.pp - 1) * (st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0))
 

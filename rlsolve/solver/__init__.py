@@ -148,6 +148,7 @@ def solve(spec: "Spec | dict | str", objective: str | None = None, profile: dict
     gap = 0.0 if status == cp_model.OPTIMAL else (abs(val - bound) / max(abs(val), 1.0))
     info = SolverInfo(wall_s=None, proven_optimal=status == cp_model.OPTIMAL, gap=round(gap, 6),
                       variables=len(program.m.proto.variables), candidates=len(cands.gen) + len(cands.train),
+                      layouts_scored=cands.evaluated,
                       status_name=solver.status_name(status))
     plan = build_plan(problem, lay, est, status="optimal" if status == cp_model.OPTIMAL else "feasible",
                       solver=info, objective=objective)

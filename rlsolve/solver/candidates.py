@@ -161,16 +161,18 @@ def train_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[TrainLayou
                     for vp in vps:
                         zeros = (0, 1, 2, 3) if pp == 1 else (0, 1)
                         for zero in zeros:
-                            for mb in (1, 2, 4, 8):
-                                if gb % (dp * mb):
-                                    continue
-                                for rec in ("none", "selective", "full"):
+                            for rec in ("none", "selective", "full"):
+                                for mb in (1, 2, 4, 8):
+                                    if gb % (dp * mb):
+                                        continue
                                     lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
                                                       micro_batch=mb, recompute=rec, sequence_parallel=tp > 1)
                                     if all(_allowed(cons, k, getattr(lay, k)) for k in
                                            ("tp", "pp", "dp", "cp", "ep", "vp", "zero_stage", "micro_batch",
                                             "recompute")):
-                                        yield lay
+                                        # the caller stops the mb loop when memory runs out
+                                        if (yield lay) is False:
+                                            break
 
 
 def _count_ok(cons: dict[str, Any], n: int) -> bool:
@@ -202,7 +204,9 @@ def modes_allowed(problem: Problem) -> list[str]:
     return allowed
 
 
-def enumerate_candidates(problem: Problem) -> Candidates:
+def enumerate_candidates(problem: Problem, all_counts: bool = False) -> Candidates:
+    """All scored candidates. `all_counts`: generation at every legal GPU count (the cost
+    objective may leave GPUs idle); otherwise only the counts training leaves free."""
     check_constraint_keys(problem)
     pool = problem.pool
     modes = modes_allowed(problem)
@@ -229,9 +233,16 @@ def enumerate_candidates(problem: Problem) -> Candidates:
     for mode, n in counts:
         variants = [v for v in _aux_variants(problem, mode == "disagg")
                     if not (problem.reward is not None and "reward" not in v[0] and v[2] != "none")]
-        for lay in train_layouts(problem, pool, n):
+        layouts = train_layouts(problem, pool, n)
+        verdict = None
+        while True:
+            try:
+                lay = layouts.send(verdict)
+            except StopIteration:
+                break
             mem = policy_memory(problem, lay)
-            if mem.total > cap:
+            verdict = mem.total <= cap  # False: a larger micro-batch cannot fit either
+            if not verdict:
                 if mem.total < best_train_mem[0]:
                     best_train_mem = (mem.total, (lay, mem))
                 continue
@@ -255,7 +266,13 @@ def enumerate_candidates(problem: Problem) -> Candidates:
     if "colocated" in modes and any(c.mode == "colocated" for c in out.train):
         g_counts.append(("colocated", pool.n_gpus))
     if disagg:
-        g_counts += [("disagg", n) for n in role_gpu_counts(pool, exclusive=True) if _count_ok(gen_c, n)]
+        legal = [n for n in role_gpu_counts(pool, exclusive=True) if _count_ok(gen_c, n)]
+        if not all_counts:
+            # Throughput: more engine replicas never slow generation down, so generation takes
+            # the largest legal count that each training count leaves free.
+            left = {pool.n_gpus - c.gpus for c in out.train if c.mode == "disagg"}
+            legal = sorted({max((n for n in legal if n <= r), default=0) for r in left} - {0})
+        g_counts += [("disagg", n) for n in legal]
     levels = sorted({c.reserved_gb for c in out.train if c.mode == "colocated"})
     for mode, n in g_counts:
         for lay in gen_layouts(problem, pool, n):
@@ -307,13 +324,13 @@ def _gen_host_variants(problem: Problem):
 
 
 def _prune_train(cands: list[TrainCand]) -> list[TrainCand]:
-    """Keep, per (mode, GPUs, hosted models, reference placement, degrees), the candidates
-    on the Pareto front of (time, memory held during rollout); disaggregated candidates
-    hold nothing during rollout, so only the fastest survives."""
+    """Keep, per (mode, GPUs, hosted models, reference placement, quantization), the
+    candidates on the Pareto front of (time, memory held during rollout). Nothing else of a
+    training candidate enters the program, so the optimum is unchanged; disaggregated
+    candidates hold nothing during rollout, so only the fastest survives."""
     groups: dict[tuple, list[TrainCand]] = {}
     for c in cands:
-        L = c.layout
-        key = (c.mode, c.gpus, c.hosts, c.reference, c.reward_quant, L.tp, L.pp, L.cp, L.ep)
+        key = (c.mode, c.gpus, c.hosts, c.reference, c.reward_quant)
         groups.setdefault(key, []).append(c)
     out = []
     for key, cs in groups.items():
