@@ -25,6 +25,7 @@ from rlsolve.resolve import PoolHW
 
 # Rows of kind rl_step give total sequence lengths only; the prompt's share is assumed.
 DEFAULT_RL_PROMPT_LEN = 256
+KV_FREE_FRACTION = 0.9
 # Engines' default cap on concurrent sequences for >=70 GiB GPUs (vLLM get_batch_defaults).
 DEFAULT_MAX_NUM_SEQS = 1024
 
@@ -143,7 +144,9 @@ def predict_generate(row: dict) -> CaseResult:
     gpus = lay.tp * lay.pp
     inp, out = float(lay_in["input_len"]), float(lay_in["output_len"])
     step = StepModel(arch, dev, lay, wb, wb)
-    cap = pool.gpu.memory_gb * GB * 0.9 - weight_bytes_per_gpu(arch, lay, wb) - gen_other_bytes(arch, lay)
+    # engines give the KV cache a fraction of what the weights leave (TensorRT-LLM's
+    # kv_cache_free_gpu_mem_fraction default 0.9)
+    cap = KV_FREE_FRACTION * (pool.gpu.memory_gb * GB - weight_bytes_per_gpu(arch, lay, wb) - gen_other_bytes(arch, lay))
     kv_tokens = cap / kv_bytes_per_token_per_gpu(arch, lay, wb)
     batch = lay_in.get("batch", 1)
     meas = row.get("measured") or {}

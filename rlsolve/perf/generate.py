@@ -54,7 +54,8 @@ def gen_other_bytes(arch: Architecture, lay: GenLayout) -> float:
     chunk = c["prefill_chunk_tokens"]
     act = chunk * (4 * arch.hidden + 3 * (arch.d_moe_ffn if arch.is_moe else arch.d_ffn) / lay.tp) * 2.0
     logits = 256 * arch.vocab * 4.0 / lay.tp
-    return (c["cuda_context_gb"] + c["nccl_buffers_gb"]) * GB + act + logits
+    nccl = c["nccl_buffers_gb"] if lay.tp * lay.pp > 1 else 0.0  # a lone GPU opens no communicator
+    return (c["cuda_context_gb"] + nccl) * GB + act + logits
 
 
 class StepModel:

@@ -9,7 +9,7 @@ data-parallel gradient exchange and the optimizer step. Formulas and sources: do
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rlsolve.models import Architecture
 from rlsolve.perf.hw import GB, Device, constants
@@ -126,7 +126,8 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
     z = lay.zero_stage
     weights = weight_bytes * (dense / (shard_dense if z >= 3 else 1) + expert / (shard_expert if z >= 3 else 1))
     if not trainable:
-        return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True), _other(weights))
+        return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True),
+                        _other(weights, lay.gpus))
     if lora_rank > 0:
         adapters = lora_params(arch, lora_rank) / (lay.tp * lay.pp)
         grads, opt = BF16 * adapters, ADAM_BYTES * adapters
@@ -136,12 +137,13 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         grads = BF16 * (dense / gshard[0] + expert / gshard[1])
         opt = ADAM_BYTES * (dense / oshard[0] + expert / oshard[1])
     act = _activations(arch, lay, seq_len)
-    return TrainMem(weights, grads, opt, act, _other(weights + grads + opt + act))
+    return TrainMem(weights, grads, opt, act, _other(weights + grads + opt + act, lay.gpus))
 
 
-def _other(tracked: float) -> float:
+def _other(tracked: float, gpus: int) -> float:
     c = constants()
-    return (c["cuda_context_gb"] + c["nccl_buffers_gb"]) * GB + c["fragmentation_fraction"] * tracked
+    nccl = c["nccl_buffers_gb"] if gpus > 1 else 0.0  # a lone GPU opens no communicator
+    return (c["cuda_context_gb"] + nccl) * GB + c["fragmentation_fraction"] * tracked
 
 
 def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_only: bool = False) -> float:
@@ -173,15 +175,20 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
 # --- time ---------------------------------------------------------------------------------
 
 def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float, seq_len: float,
-               moe: bool) -> tuple[float, float, float, float]:
-    """(gemm_s, attention_s, elementwise_s, ep_comm_s) for one layer's forward on one GPU."""
+               moe: bool) -> tuple[float, float, float, float, float]:
+    """(gemm_s, attention_s, elementwise_fwd_s, elementwise_bwd_s, ep_comm_s) for one layer's
+    forward on one GPU (the backward's GEMMs and attention are scaled by the caller)."""
     h, tp = arch.hidden, lay.tp
+    shard = tp if lay.sp else 1
     kvw = 2 * arch.n_kv_heads * arch.d_head if not arch.is_mla else (
         arch.kv_lora_rank + arch.qk_rope_head_dim)
     attn_in = arch.attn_params_per_layer - arch.v_width * h
     gemm = dev.gemm_time(2 * tokens * attn_in / tp) + dev.gemm_time(2 * tokens * arch.v_width * h / tp)
     mats = 3 if arch.activation == "swiglu" else 2
-    ep_comm = 0.0
+    # widths (elements per token) of every GEMM input and output, for the FP8 casts below
+    gemm_in = h / shard + arch.v_width / tp
+    gemm_out = (attn_in / h) / tp + h / shard
+    ep_comm = sync = 0.0
     if moe:
         k, E = arch.experts_per_token, arch.experts
         tok_expert = tokens * k / E * lay.ep  # tokens one local expert sees (balanced routing)
@@ -189,29 +196,46 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         w = arch.d_moe_ffn
         gemm += dev.gemm_time(2 * tok_expert * h * w * (mats - 1) / tp, local)
         gemm += dev.gemm_time(2 * tok_expert * w * h / tp, local)
+        gemm_in += k * (h + w) / tp
+        gemm_out += k * (w * (mats - 1) + h) / tp
         if arch.shared_experts:
             sw = arch.shared_experts * w
             gemm += dev.gemm_time(2 * tokens * h * sw * (mats - 1) / tp) + dev.gemm_time(2 * tokens * sw * h / tp)
+            gemm_in += (h + sw) / tp
+            gemm_out += (sw * (mats - 1) + h) / tp
         gemm += dev.gemm_time(2 * tokens * h * E)  # router
-        width_elem = k * w
+        width_elem = k * w + arch.shared_experts * w
         # dispatch + combine all-to-all of the routed hidden states
         span = lay.tp * lay.cp * lay.ep
         ep_comm = 2 * dev.all_to_all(tokens * k * h * BF16 / tp, lay.ep, span)
-        perm = 4 * tokens * k * h * BF16 / tp  # permute/unpermute copies
+        perm = 2 * (k * h + h) / tp  # permute (read h, write k*h) and unpermute (the reverse)
+        # the dispatcher needs each expert's token count on the host: one sync per pass
+        sync = constants()["moe_host_sync_us"] * 1e-6
     else:
         w = arch.d_ffn
         gemm += dev.gemm_time(2 * tokens * h * w * (mats - 1) / tp) + dev.gemm_time(2 * tokens * w * h / tp)
+        gemm_in += (h + w) / tp
+        gemm_out += (w * (mats - 1) + h) / tp
         width_elem = w
         perm = 0.0
     # flash attention (causal) over the full sequence; cp splits the queries
     attn_flops = tokens * arch.attention_flops_per_token(seq_len, causal=True) / arch.layers / tp
     attention = attn_flops / dev.attention_flops
-    # elementwise traffic: 2 norms, 2 residual adds, rotary on q/k, the activation function
+    # elementwise traffic: 2 norms (read+write h), 2 residual adds (read 2h, write h), rotary
+    # on q/k, the activation function (swiglu reads 2w, writes w)
     q_k = arch.q_width + kvw
-    elem_elems = 10 * h + 2 * q_k + (3 if mats == 3 else 2) * width_elem
-    shard = tp if lay.sp else 1
-    elementwise = dev.stream_time(tokens * BF16 * elem_elems / shard + perm)
-    return gemm, attention, elementwise, ep_comm
+    elems = (10 * h + 2 * q_k) / shard + (3 if mats == 3 else 2) * width_elem / tp + perm
+    fwd_bytes, bwd_bytes = BF16 * elems, 2 * BF16 * elems
+    if dev.precision == "fp8":
+        # Transformer Engine casts every GEMM input (forward) and output gradient (backward):
+        # an amax pass (read 2 B), the cast (read 2 B, write 1 B) and a transposed copy (1 B)
+        fwd_bytes += FP8_CAST_BYTES * gemm_in
+        bwd_bytes += FP8_CAST_BYTES * gemm_out
+    return (gemm, attention, dev.stream_time(tokens * fwd_bytes) + sync, dev.stream_time(tokens * bwd_bytes) + sync,
+            ep_comm)
+
+
+FP8_CAST_BYTES = 6.0
 
 
 def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float, *,
@@ -220,14 +244,16 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     tokens = lay.micro_batch * seq_len / lay.cp
     layers_stage = math.ceil(arch.layers / lay.pp)
     moe_frac = arch.moe_layers / arch.layers
-    g_d, a_d, e_d, x_d = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
+    g_d, a_d, e_d, eb_d, x_d = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
     if arch.is_moe:
-        g_m, a_m, e_m, x_m = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True)
+        g_m, a_m, e_m, eb_m, x_m = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True)
     else:
-        g_m = a_m = e_m = x_m = 0.0
+        g_m = a_m = e_m = eb_m = x_m = 0.0
     mix = lambda d, m: layers_stage * ((1 - moe_frac) * d + moe_frac * m)  # noqa: E731
-    gemm, attn, elem, ep = mix(g_d, g_m), mix(a_d, a_m), mix(e_d, e_m), mix(x_d, x_m)
-    head = dev.gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
+    gemm, attn, elem, elem_b, ep = mix(g_d, g_m), mix(a_d, a_m), mix(e_d, e_m), mix(eb_d, eb_m), mix(x_d, x_m)
+    # the LM head stays in 16-bit under FP8 recipes (Transformer Engine keeps first/last layers in BF16)
+    dev16 = replace(dev, precision="bf16")
+    head = dev16.gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
     head_elem = dev.stream_time(tokens * arch.vocab / lay.tp * 4.0 * 3)  # fp32 log-softmax read/write
     # tensor parallel: 2 all-reduce equivalents per layer forward (AG+RS with SP: same bytes)
     act_bytes = tokens * arch.hidden * BF16
@@ -239,7 +265,7 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     cp_exposed = attn_fwd_exposed - attn
     bwd_gemm = 1.0 if lora else 2.0  # frozen weights need no weight-gradient GEMM
     fwd = {"compute": gemm + attn + elem + head + head_elem, "tp": tp_fwd, "ep": ep, "cp": cp_exposed}
-    bwd = {"compute": bwd_gemm * (gemm + head) + FA_BWD_OVER_FWD * attn + 2 * (elem + head_elem),
+    bwd = {"compute": bwd_gemm * (gemm + head) + FA_BWD_OVER_FWD * attn + elem_b + 2 * head_elem,
            "tp": tp_fwd, "ep": ep, "cp": cp_exposed * FA_BWD_OVER_FWD}
     if lay.recompute == "full":
         for k in ("compute", "tp", "ep", "cp"):

@@ -10,7 +10,7 @@ from rlsolve.cli.main import guarded
 
 @click.command()
 @click.argument("path", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table")
 @guarded
 def cases(path: str, fmt: str) -> None:
     """Predict every row of a reference-case FILE and print the error per row and the medians."""
@@ -21,6 +21,9 @@ def cases(path: str, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps({"rows": [r.__dict__ for r in report.rows], "summary": report.summary()}, indent=2))
         return
+    if fmt == "markdown":
+        click.echo(markdown(report), nl=False)
+        return
     rows = [{"id": r.id, "kind": r.kind, "metric": r.metric, "measured": _n(r.measured), "predicted": _n(r.predicted),
              "error": f"{r.error:+.1%}" if r.error is not None else "not modelled: " + r.note} for r in report.rows]
     click.echo(table(rows, ["id", "kind", "metric", "measured", "predicted", "error"]), nl=False)
@@ -29,6 +32,19 @@ def cases(path: str, fmt: str) -> None:
         med = "n/a" if s["median_abs_error"] is None else f"{s['median_abs_error']:.1%}"
         mx = "n/a" if s["max_abs_error"] is None else f"{s['max_abs_error']:.1%}"
         click.echo(f"{kind:8s} rows {s['rows']:3d}  modelled {s['modelled']:3d}  median |error| {med:>6s}  max {mx}")
+
+
+def markdown(report) -> str:
+    out = ["| id | kind | metric | measured | predicted | error |", "|---|---|---|---:|---:|---:|"]
+    for r in report.rows:
+        err = f"{r.error:+.1%}" if r.error is not None else "not modelled: " + r.note
+        out.append(f"| {r.id} | {r.kind} | {r.metric} | {_n(r.measured)} | {_n(r.predicted)} | {err} |")
+    out += ["", "| kind | rows | modelled | median abs error | max abs error |", "|---|---:|---:|---:|---:|"]
+    for kind, s in report.summary().items():
+        med = "n/a" if s["median_abs_error"] is None else f"{s['median_abs_error']:.1%}"
+        mx = "n/a" if s["max_abs_error"] is None else f"{s['max_abs_error']:.1%}"
+        out.append(f"| {kind} | {s['rows']} | {s['modelled']} | {med} | {mx} |")
+    return "\n".join(out) + "\n"
 
 
 def _n(x: float | None) -> str:
