@@ -8,7 +8,7 @@ import pytest
 import rlsolve
 from rlsolve.errors import InfeasibleError
 from rlsolve.resolve import resolve
-from rlsolve.solver import _aux_names, solve
+from rlsolve.solver import make_program, solve
 from rlsolve.solver.brute import brute_force, combine_step
 from rlsolve.solver.candidates import enumerate_candidates, modes_allowed
 from rlsolve.solver.estimate import estimate, evaluate_layout
@@ -33,8 +33,7 @@ SMALL = [
 def test_cpsat_matches_brute_force(spec):
     problem = resolve(load_spec(spec))
     cands = enumerate_candidates(problem)
-    prog = Program(cands, modes_allowed(problem), problem.pool.n_gpus, _aux_names(problem))
-    prog.minimize_step()
+    prog = make_program(problem, cands, modes_allowed(problem))
     solver, status = run(prog, 30, 2, True)
     assert solver.status_name(status) == "OPTIMAL"
     best_ms, triple = brute_force(problem, cands)

@@ -295,7 +295,16 @@ class StepEstimate:
     tokens_per_step: float
     n_gpus_used: int
     n_gpus_total: int
+    pool_gen: PoolHW | None = None
+    pool_train: PoolHW | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def usd_per_hour(self) -> float:
+        """Price of the GPUs the plan uses (a colocated set counts once)."""
+        if self.mode == "colocated":
+            return self.gen.gpus * self.pool_gen.price_per_gpu_hour_usd
+        return self.gen.gpus * self.pool_gen.price_per_gpu_hour_usd + self.train.gpus * self.pool_train.price_per_gpu_hour_usd
 
     @property
     def tokens_per_s(self) -> float:
@@ -324,7 +333,8 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
         used = gen.gpus + train.gpus
     total = sum(p.n_gpus for p in problem.pools)
     return StepEstimate(mode=mode, gen=gen, train=train, sync=sync, sync_exposed=exposed, switch=switch,
-                        step=step, tokens_per_step=rl.tokens_per_step, n_gpus_used=used, n_gpus_total=total)
+                        step=step, tokens_per_step=rl.tokens_per_step, n_gpus_used=used, n_gpus_total=total,
+                        pool_gen=pool_gen, pool_train=pool_train)
 
 
 def step_flops(problem: Problem) -> tuple[float, float]:

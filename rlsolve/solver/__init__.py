@@ -8,13 +8,14 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from rlsolve.errors import InfeasibleError
+from rlsolve.errors import InfeasibleError, SpecError
 from rlsolve.perf.hw import GB
 from rlsolve.perf.step import capacity_bytes
 from rlsolve.plan import (Alternative, GenParallel, Layout, Optimization, Parallelism, Pipeline, PlacementSection,
                           Plan, ResourceAllocation, RoleGPUs, SolverInfo, TrainParallel)
 from rlsolve.resolve import Problem, resolve
 from rlsolve.solver.candidates import Candidates, GenCand, TrainCand, enumerate_candidates, modes_allowed
+from rlsolve.solver.diagnose import diagnose
 from rlsolve.solver.estimate import evaluate_layout
 from rlsolve.solver.program import Program, run
 from rlsolve.solver.report import build_plan, gen_reason
@@ -30,9 +31,21 @@ def framework_for(t: TrainCand) -> str:
     return "megatron"
 
 
+def make_program(problem: Problem, cands: Candidates, modes: list[str], objective: str = "throughput") -> Program:
+    """The CP-SAT program for these candidates, with its objective set."""
+    budget = problem.spec.constraints.max_price_per_hour_usd
+    prog = Program(cands, modes, [p.n_gpus for p in problem.pools], _aux_names(problem),
+                   [round(p.price_per_gpu_hour_usd * 1000) for p in problem.pools],
+                   None if budget is None else int(budget * 1000))
+    if objective == "cost":
+        prog.minimize_cost()
+    else:
+        prog.minimize_step()
+    return prog
+
+
 def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand) -> Layout:
     g, t = gc.layout, tc.layout
-    pool = problem.pool.name
     placement = PlacementSection(
         reference="none" if problem.reference is None else ("generation" if "reference" in gc.hosts else tc.reference),
         reward="cpu" if problem.reward is None else ("generation" if "reward" in gc.hosts else "training"),
@@ -43,13 +56,13 @@ def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand) -> Layo
     opt = Optimization(reference_offload=tc.reference == "cpu_offload", reward_quantization=quant,
                        train_offload_during_rollout=tc.offload_states, kv_cache_gb=side.kv_cache / GB,
                        max_num_seqs=side.max_num_seqs,
-                       gpu_memory_utilization=round(min(0.99, engine_bytes / (problem.pool.gpu.memory_gb * GB)), 3))
-    gpus = problem.pool.n_gpus if mode == "colocated" else None
+                       gpu_memory_utilization=round(min(0.99, engine_bytes / (problem.pools[gc.pool].gpu.memory_gb * GB)),
+                                                    3))
     return Layout(
         pipeline=Pipeline(mode=mode, staleness=problem.spec.rl.max_staleness if mode == "async" else 0),
         resource_allocation=ResourceAllocation(
-            generation=RoleGPUs(pool=pool, gpus=gpus or gc.gpus, engine="vllm"),
-            training=RoleGPUs(pool=pool, gpus=gpus or tc.gpus, framework=framework_for(tc))),
+            generation=RoleGPUs(pool=problem.pools[gc.pool].name, gpus=gc.gpus, engine="vllm"),
+            training=RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.gpus, framework=framework_for(tc))),
         placement=placement,
         parallelism=Parallelism(
             generation=GenParallel(tp=g.tp, pp=g.pp, dp=g.dp, ep=g.ep),
@@ -70,9 +83,9 @@ def _no_candidates(problem: Problem, cands: Candidates) -> InfeasibleError:
     if not cands.train:
         best = cands.rejected.get("train_min_bytes", (None, None))[1]
         if best is not None:
-            lay, mem = best
+            lay, mem, pool = best
             reasons.append("no training layout fits: the smallest, " + _describe_train(lay) + ", "
-                           + _train_need(problem, mem))
+                           + _train_need(problem, mem, pool))
         else:
             reasons.append("no legal training layout: check constraints.training and the batch divisibility "
                            f"(rl.prompts_per_step*samples_per_prompt/mini_batches = "
@@ -91,13 +104,14 @@ def _describe_train(L) -> str:
             f"micro_batch={L.micro_batch}")
 
 
-def _train_need(problem: Problem, mem) -> str:
+def _train_need(problem: Problem, mem, pool) -> str:
     a = problem.policy
-    cap = capacity_bytes(problem.pool, problem.spec.constraints.min_headroom)
+    cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+    n_gpus = sum(p.n_gpus for p in problem.pools)
+    total_gb = sum(p.n_gpus * p.gpu.memory_gb for p in problem.pools)
     return (f"needs {mem.total / GB:,.1f} GB per GPU (the {a.name} policy's {a.total_params / 1e9:,.1f}B parameters "
-            f"take {a.total_params * 16 / GB:,.0f} GB for weights, grads and Adam states across the cluster's "
-            f"{problem.pool.n_gpus} GPUs of {problem.pool.gpu.memory_gb:g} GB = "
-            f"{problem.pool.n_gpus * problem.pool.gpu.memory_gb:,.0f} GB), more than the "
+            f"take {a.total_params * 16 / GB:,.0f} GB for weights, grads and Adam states; the cluster's "
+            f"{n_gpus} GPUs hold {total_gb:,.0f} GB), more than the "
             f"{cap / GB:,.1f} GB allowed")
 
 
@@ -130,16 +144,19 @@ def solve(spec: "Spec | dict | str", objective: str | None = None, profile: dict
         raise TypeError(f"unknown solver option(s): {sorted(unknown)}")
     opts = spec.solver.model_copy(update=solver_options)
     objective = objective or spec.objective
+    if objective not in ("throughput", "cost"):
+        raise SpecError(f"unknown objective {objective!r}; use throughput or cost", field="objective")
     problem = resolve(spec, profile)
-    cands = enumerate_candidates(problem)
+    # with a cost objective or a price cap, fewer GPUs can be better: score every count
+    all_counts = objective == "cost" or spec.constraints.max_price_per_hour_usd is not None
+    cands = enumerate_candidates(problem, all_counts=all_counts)
     if not cands.gen or not cands.train:
-        raise _no_candidates(problem, cands)
+        raise InfeasibleError(diagnose(problem) or _no_candidates(problem, cands).reasons)
     modes = modes_allowed(problem)
-    program = Program(cands, modes, problem.pool.n_gpus, _aux_names(problem))
-    program.minimize_step()
+    program = make_program(problem, cands, modes, objective)
     solver, status = run(program, opts.time_limit_s, opts.workers, opts.deterministic)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise InfeasibleError(_diagnose(problem, cands, modes))
+        raise InfeasibleError(diagnose(problem) or _diagnose(problem, cands, modes))
     gc, tc, mode = _chosen(program, solver, cands)
     lay = cand_layout(problem, mode, gc, tc)
     est = evaluate_layout(problem, lay)
@@ -172,34 +189,40 @@ def _alternatives(problem: Problem, cands: Candidates, modes: list[str], best: P
     if opts.top_k <= 0:
         return out
     seen = {chosen}
-    tries: list[tuple[str | None, bool]] = [(m, False) for m in modes if m != chosen[2]] + [(None, True)] * opts.top_k
+    shown = {_summary(best.layout())}
+    tries: list[tuple[str | None, bool]] = [(m, False) for m in modes if m != chosen[2]] + [(None, True)] * (2 * opts.top_k)
     for mode, exclude in tries:
         if len(out) >= opts.top_k:
             break
-        prog = Program(cands, modes, problem.pool.n_gpus, _aux_names(problem))
+        prog = make_program(problem, cands, modes, objective)
         if mode:
             prog.m.add(prog.v.mode[mode] == 1)
         for g_id, t_id, _ in seen:
             prog.forbid(g_id, t_id)
-        prog.minimize_step()
         solver, status = run(prog, opts.time_limit_s, opts.workers, opts.deterministic)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             continue
         gc, tc, m = _chosen(prog, solver, cands)
         seen.add((gc.id, tc.id, m))
         lay = cand_layout(problem, m, gc, tc)
+        if _summary(lay) in shown:  # same degrees, differing only in a detail: not a distinct plan
+            continue
+        shown.add(_summary(lay))
         try:
             alt = build_plan(problem, lay, evaluate_layout(problem, lay), status="feasible", objective=objective)
         except InfeasibleError:
             continue
-        gap = 1.0 - alt.throughput.tokens_per_s / best.throughput.tokens_per_s
+        if objective == "cost":
+            gap = alt.objective.value / best.objective.value - 1.0
+        else:
+            gap = 1.0 - alt.throughput.tokens_per_s / best.throughput.tokens_per_s
         out.append(Alternative(summary=_summary(lay), tokens_per_s=alt.throughput.tokens_per_s, gap=round(gap, 4),
                                why=_why(best, alt)))
     return out
 
 
 def _diagnose(problem: Problem, cands: Candidates, modes: list[str]) -> list[str]:
-    n = problem.pool.n_gpus
+    n = sum(p.n_gpus for p in problem.pools)
     min_g = min((c.gpus for c in cands.gen if c.mode == "disagg"), default=None)
     min_t = min((c.gpus for c in cands.train if c.mode == "disagg"), default=None)
     reasons = []

@@ -9,11 +9,9 @@ from rlsolve.solver.candidates import Candidates, modes_allowed
 from rlsolve.solver.scale import time_units
 
 
-def brute_force(problem: Problem, cands: Candidates) -> tuple[int, tuple | None]:
-    """(best step in ms, (gen id, train id, mode)) over all legal triples."""
-    n = problem.pool.n_gpus
+def legal_triples(problem: Problem, cands: Candidates):
+    """Every (generation, training, mode) triple the rules allow, checked in plain Python."""
     aux = [x for x in ("reference", "reward") if getattr(problem, x) is not None]
-    best: tuple[int, tuple | None] = (2**62, None)
     for mode in modes_allowed(problem):
         kind = "colocated" if mode == "colocated" else "disagg"
         for g in cands.gen:
@@ -22,16 +20,40 @@ def brute_force(problem: Problem, cands: Candidates) -> tuple[int, tuple | None]
             for t in cands.train:
                 if t.mode != kind:
                     continue
-                if kind == "colocated" and t.reserved_gb > g.reserved_gb:
+                if kind == "colocated" and (t.reserved_gb > g.reserved_gb or t.pool != g.pool or t.gpus != g.gpus):
                     continue
-                if kind == "disagg" and g.gpus + t.gpus > n:
+                if kind == "disagg" and not _fits_pools(problem, g, t):
                     continue
                 if any((a in g.hosts) + (a in t.hosts) != 1 for a in aux):
                     continue
-                step = _step_ms(problem, mode, g, t)
-                if step < best[0]:
-                    best = (step, (g.id, t.id, mode))
+                yield g, t, mode
+
+
+def brute_force(problem: Problem, cands: Candidates, objective: str = "throughput") -> tuple[int, tuple | None]:
+    """(best objective in the program's integer units, (gen id, train id, mode)) over all
+    legal triples: step in ms for throughput, (milli-dollars per hour) x ms for cost."""
+    best: tuple[int, tuple | None] = (2**62, None)
+    budget = problem.spec.constraints.max_price_per_hour_usd
+    for g, t, mode in legal_triples(problem, cands):
+        rate = rate_milli(problem, g, t, mode)
+        if budget is not None and rate > int(budget * 1000):
+            continue
+        step = _step_ms(problem, mode, g, t)
+        value = step * rate if objective == "cost" else step
+        if value < best[0]:
+            best = (value, (g.id, t.id, mode))
     return best
+
+
+def rate_milli(problem: Problem, g, t, mode: str) -> int:
+    price = [round(p.price_per_gpu_hour_usd * 1000) for p in problem.pools]
+    return price[g.pool] * g.gpus + (0 if mode == "colocated" else price[t.pool] * t.gpus)
+
+
+def _fits_pools(problem: Problem, g, t) -> bool:
+    if g.pool == t.pool:
+        return g.gpus + t.gpus <= problem.pools[g.pool].n_gpus
+    return g.gpus <= problem.pools[g.pool].n_gpus and t.gpus <= problem.pools[t.pool].n_gpus
 
 
 def _step_ms(problem: Problem, mode: str, g, t) -> int:
@@ -48,4 +70,5 @@ def _step_ms(problem: Problem, mode: str, g, t) -> int:
 
 def combine_step(problem: Problem, mode: str, g, t) -> float:
     """The same pair scored in floats by perf.step.combine (checks the integer program's terms)."""
-    return combine(problem, mode, g.side, t.side, offload_states=t.offload_states).step
+    return combine(problem, mode, g.side, t.side, offload_states=t.offload_states,
+                   pool_train=problem.pools[t.pool], pool_gen=problem.pools[g.pool]).step

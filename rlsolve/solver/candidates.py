@@ -13,8 +13,8 @@ from typing import Any, Iterable
 from rlsolve.errors import SpecError
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
-from rlsolve.perf.step import (QUANT_BYTES, GenSide, TrainSide, capacity_bytes, gen_side, policy_memory, send_time,
-                               sync_time, train_aux, train_core)
+from rlsolve.perf.step import (QUANT_BYTES, GenSide, TrainSide, capacity_bytes, gen_side, policy_memory, recv_time,
+                               send_time, sync_time, train_aux, train_core)
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.scale import mem_units_up, time_units
@@ -32,6 +32,7 @@ class GenCand:
     reserved_gb: int          # colocated: GB per GPU left to the training side during rollout
     side: GenSide
     sync: float               # colocated: reshard seconds; disagg: seconds to receive the weights
+    pool: int = 0             # index into problem.pools
     id: int = -1
 
     @property
@@ -54,6 +55,7 @@ class TrainCand:
     side: TrainSide
     switch: float             # colocated offload/reload seconds
     send: float               # disagg: seconds for the trainers to send the weights
+    pool: int = 0
     id: int = -1
 
     @property
@@ -205,31 +207,48 @@ def modes_allowed(problem: Problem) -> list[str]:
 
 
 def enumerate_candidates(problem: Problem, all_counts: bool = False) -> Candidates:
-    """All scored candidates. `all_counts`: generation at every legal GPU count (the cost
-    objective may leave GPUs idle); otherwise only the counts training leaves free."""
+    """All scored candidates of every pool. `all_counts`: every legal GPU count for each role
+    (the cost objective may leave GPUs idle); otherwise generation takes the largest count
+    that training leaves free, and colocation takes the whole pool."""
     check_constraint_keys(problem)
-    pool = problem.pool
     modes = modes_allowed(problem)
-    gen_c, train_c = problem.spec.constraints.generation, problem.spec.constraints.training
     out = Candidates(gen=[], train=[])
-    best_train_mem: tuple[float, Any] = (math.inf, None)
-    best_gen_mem: tuple[float, Any] = (math.inf, None)
+    out.rejected = {"train_min_bytes": (math.inf, None), "gen_min_bytes": (math.inf, None)}
+    for p in range(len(problem.pools)):
+        out.train += _train_candidates(problem, p, modes, all_counts, out)
+    out.train = _prune_train(out.train)
+    for p in range(len(problem.pools)):
+        out.gen += _gen_candidates(problem, p, modes, all_counts, out)
+    for i, c in enumerate(out.gen):
+        c.id = i
+    for i, c in enumerate(out.train):
+        c.id = i
+    return out
 
+
+def _note_min(out: Candidates, key: str, nbytes: float, what: Any) -> None:
+    if nbytes < out.rejected[key][0]:
+        out.rejected[key] = (nbytes, what)
+
+
+def _role_counts(problem: Problem, pool: PoolHW, cons: dict[str, Any]) -> list[int]:
+    single = len(problem.pools) == 1  # with one pool the other role needs a GPU too
+    return [n for n in role_gpu_counts(pool, exclusive=single) if _count_ok(cons, n)]
+
+
+def _train_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool, out: Candidates) -> list[TrainCand]:
+    pool = problem.pools[p]
+    gen_c, train_c = problem.spec.constraints.generation, problem.spec.constraints.training
     dev = device(pool, problem.spec.model.precision, problem.profile)
     cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
     aux_cache: dict[tuple, tuple] = {}
-
-    def aux(lay: TrainLayout, ref: str, hosts: frozenset, quant: str):
-        return train_aux(problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
-                         reward_quant=quant, cache=aux_cache)
-
-    # ---- training candidates
-    disagg = any(m in modes for m in ("sync", "async"))
-    counts = []
-    if "colocated" in modes and _count_ok(train_c, pool.n_gpus) and _count_ok(gen_c, pool.n_gpus):
-        counts.append(("colocated", pool.n_gpus))
-    if disagg:
-        counts += [("disagg", n) for n in role_gpu_counts(pool, exclusive=True) if _count_ok(train_c, n)]
+    counts: list[tuple[str, int]] = []
+    if "colocated" in modes:
+        coloc = _role_counts(problem, pool, train_c) + [pool.n_gpus] if all_counts else [pool.n_gpus]
+        counts += [("colocated", n) for n in sorted(set(coloc)) if _count_ok(train_c, n) and _count_ok(gen_c, n)]
+    if any(m in modes for m in ("sync", "async")):
+        counts += [("disagg", n) for n in _role_counts(problem, pool, train_c)]
+    found: list[TrainCand] = []
     for mode, n in counts:
         variants = [v for v in _aux_variants(problem, mode == "disagg")
                     if not (problem.reward is not None and "reward" not in v[0] and v[2] != "none")]
@@ -243,73 +262,64 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False) -> Candidat
             mem = policy_memory(problem, lay)
             verdict = mem.total <= cap  # False: a larger micro-batch cannot fit either
             if not verdict:
-                if mem.total < best_train_mem[0]:
-                    best_train_mem = (mem.total, (lay, mem))
+                _note_min(out, "train_min_bytes", mem.total, (lay, mem, pool))
                 continue
             t, _, old = train_core(problem, pool, lay, mem)
             out.evaluated += 1
             for hosts, ref, quant, _gen_hosts in variants:
-                ref_t, rew_t, val_t, resident = aux(lay, ref, hosts, quant)
+                ref_t, rew_t, val_t, resident = train_aux(
+                    problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
+                    reward_quant=quant, cache=aux_cache)
                 if mem.total + resident > cap:
                     continue
                 side = TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
                                  value=val_t, mem=mem, aux_resident=resident, capacity=cap, fits=True,
                                  states=mem.states + resident)
-                offloads = (False, True) if mode == "colocated" else (False,)
-                for off in offloads:
+                for off in ((False, True) if mode == "colocated" else (False,)):
                     switch = 2 * dev.pcie_time(side.states) if off else 0.0
-                    out.train.append(TrainCand(mode=mode, layout=lay, hosts=hosts, reference=ref, reward_quant=quant,
-                                               offload_states=off, side=side, switch=switch, send=0.0))
-    out.train = _prune_train(out.train)
-    # ---- generation candidates
-    g_counts = []
-    if "colocated" in modes and any(c.mode == "colocated" for c in out.train):
-        g_counts.append(("colocated", pool.n_gpus))
-    if disagg:
-        legal = [n for n in role_gpu_counts(pool, exclusive=True) if _count_ok(gen_c, n)]
+                    send = send_time(problem, pool, n) if mode == "disagg" else 0.0
+                    found.append(TrainCand(mode=mode, layout=lay, hosts=hosts, reference=ref, reward_quant=quant,
+                                           offload_states=off, side=side, switch=switch, send=send, pool=p))
+    return found
+
+
+def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool, out: Candidates) -> list[GenCand]:
+    pool = problem.pools[p]
+    gen_c = problem.spec.constraints.generation
+    found: list[GenCand] = []
+    g_counts: list[tuple[str, int]] = []
+    coloc_counts = sorted({c.gpus for c in out.train if c.mode == "colocated" and c.pool == p})
+    g_counts += [("colocated", n) for n in coloc_counts]
+    if any(m in modes for m in ("sync", "async")):
+        legal = _role_counts(problem, pool, gen_c)
         if not all_counts:
             # Throughput: more engine replicas never slow generation down, so generation takes
-            # the largest legal count that each training count leaves free.
-            left = {pool.n_gpus - c.gpus for c in out.train if c.mode == "disagg"}
+            # the largest legal count that each training choice leaves free in this pool.
+            left = {pool.n_gpus - (c.gpus if c.pool == p else 0) for c in out.train if c.mode == "disagg"}
             legal = sorted({max((n for n in legal if n <= r), default=0) for r in left} - {0})
         g_counts += [("disagg", n) for n in legal]
-    levels = sorted({c.reserved_gb for c in out.train if c.mode == "colocated"})
     for mode, n in g_counts:
+        levels = sorted({c.reserved_gb for c in out.train if c.mode == "colocated" and c.pool == p and c.gpus == n})
         for lay in gen_layouts(problem, pool, n):
             if mode == "colocated":
                 for lv in levels:
                     side = gen_side(problem, pool, lay, reserved=lv * 1e9)
                     out.evaluated += 1
                     if not side.fits:
-                        if side.total < best_gen_mem[0]:
-                            best_gen_mem = (side.total, side)
+                        _note_min(out, "gen_min_bytes", side.total, side)
                         break  # more reserved memory fits even less
                     sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
-                    out.gen.append(GenCand(mode, lay, frozenset(), "none", lv, side, sync))
+                    found.append(GenCand(mode, lay, frozenset(), "none", lv, side, sync, pool=p))
             else:
                 for hosts, q in _gen_host_variants(problem):
                     aux = tuple((getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
                     side = gen_side(problem, pool, lay, aux_models=aux)
                     out.evaluated += 1
                     if not side.fits:
-                        if side.total < best_gen_mem[0]:
-                            best_gen_mem = (side.total, side)
+                        _note_min(out, "gen_min_bytes", side.total, side)
                         continue
-                    _, recv = sync_time(problem, pool, pool, lay, 1, colocated=False)
-                    out.gen.append(GenCand(mode, lay, hosts, q, 0, side, recv))
-    # disaggregated trainers send the weights; the time depends on their count only
-    for c in out.train:
-        if c.mode == "disagg":
-            c.send = send_time(problem, pool, c.gpus)
-    out.gen = _prune_gen(out.gen)
-    for i, c in enumerate(out.gen):
-        c.id = i
-    for i, c in enumerate(out.train):
-        c.id = i
-    out.rejected = {"train_min_bytes": best_train_mem, "gen_min_bytes": best_gen_mem}
-    return out
-
-
+                    found.append(GenCand(mode, lay, hosts, q, 0, side, recv_time(problem, pool, lay), pool=p))
+    return found
 
 
 def _gen_host_variants(problem: Problem):
@@ -330,7 +340,7 @@ def _prune_train(cands: list[TrainCand]) -> list[TrainCand]:
     candidates hold nothing during rollout, so only the fastest survives."""
     groups: dict[tuple, list[TrainCand]] = {}
     for c in cands:
-        key = (c.mode, c.gpus, c.hosts, c.reference, c.reward_quant)
+        key = (c.pool, c.mode, c.gpus, c.hosts, c.reference, c.reward_quant)
         groups.setdefault(key, []).append(c)
     out = []
     for key, cs in groups.items():
@@ -348,9 +358,3 @@ def _simplicity(c: TrainCand) -> tuple:
     L = c.layout
     rec = {"none": 0, "selective": 1, "full": 2}[L.recompute]
     return (L.zero_stage, rec, L.vp, -L.micro_batch, c.offload_states)
-
-
-def _prune_gen(cands: list[GenCand]) -> list[GenCand]:
-    """Colocated: per layout keep each reserved level (they couple to training). Disagg:
-    per (GPUs, hosted models, quant, tp, pp) only one candidate exists already."""
-    return cands

@@ -31,10 +31,19 @@ def to_layout(layout: Any) -> Layout:
         raise format_validation_error(e, prefix="layout.") from None
 
 
+def pool_named(problem: Problem, name: str, field: str):
+    for p in problem.pools:
+        if p.name == name:
+            return p
+    if len(problem.pools) == 1:  # a single-pool layout may name its pool anything
+        return problem.pools[0]
+    raise SpecError(f"unknown pool {name!r}; the cluster's pools: {', '.join(p.name for p in problem.pools)}",
+                    field=field)
+
+
 def check_layout(problem: Problem, lay: Layout) -> None:
     """Structural rules a layout must obey; SpecError names the field and the fix."""
     a = problem.policy
-    pool = problem.pool
     g, t = lay.parallelism.generation, lay.parallelism.training
     ra = lay.resource_allocation
     if g.tp * g.pp * g.dp != ra.generation.gpus:
@@ -55,17 +64,23 @@ def check_layout(problem: Problem, lay: Layout) -> None:
                         field="layout.parallelism.training.ep")
     if t.vp > 1 and a.layers % (t.pp * t.vp):
         raise SpecError(f"vp={t.vp} needs layers ({a.layers}) divisible by pp*vp", field="layout.parallelism.training.vp")
-    total = pool.n_gpus
+    pg = pool_named(problem, ra.generation.pool, "layout.resource_allocation.generation.pool")
+    pt = pool_named(problem, ra.training.pool, "layout.resource_allocation.training.pool")
     if lay.pipeline.mode == "colocated":
-        if ra.generation.gpus != ra.training.gpus:
-            raise SpecError("colocated roles share the same GPUs; give both the same count",
+        if ra.generation.gpus != ra.training.gpus or pg is not pt:
+            raise SpecError("colocated roles share the same GPUs; give both the same pool and count",
                             field="layout.resource_allocation")
-        if ra.training.gpus > total:
-            raise SpecError(f"{ra.training.gpus} GPUs requested, the cluster has {total}",
+        if ra.training.gpus > pt.n_gpus:
+            raise SpecError(f"{ra.training.gpus} GPUs requested, pool {pt.name!r} has {pt.n_gpus}",
                             field="layout.resource_allocation.training.gpus")
-    elif ra.generation.gpus + ra.training.gpus > total:
+    elif pg is pt and ra.generation.gpus + ra.training.gpus > pt.n_gpus:
         raise SpecError(f"generation ({ra.generation.gpus}) + training ({ra.training.gpus}) GPUs exceed the "
-                        f"cluster's {total}", field="layout.resource_allocation")
+                        f"{pt.n_gpus} of pool {pt.name!r}", field="layout.resource_allocation")
+    else:
+        for role, cnt, pool in (("generation", ra.generation.gpus, pg), ("training", ra.training.gpus, pt)):
+            if cnt > pool.n_gpus:
+                raise SpecError(f"{cnt} GPUs requested, pool {pool.name!r} has {pool.n_gpus}",
+                                field=f"layout.resource_allocation.{role}.gpus")
     if lay.pipeline.mode == "async" and problem.spec.rl.max_staleness == 0:
         raise SpecError("async overlap needs rl.max_staleness >= 1", field="layout.pipeline.mode")
     pl = lay.placement
@@ -95,16 +110,18 @@ def gen_layout(lay: Layout) -> GenLayout:
 
 def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
     check_layout(problem, lay)
-    pool = problem.pool
+    ra = lay.resource_allocation
+    pg = pool_named(problem, ra.generation.pool, "layout.resource_allocation.generation.pool")
+    pt = pool_named(problem, ra.training.pool, "layout.resource_allocation.training.pool")
     pl, opt = lay.placement, lay.optimization
     mode = lay.pipeline.mode
-    ts = train_side(problem, pool, train_layout(lay),
+    ts = train_side(problem, pt, train_layout(lay),
                     reference=pl.reference if pl.reference in ("training", "cpu_offload") else "elsewhere",
                     reward="training" if pl.reward == "training" else "elsewhere",
                     reward_quant=opt.reward_quantization)
     if mode == "colocated":
         reserved = 0.0 if opt.train_offload_during_rollout else ts.states
-        gs = gen_side(problem, pool, gen_layout(lay), reserved=reserved, kv_cache_gb=opt.kv_cache_gb,
+        gs = gen_side(problem, pg, gen_layout(lay), reserved=reserved, kv_cache_gb=opt.kv_cache_gb,
                       max_num_seqs=opt.max_num_seqs)
     else:
         aux = []
@@ -112,17 +129,19 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
             aux.append((problem.reference, 2.0))
         if pl.reward == "generation":
             aux.append((problem.reward, QUANT_BYTES[opt.reward_quantization]))
-        gs = gen_side(problem, pool, gen_layout(lay), aux_models=tuple(aux), kv_cache_gb=opt.kv_cache_gb,
+        gs = gen_side(problem, pg, gen_layout(lay), aux_models=tuple(aux), kv_cache_gb=opt.kv_cache_gb,
                       max_num_seqs=opt.max_num_seqs)
-    return combine(problem, mode, gs, ts, offload_states=opt.train_offload_during_rollout)
+    return combine(problem, mode, gs, ts, offload_states=opt.train_offload_during_rollout, pool_train=pt, pool_gen=pg)
 
 
-def estimate(spec: "Spec | dict | str", layout: Any, profile: dict | None = None) -> Plan:
+def estimate(spec: "Spec | dict | str", layout: Any, profile: dict | None = None, objective: str | None = None) -> Plan:
     """Re-score a layout (a plan or its layout sections) under the performance model."""
     from rlsolve.resolve import resolve
     from rlsolve.solver.report import build_plan
     spec = load_spec(spec)
     problem = resolve(spec, profile)
     lay = to_layout(layout)
+    if objective is None and isinstance(layout, Plan):
+        objective = layout.objective.name
     est = evaluate_layout(problem, lay)
-    return build_plan(problem, lay, est, status="estimate")
+    return build_plan(problem, lay, est, status="estimate", objective=objective or spec.objective)

@@ -28,11 +28,19 @@ class Vars:
 
 
 class Program:
-    def __init__(self, cands: Candidates, modes: list[str], n_gpus: int, aux_models: list[str]):
-        self.cands, self.modes, self.n_gpus, self.aux = cands, modes, n_gpus, aux_models
+    """`pool_gpus[p]`: GPUs of pool p; `pool_price_milli[p]`: its price per GPU-hour in
+    thousandths of a dollar; `budget_milli`: the price cap per hour (None: no cap)."""
+
+    def __init__(self, cands: Candidates, modes: list[str], pool_gpus: list[int], aux_models: list[str],
+                 pool_price_milli: list[int] | None = None, budget_milli: int | None = None):
+        self.cands, self.modes, self.aux = cands, modes, aux_models
+        self.pool_gpus = pool_gpus
+        self.n_gpus = sum(pool_gpus)
+        self.price = pool_price_milli or [1] * len(pool_gpus)
+        self.budget = budget_milli
         self.m = cp_model.CpModel()
         self.v = self._variables()
-        for module in (self._world, self._memory, self._placement, self._pipeline):
+        for module in (self._world, self._memory, self._placement, self._pipeline, self._price):
             module()
 
     # --- variables -------------------------------------------------------------------------
@@ -44,6 +52,7 @@ class Program:
         horizon = max([time_units(c.time) for c in self.cands.gen] + [1]) + \
             max([time_units(c.time) for c in self.cands.train] + [1]) + \
             max([time_units(c.sync) for c in self.cands.gen] + [time_units(c.send) for c in self.cands.train] + [1]) + 1
+        self.horizon = horizon
         step = m.new_int_var(0, horizon, "step_ms")
         sync = m.new_int_var(0, horizon, "sync_ms")
         used = m.new_int_var(0, self.n_gpus, "gpus_used")
@@ -51,7 +60,8 @@ class Program:
 
     # --- modules ---------------------------------------------------------------------------
     def _world(self) -> None:
-        """One candidate per role, one mode, both roles of that mode; GPUs within the pool."""
+        """One candidate per role, one mode, both roles of that mode; colocated roles on the
+        same pool and GPU count; disaggregated roles within each pool's GPUs."""
         m, v, c = self.m, self.v, self.cands
         m.add_exactly_one(v.gen.values())
         m.add_exactly_one(v.train.values())
@@ -61,10 +71,27 @@ class Program:
         for side, cands in ((v.gen, c.gen), (v.train, c.train)):
             m.add(sum(side[x.id] for x in cands if x.mode == "colocated") == (coloc if coloc is not None else 0))
             m.add(sum(side[x.id] for x in cands if x.mode == "disagg") == sum(disagg))
-        gen_gpus = sum(x.gpus * v.gen[x.id] for x in c.gen if x.mode == "disagg")
-        train_gpus = sum(x.gpus * v.train[x.id] for x in c.train if x.mode == "disagg")
-        m.add(gen_gpus + train_gpus <= self.n_gpus)
-        m.add(v.gpus_used == gen_gpus + train_gpus + (self.n_gpus * coloc if coloc is not None else 0))
+        for p, n in enumerate(self.pool_gpus):
+            for count in {x.gpus for x in c.train if x.mode == "colocated" and x.pool == p}:
+                m.add(sum(v.gen[x.id] for x in c.gen if x.mode == "colocated" and x.pool == p and x.gpus == count) ==
+                      sum(v.train[x.id] for x in c.train if x.mode == "colocated" and x.pool == p and x.gpus == count))
+            m.add(self._gpus(p) <= n)
+        m.add(v.gpus_used == sum(self._gpus(p) for p in range(len(self.pool_gpus))))
+
+    def _gpus(self, p: int):
+        """GPUs used in pool p (a colocated pair counts once)."""
+        v, c = self.v, self.cands
+        return (sum(x.gpus * v.gen[x.id] for x in c.gen if x.pool == p) +
+                sum(x.gpus * v.train[x.id] for x in c.train if x.pool == p and x.mode == "disagg"))
+
+    def _price(self) -> None:
+        """Dollars per hour of the GPUs used (thousandths), for the cost objective and the budget."""
+        m, v = self.m, self.v
+        self.rate_top = top = sum(n * pr for n, pr in zip(self.pool_gpus, self.price))
+        v.extra["rate"] = rate = m.new_int_var(0, top, "rate_milli_usd_per_h")
+        m.add(rate == sum(self.price[p] * self._gpus(p) for p in range(len(self.pool_gpus))))
+        if self.budget is not None:
+            m.add(rate <= self.budget)
 
     def _memory(self) -> None:
         """Colocated: what training keeps on the GPU during rollout must fit the KV budget the
@@ -125,6 +152,18 @@ class Program:
     def _penalty_gen(x: GenCand) -> int:
         return min(31, {"none": 0, "int8": 1, "int4": 2}[x.reward_quant] + len(x.hosts))
 
+    def minimize_cost(self) -> None:
+        """Cost: dollars per trained token is (price per hour of the GPUs used) x (step time)
+        / tokens per step; the tokens are fixed, so minimize the product."""
+        v = self.v
+        rate = v.extra["rate"]
+        top = self.rate_top * self.horizon
+        cost = self.m.new_int_var(0, max(top, 1), "cost")
+        self.m.add_multiplication_equality(cost, [rate, v.step])
+        v.extra["cost"] = cost
+        self.objective = cost
+        self.m.minimize(cost)
+
     def objective_step_ms(self, solver: cp_model.CpSolver) -> int:
         return solver.value(self.v.step)
 
@@ -148,7 +187,9 @@ def run(program: Program, time_limit_s: float, workers: int, deterministic: bool
     m.add(obj == best)
     v = program.v
     n_train = len(v.train)
-    m.minimize(sum(i * n_train * var for i, var in v.gen.items()) + sum(i * var for i, var in v.train.items()))
+    # ties: fewer GPUs first, then the lowest-numbered (simplest) candidates
+    m.minimize(v.gpus_used * (len(v.gen) * n_train + 1) + sum(i * n_train * var for i, var in v.gen.items())
+               + sum(i * var for i, var in v.train.items()))
     tie = _solver(time_limit_s, workers)
     status2 = tie.solve(m)
     if status2 != cp_model.OPTIMAL:

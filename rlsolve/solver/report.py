@@ -18,13 +18,13 @@ def _r(x: float, nd: int = 3) -> float:
     return round(float(x), nd)
 
 
-def train_reason(problem: Problem, t) -> str:
+def train_reason(problem: Problem, t, pool) -> str:
     head = problem.spec.constraints.min_headroom
     return (f"training needs {_gb(t.total):,.1f} GB per GPU (weights {_gb(t.mem.weights):.1f}, grads "
             f"{_gb(t.mem.grads):.1f}, optimizer {_gb(t.mem.optimizer):.1f}, activations "
             f"{_gb(t.mem.activations):.1f}, other models {_gb(t.aux_resident):.1f}, overhead "
-            f"{_gb(t.mem.other):.1f}); a {problem.pool.gpu.name} allows {_gb(t.capacity):.1f} GB "
-            f"({1 - head:.0%} of {problem.pool.gpu.memory_gb:g} GB)")
+            f"{_gb(t.mem.other):.1f}); a {pool.gpu.name} allows {_gb(t.capacity):.1f} GB "
+            f"({1 - head:.0%} of {pool.gpu.memory_gb:g} GB)")
 
 
 def gen_reason(problem: Problem, g) -> str:
@@ -38,7 +38,7 @@ def gen_reason(problem: Problem, g) -> str:
 def memory_reasons(problem: Problem, est: StepEstimate) -> list[str]:
     out = []
     if not est.train.fits:
-        out.append(train_reason(problem, est.train))
+        out.append(train_reason(problem, est.train, est.pool_train))
     if not est.gen.fits:
         out.append(gen_reason(problem, est.gen))
     return out
@@ -49,15 +49,14 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
     reasons = memory_reasons(problem, est)
     if reasons:
         raise InfeasibleError(reasons)
-    pool = problem.pool
     rl = problem.spec.rl
     g, t = est.gen, est.train
-    cap = pool.gpu.memory_gb
+    cap_g, cap_t = est.pool_gen.gpu.memory_gb, est.pool_train.gpu.memory_gb
     gen_mem = GenMemory(weights=_gb(g.weights), kv_cache=_gb(g.kv_cache), activations=_gb(g.activations),
-                        other=_gb(g.other), colocated_training=_gb(g.reserved), total=_gb(g.total), capacity=cap)
+                        other=_gb(g.other), colocated_training=_gb(g.reserved), total=_gb(g.total), capacity=cap_g)
     tr_mem = TrainMemory(weights=_gb(t.mem.weights), grads=_gb(t.mem.grads), optimizer=_gb(t.mem.optimizer),
                          activations=_gb(t.mem.activations), other=_gb(t.mem.other), other_models=_gb(t.aux_resident),
-                         total=_gb(t.total), capacity=cap)
+                         total=_gb(t.total), capacity=cap_t)
     times = TimeSection(step=_r(est.step), prefill=_r(g.prefill), decode=_r(g.decode), reward=_r(t.reward),
                         reference=_r(t.reference + (g.aux if lay.placement.reference == "generation" else 0.0)),
                         value=_r(t.value), old_logprob=_r(t.old_logprob), train=_r(t.train.total),
@@ -65,23 +64,26 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
     tps = est.tokens_per_s
     n_used = est.n_gpus_used
     train_flops, gen_flops = step_flops(problem)
-    peak = pool.gpu.peak_tflops(problem.spec.model.precision) * 1e12
-    mfu = (train_flops + gen_flops) / (est.step * n_used * peak)
+    prec = problem.spec.model.precision
+    if est.mode == "colocated":
+        peak_total = g.gpus * est.pool_gen.gpu.peak_tflops(prec) * 1e12
+    else:
+        peak_total = (g.gpus * est.pool_gen.gpu.peak_tflops(prec) + t.gpus * est.pool_train.gpu.peak_tflops(prec)) * 1e12
+    mfu = (train_flops + gen_flops) / (est.step * peak_total)
     if est.mode == "colocated":
         busy = 1.0 - est.switch / est.step
     else:
         busy = (g.gpus * g.time + t.gpus * t.time) / (n_used * est.step)
     comm = t.train.comm + est.sync
     bound = bound_tokens_per_s(problem)
-    price = pool.price_per_gpu_hour_usd
-    usd_per_mtok = n_used * price / 3600.0 / tps * 1e6 if tps > 0 else float("inf")
+    usd_per_mtok = est.usd_per_hour / 3600.0 / tps * 1e6 if tps > 0 else float("inf")
     if objective == "cost":
         obj = Objective(name="cost", value=_r(usd_per_mtok, 4), unit="USD per million trained tokens")
     else:
         obj = Objective(name="throughput", value=_r(tps, 1), unit="trained tokens/s")
     metrics = Metrics(mfu=_r(mfu, 4), gpu_utilization=_r(busy, 4), gen_train_ratio=_r(g.time / t.time if t.time else 0, 3),
                       comm_fraction=_r(comm / est.step, 4),
-                      memory_utilization=_r(max(g.total, t.total) / (cap * GB), 4),
+                      memory_utilization=_r(max(g.total / (cap_g * GB), t.total / (cap_t * GB)), 4),
                       bound_tokens_per_s=_r(bound, 1), efficiency=_r(tps / bound if bound else 0.0, 4))
     plan = Plan(status=status, objective=obj, **lay.model_dump(),
                 memory_gb_per_gpu=MemorySection(generation=gen_mem, training=tr_mem), time_s=times,
@@ -97,16 +99,15 @@ def bound_tokens_per_s(problem: Problem) -> float:
     decode's unavoidable HBM traffic (each response token reads its KV context once and one
     replica reads the weights once per step of the longest response) at full bandwidth,
     whichever takes longer."""
-    pool = problem.pool
     rl = problem.spec.rl
     a = problem.policy
-    n = pool.n_gpus
+    prec = problem.spec.model.precision
     train_flops, gen_flops = step_flops(problem)
-    t_flops = (train_flops + gen_flops) / (n * pool.gpu.peak_tflops(problem.spec.model.precision) * 1e12)
+    t_flops = (train_flops + gen_flops) / sum(p.n_gpus * p.gpu.peak_tflops(prec) * 1e12 for p in problem.pools)
     mean = rl.response_len.mean_tokens
     kv = a.kv_bytes_per_token(2.0) * rl.samples * mean * (rl.prompt_len + mean / 2)
     weights = a.total_params * 2.0 * rl.response_len.max
-    t_bytes = (kv + weights) / (n * pool.gpu.hbm_gbps * GB)
+    t_bytes = (kv + weights) / sum(p.n_gpus * p.gpu.hbm_gbps * GB for p in problem.pools)
     return rl.tokens_per_step / max(t_flops, t_bytes)
 
 
@@ -130,12 +131,16 @@ def explain(problem: Problem, est: StepEstimate, usd_per_mtok: float) -> list[st
     if g.kv_limited:
         out.append(f"binding: KV-cache memory caps the decode batch at {g.peak_batch:,.0f} sequences per replica "
                    f"({g.kv_tokens:,.0f} tokens of {g.kv_cache / GB:.1f} GB)")
-    head_t = 1 - t.total / (problem.pool.gpu.memory_gb * GB)
-    out.append(f"training memory {t.total / GB:.1f} of {problem.pool.gpu.memory_gb:g} GB per GPU "
+    cap_t = est.pool_train.gpu.memory_gb
+    head_t = 1 - t.total / (cap_t * GB)
+    if len(problem.pools) > 1:
+        out.append(f"pools: generation on {est.pool_gen.name!r} ({est.pool_gen.gpu.name}), training on "
+                   f"{est.pool_train.name!r} ({est.pool_train.gpu.name})")
+    out.append(f"training memory {t.total / GB:.1f} of {cap_t:g} GB per GPU "
                f"({head_t:.0%} headroom); generation {g.total / GB:.1f} GB")
     if est.n_gpus_used < est.n_gpus_total:
         out.append(f"{est.n_gpus_total - est.n_gpus_used} of {est.n_gpus_total} GPUs left idle: more would not "
                    f"shorten the step under the divisibility and node rules")
-    out.append(f"cost: {usd_per_mtok:,.2f} USD per million trained tokens at "
-               f"{problem.pool.price_per_gpu_hour_usd:g} USD/GPU-hour")
+    out.append(f"cost: {usd_per_mtok:,.2f} USD per million trained tokens ({est.usd_per_hour:,.2f} USD/hour for "
+               f"{est.n_gpus_used} GPUs)")
     return out

@@ -8,19 +8,21 @@ from rlsolve.resolve import Problem
 
 def plan_violations(problem: Problem, plan: Plan) -> list[str]:
     bad: list[str] = []
+    from rlsolve.solver.estimate import pool_named
     a = problem.policy
-    pool = problem.pool
     g, t = plan.parallelism.generation, plan.parallelism.training
     ra = plan.resource_allocation
+    pg = pool_named(problem, ra.generation.pool, "generation.pool")
+    pt = pool_named(problem, ra.training.pool, "training.pool")
     mode = plan.pipeline.mode
     if g.tp * g.pp * g.dp != ra.generation.gpus:
         bad.append(f"generation tp*pp*dp={g.tp * g.pp * g.dp} != {ra.generation.gpus} GPUs")
     if t.tp * t.pp * t.cp * t.dp != ra.training.gpus:
         bad.append(f"training tp*pp*cp*dp={t.tp * t.pp * t.cp * t.dp} != {ra.training.gpus} GPUs")
-    for role, tp in (("generation", g.tp), ("training", t.tp)):
+    for role, tp, pool in (("generation", g.tp, pg), ("training", t.tp, pt)):
         if a.heads % tp:
             bad.append(f"{role} tp={tp} does not divide {a.heads} heads")
-        if tp > pool.scaleup_size:
+        if tp > max(pool.scaleup_size, 1) and tp > 1:
             bad.append(f"{role} tp={tp} spans beyond the NVLink domain of {pool.scaleup_size}")
     if t.ep > 1 and (a.experts % t.ep or (t.dp * t.cp) % t.ep):
         bad.append(f"training ep={t.ep} must divide experts {a.experts} and dp*cp {t.dp * t.cp}")
@@ -31,21 +33,22 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
         bad.append(f"global batch {gb} not divisible by dp*micro_batch={t.dp * t.micro_batch}")
     if t.grad_accum * t.dp * t.micro_batch != gb:
         bad.append(f"grad_accum*dp*micro_batch={t.grad_accum * t.dp * t.micro_batch} != global batch {gb}")
-    n = pool.n_gpus
     if mode == "colocated":
-        if not (ra.generation.gpus == ra.training.gpus <= n):
+        if not (ra.generation.gpus == ra.training.gpus <= pt.n_gpus and pg is pt):
             bad.append("colocated roles must share the same GPUs")
     else:
-        if ra.generation.gpus + ra.training.gpus > n:
-            bad.append(f"{ra.generation.gpus}+{ra.training.gpus} GPUs > {n}")
-        for role, cnt in (("generation", ra.generation.gpus), ("training", ra.training.gpus)):
+        if pg is pt and ra.generation.gpus + ra.training.gpus > pt.n_gpus:
+            bad.append(f"{ra.generation.gpus}+{ra.training.gpus} GPUs > {pt.n_gpus}")
+        for role, cnt, pool in (("generation", ra.generation.gpus, pg), ("training", ra.training.gpus, pt)):
+            if cnt > pool.n_gpus:
+                bad.append(f"{role} uses {cnt} GPUs, pool has {pool.n_gpus}")
             if cnt > pool.gpus_per_node and cnt % pool.gpus_per_node:
                 bad.append(f"{role} uses {cnt} GPUs: not whole {pool.gpus_per_node}-GPU nodes")
         if mode == "async" and problem.spec.rl.max_staleness < 1:
             bad.append("async mode with max_staleness 0")
-    cap = pool.gpu.memory_gb * (1 - problem.spec.constraints.min_headroom) + 0.011
     mem = plan.memory_gb_per_gpu
-    for role, m in (("generation", mem.generation), ("training", mem.training)):
+    for role, m, pool in (("generation", mem.generation, pg), ("training", mem.training, pt)):
+        cap = pool.gpu.memory_gb * (1 - problem.spec.constraints.min_headroom) + 0.011
         if m.total > cap:
             bad.append(f"{role} memory {m.total} GB > {cap:.2f} GB allowed")
     parts_g = mem.generation.weights + mem.generation.kv_cache + mem.generation.activations + \

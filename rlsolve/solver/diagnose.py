@@ -1,0 +1,219 @@
+"""Why is a problem infeasible? A second, objective-free CP-SAT model over *relaxed*
+candidates (user constraints and memory limits not applied, only recorded), with one
+assumption literal per constraint group; CP-SAT's sufficient assumptions name the groups
+that together rule every plan out, and each group is put into words with numbers.
+
+Feasibility only: no times are computed, and training is scored at its smallest memory
+setting (micro-batch 1, full recompute), so the relaxed set is cheap to build."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from rlsolve.perf.generate import GenLayout, gen_other_bytes, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+from rlsolve.perf.hw import GB
+from rlsolve.perf.step import capacity_bytes, gen_dtype_bytes, policy_memory, train_aux
+from rlsolve.perf.train import TrainLayout
+from rlsolve.resolve import Problem
+from rlsolve.solver.candidates import (GEN_KEYS, TRAIN_KEYS, _allowed, divisors, pp_choices, role_gpu_counts,
+                                       tp_choices)
+
+GROUPS = {
+    "memory.training": "training memory per GPU",
+    "memory.generation": "generation memory per GPU",
+    "memory.colocated": "colocated memory",
+    "constraints.training": "constraints.training",
+    "constraints.generation": "constraints.generation",
+    "constraints.modes": "constraints.modes / rl.max_staleness",
+    "cluster.size": "the cluster's GPU count",
+    "constraints.max_price_per_hour_usd": "the price budget",
+}
+
+
+@dataclass
+class Option:
+    pool: int
+    gpus: int
+    mode: str                         # colocated | disagg
+    violates: set[str] = field(default_factory=set)
+    need: float = 0.0                 # bytes per GPU (training) / bytes per GPU before the KV cache (generation)
+    cap: float = 0.0
+    held: float = 0.0                 # training: state kept during rollout (colocated)
+    room: float = 0.0                 # generation: bytes free for training state (colocated)
+    what: str = ""
+
+
+def _train_options(problem: Problem) -> list[Option]:
+    rl = problem.spec.rl
+    cons = problem.spec.constraints.training
+    gb = max(1, rl.samples // rl.mini_batches)
+    single = len(problem.pools) == 1
+    out = []
+    for p, pool in enumerate(problem.pools):
+        cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+        counts = set(role_gpu_counts(pool, exclusive=single)) | {pool.n_gpus}
+        for n in sorted(counts):
+            for tp in tp_choices(problem, pool, n, training=True):
+                for pp in pp_choices(problem, n // tp):
+                    for cp in (1, 2, 4, 8):
+                        if (n // tp // pp) % cp:
+                            continue
+                        dp = n // (tp * pp * cp)
+                        a = problem.policy
+                        eps = [e for e in divisors(dp * cp) if a.experts % e == 0] if a.is_moe else [1]
+                        for ep in eps:
+                            for zero in ((0, 1, 2, 3) if pp == 1 else (0, 1)):
+                                lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero_stage=zero, micro_batch=1,
+                                                  recompute="full", sequence_parallel=tp > 1)
+                                mem = policy_memory(problem, lay)
+                                _, _, _, resident = train_aux(problem, pool, lay, reference="cpu_offload",
+                                                              reward="elsewhere", reward_quant="int4")
+                                need = mem.total + resident
+                                v = set()
+                                if need > cap:
+                                    v.add("memory.training")
+                                if gb % dp or "max_gpus" in cons and n > cons["max_gpus"] or not all(
+                                        _allowed(cons, k, getattr(lay, k)) for k in ("tp", "pp", "dp", "cp", "ep",
+                                                                                      "zero_stage")) \
+                                        or not _allowed(cons, "gpus", n):
+                                    v.add("constraints.training")
+                                for mode in ("colocated", "disagg"):
+                                    if mode == "colocated" and n != pool.n_gpus and not single:
+                                        continue
+                                    out.append(Option(p, n, mode, set(v), need, cap, mem.states + resident, 0.0,
+                                                      f"tp={tp} pp={pp} cp={cp} dp={dp} ep={ep} ZeRO-{zero} "
+                                                      f"micro_batch=1 full recompute on {n} {pool.gpu.name}"))
+    return out
+
+
+def _gen_options(problem: Problem) -> list[Option]:
+    rl = problem.spec.rl
+    cons = problem.spec.constraints.generation
+    wb = gen_dtype_bytes(problem)
+    one_seq = rl.prompt_len + rl.response_len.max
+    single = len(problem.pools) == 1
+    out = []
+    for p, pool in enumerate(problem.pools):
+        cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+        for n in sorted(set(role_gpu_counts(pool, exclusive=single)) | {pool.n_gpus}):
+            for tp in tp_choices(problem, pool, n, training=False):
+                for pp in pp_choices(problem, n // tp, limit=8):
+                    lay = GenLayout(tp=tp, pp=pp, dp=n // (tp * pp))
+                    need = weight_bytes_per_gpu(problem.policy, lay, wb) + gen_other_bytes(problem.policy, lay) + \
+                        one_seq * kv_bytes_per_token_per_gpu(problem.policy, lay, wb)
+                    v = set()
+                    if need > cap:
+                        v.add("memory.generation")
+                    if "max_gpus" in cons and n > cons["max_gpus"] or not _allowed(cons, "gpus", n) or not all(
+                            _allowed(cons, k, getattr(lay, k)) for k in ("tp", "pp", "dp")):
+                        v.add("constraints.generation")
+                    for mode in ("colocated", "disagg"):
+                        out.append(Option(p, n, mode, set(v), need, cap, 0.0, max(0.0, cap - need),
+                                          f"tp={tp} pp={pp} x{lay.dp} on {n} {pool.gpu.name}"))
+    return out
+
+
+def diagnose(problem: Problem) -> list[str]:
+    """Reasons, in words with numbers, for which no plan exists."""
+    gens, trains = _gen_options(problem), _train_options(problem)
+    if not gens or not trains:
+        return ["no legal degrees at all: the policy's heads and layers admit no tensor/pipeline split on these GPUs"]
+    m = cp_model.CpModel()
+    A = {k: m.new_bool_var(k) for k in GROUPS}
+    x = [m.new_bool_var(f"g{i}") for i in range(len(gens))]
+    y = [m.new_bool_var(f"t{i}") for i in range(len(trains))]
+    allowed = problem.spec.constraints.modes or ["colocated", "sync", "async"]
+    if problem.spec.rl.max_staleness == 0:
+        allowed = [k for k in allowed if k != "async"]
+    mode = {k: m.new_bool_var(k) for k in ("colocated", "sync", "async")}
+    m.add_exactly_one(x)
+    m.add_exactly_one(y)
+    m.add_exactly_one(mode.values())
+    for k, var in mode.items():
+        if k not in allowed:
+            m.add_implication(var, A["constraints.modes"].Not())
+    for opts, vs in ((gens, x), (trains, y)):
+        m.add(sum(v for o, v in zip(opts, vs) if o.mode == "colocated") == mode["colocated"])
+        for o, v in zip(opts, vs):
+            for group in o.violates:
+                m.add_implication(v, A[group].Not())
+    # colocated: same pool and count; what training keeps must fit the engines' spare room
+    for (i, g) in enumerate(gens):
+        if g.mode != "colocated":
+            continue
+        for (j, t) in enumerate(trains):
+            if t.mode == "colocated" and (t.pool != g.pool or t.gpus != g.gpus):
+                m.add_bool_or([x[i].Not(), y[j].Not()])
+    held = sum(int(t.held / 1e6) * v for t, v in zip(trains, y) if t.mode == "colocated")
+    room = sum(int(g.room / 1e6) * v for g, v in zip(gens, x) if g.mode == "colocated")
+    m.add(held <= room).only_enforce_if(A["memory.colocated"])
+    # disaggregated: GPUs per pool
+    for p, pool in enumerate(problem.pools):
+        used = sum(g.gpus * v for g, v in zip(gens, x) if g.pool == p and g.mode == "disagg") + \
+            sum(t.gpus * v for t, v in zip(trains, y) if t.pool == p and t.mode == "disagg")
+        m.add(used <= pool.n_gpus).only_enforce_if(A["cluster.size"])
+    budget = problem.spec.constraints.max_price_per_hour_usd
+    if budget is not None:
+        price = [round(p.price_per_gpu_hour_usd * 1000) for p in problem.pools]
+        rate = sum(price[g.pool] * g.gpus * v for g, v in zip(gens, x)) + \
+            sum(price[t.pool] * t.gpus * v for t, v in zip(trains, y) if t.mode == "disagg")
+        m.add(rate <= int(budget * 1000)).only_enforce_if(A["constraints.max_price_per_hour_usd"])
+    m.add_assumptions(list(A.values()))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1  # assumption cores need the single-thread search
+    solver.parameters.max_time_in_seconds = 10
+    status = solver.solve(m)
+    if status != cp_model.INFEASIBLE:
+        return ["the combination of the chosen options (reward quantization, placements, memory settings) leaves "
+                "no plan; every constraint group alone can be met"]
+    core = [list(A)[i] for i in solver.sufficient_assumptions_for_infeasibility()]
+    return [_words(problem, k, gens, trains) for k in GROUPS if k in core]
+
+
+def _words(problem: Problem, group: str, gens: list[Option], trains: list[Option]) -> str:
+    a = problem.policy
+    if group == "memory.training":
+        best = min(trains, key=lambda t: t.need / t.cap)
+        total = sum(p.n_gpus * p.gpu.memory_gb for p in problem.pools)
+        n = sum(p.n_gpus for p in problem.pools)
+        return (f"training memory: the {a.name} policy's {a.total_params / 1e9:,.1f}B parameters need "
+                f"{a.total_params * 16 / GB:,.0f} GB for weights, gradients and Adam states; the cluster's {n} "
+                f"GPU{'s' if n != 1 else ''} hold{'' if n != 1 else 's'} "
+                f"{total:,.0f} GB; the smallest layout ({best.what}) needs {best.need / GB:,.1f} GB per GPU where "
+                f"{best.cap / GB:,.1f} GB is allowed")
+    if group == "memory.generation":
+        best = min(gens, key=lambda g: g.need / g.cap)
+        seq = problem.spec.rl.prompt_len + problem.spec.rl.response_len.max
+        return (f"generation memory: even {best.what} needs {best.need / GB:,.1f} GB per GPU for the weights and one "
+                f"{seq:,}-token sequence's KV cache where {best.cap / GB:,.1f} GB is allowed")
+    if group == "memory.colocated":
+        t = min((t for t in trains if t.mode == "colocated"), key=lambda t: t.held, default=None)
+        g = max((g for g in gens if g.mode == "colocated"), key=lambda g: g.room, default=None)
+        if t and g:
+            return (f"colocated memory: training keeps at least {t.held / GB:,.1f} GB per GPU during rollout "
+                    f"({t.what}); the engines can spare at most {g.room / GB:,.1f} GB ({g.what})")
+        return "colocated memory: no colocated pair fits"
+    if group == "cluster.size":
+        need_g = min((g.gpus for g in gens if g.mode == "disagg" and not g.violates), default=None)
+        need_t = min((t.gpus for t in trains if t.mode == "disagg" and not t.violates), default=None)
+        n = sum(p.n_gpus for p in problem.pools)
+        if need_g and need_t:
+            return (f"cluster size: separate generation and training GPUs need at least {need_g} + {need_t} = "
+                    f"{need_g + need_t} GPUs; the cluster has {n}")
+        return f"cluster size: no split of the {n} GPUs gives both roles a layout that fits"
+    if group.startswith("constraints.") and group in ("constraints.training", "constraints.generation"):
+        role = group.split(".")[1]
+        cons = getattr(problem.spec.constraints, role)
+        return (f"{group} {cons} leaves no {role} layout that fits (legal degrees divide the heads, layers and "
+                f"the batch of {max(1, problem.spec.rl.samples // problem.spec.rl.mini_batches)} sequences)")
+    if group == "constraints.modes":
+        return (f"constraints.modes {problem.spec.constraints.modes or 'all'} with rl.max_staleness "
+                f"{problem.spec.rl.max_staleness} rule out every mode that fits")
+    if group == "constraints.max_price_per_hour_usd":
+        cheapest = min(g.gpus * problem.pools[g.pool].price_per_gpu_hour_usd for g in gens if not g.violates) \
+            if any(not g.violates for g in gens) else math.nan
+        return (f"price budget: {problem.spec.constraints.max_price_per_hour_usd:,.2f} USD/hour; the GPUs of the "
+                f"smallest plan that fits cost more (generation alone from {cheapest:,.2f} USD/hour)")
+    return group

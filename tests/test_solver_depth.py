@@ -1,0 +1,97 @@
+"""Solver depth: pools, cost objective, budgets, infeasibility reasons, time limits, determinism."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlsolve.errors import InfeasibleError
+from rlsolve.resolve import resolve
+from rlsolve.solver import make_program, solve
+from rlsolve.solver.brute import brute_force
+from rlsolve.solver.candidates import enumerate_candidates, modes_allowed
+from rlsolve.solver.program import run
+from rlsolve.solver.validate import plan_violations
+from rlsolve.spec import load_spec
+
+from conftest import small_spec
+
+POOLS = small_spec(cluster={"gpu": None, "nodes": None, "pools": [
+    {"name": "rollout", "gpu": "H20-96GB", "nodes": 1, "network": "RoCE-400"},
+    {"name": "train", "gpu": "H800-SXM-80GB", "nodes": 1}]})
+POOLS["cluster"] = {"pools": POOLS["cluster"]["pools"]}
+
+
+def test_heterogeneous_pools_match_brute_force_and_validate():
+    problem = resolve(load_spec(POOLS))
+    cands = enumerate_candidates(problem)
+    assert {c.pool for c in cands.gen} == {0, 1} and {c.pool for c in cands.train} == {0, 1}
+    prog = make_program(problem, cands, modes_allowed(problem))
+    solver, status = run(prog, 30, 2, True)
+    assert solver.value(prog.v.step) == brute_force(problem, cands)[0]
+    plan = solve(POOLS)
+    assert plan_violations(problem, plan) == []
+    pools = {plan.resource_allocation.generation.pool, plan.resource_allocation.training.pool}
+    assert pools <= {"rollout", "train"}
+
+
+def test_cost_objective_may_leave_gpus_idle_and_beats_throughput_plan_on_cost():
+    spec = small_spec()
+    fast = solve(spec)
+    cheap = solve(spec, objective="cost")
+    assert cheap.objective.name == "cost"
+    from rlsolve.solver.estimate import estimate
+    fast_cost = estimate(spec, fast, objective="cost").objective.value
+    assert cheap.objective.value <= fast_cost + 1e-9
+    assert fast.throughput.tokens_per_s >= cheap.throughput.tokens_per_s - 0.1
+
+
+def test_cost_objective_matches_a_brute_force_over_the_same_candidates():
+    spec = small_spec(cluster={"nodes": 1})
+    problem = resolve(load_spec(spec))
+    cands = enumerate_candidates(problem, all_counts=True)
+    prog = make_program(problem, cands, modes_allowed(problem), "cost")
+    solver, status = run(prog, 30, 2, True)
+    assert solver.value(prog.v.extra["cost"]) == brute_force(problem, cands, "cost")[0]
+
+
+def test_price_budget_is_honoured():
+    spec = small_spec(constraints={"max_price_per_hour_usd": 60})
+    plan = solve(spec)
+    assert plan.resource_allocation.generation.gpus + (0 if plan.pipeline.mode == "colocated" else
+                                                       plan.resource_allocation.training.gpus) <= 9
+
+
+@pytest.mark.parametrize("spec,words", [
+    (small_spec(cluster={"gpu": "L4", "nodes": 1, "gpus_per_node": 2}, model={"policy": "llama-3.1-70b"}),
+     ["training memory", "1,129 GB", "48 GB"]),
+    (small_spec(constraints={"max_price_per_hour_usd": 5}), ["price budget", "5.00 USD/hour"]),
+    (small_spec(constraints={"training": {"tp": 8, "pp": 2, "cp": 1}, "modes": ["sync"]}),
+     ["constraints.training", "constraints.modes"]),
+])
+def test_infeasible_names_the_constraint_groups_with_numbers(spec, words):
+    with pytest.raises(InfeasibleError) as e:
+        solve(spec)
+    text = " | ".join(e.value.reasons)
+    for w in words:
+        assert w in text, text
+
+
+def test_time_limit_returns_best_found_with_gap_or_optimal():
+    plan = solve(small_spec(), time_limit_s=0.05)
+    assert plan.status in ("optimal", "feasible")
+    assert plan.solver.proven_optimal == (plan.status == "optimal")
+    assert 0.0 <= plan.solver.gap <= 1.0
+
+
+def test_ten_runs_are_byte_identical():
+    spec = small_spec(cluster={"nodes": 1})
+    outs = {json.dumps(solve(spec).model_dump(mode="json"), sort_keys=True) for _ in range(10)}
+    assert len(outs) == 1
+
+
+def test_top_k_alternatives_are_distinct_and_no_better():
+    plan = solve(small_spec(solver={"top_k": 4}))
+    summaries = [a.summary for a in plan.alternatives]
+    assert len(summaries) == len(set(summaries))
+    assert all(a.gap >= -1e-6 for a in plan.alternatives)
