@@ -146,8 +146,23 @@ class TrainSide:
         return self.mem.total + self.aux_resident
 
 
-def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem | None = None
-               ) -> tuple[TrainTime, TrainMem, float]:
+def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float, lora: bool,
+                       cache: dict | None) -> dict:
+    """stage_times memoized by what it depends on: the data-parallel degree enters only
+    through the tier the pipeline neighbours talk over, so layouts that differ in dp alone
+    (the same degrees on more nodes) share one evaluation."""
+    if cache is None:
+        return stage_times(arch, dev, lay, seq_len, lora=lora)
+    pp_link = dev.link(2 * lay.tp * lay.cp * lay.dp) if lay.pp > 1 else None
+    key = ("stage", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp,
+           lay.micro_batch, lay.recompute, lay.sequence_parallel, pp_link, seq_len, lora)
+    if key not in cache:
+        cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora)
+    return cache[key]
+
+
+def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem | None = None,
+               cache: dict | None = None) -> tuple[TrainTime, TrainMem, float]:
     """The policy's own work on the training GPUs: (update time, memory, old log-prob pass)."""
     rl = problem.spec.rl
     arch = problem.policy
@@ -156,10 +171,10 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     seq_mean = rl.prompt_len + rl.response_len.mean_tokens
     gb = max(1, rl.samples // rl.mini_batches)
     steps = rl.mini_batches * rl.ppo_epochs
-    st = stage_times(arch, dev, lay, seq_mean, lora=lora > 0)
+    st = cached_stage_times(arch, dev, lay, seq_mean, lora > 0, cache)
     t = train_time(arch, dev, lay, gb, seq_mean, optimizer_steps=steps, lora_rank=lora, st=st)
     if lora:  # the old log-prob pass is a plain forward
-        st = stage_times(arch, dev, lay, seq_mean)
+        st = cached_stage_times(arch, dev, lay, seq_mean, False, cache)
     old = forward_time(arch, dev, lay, rl.samples, seq_mean, st=st)
     return t, mem or policy_memory(problem, lay), old
 
@@ -195,7 +210,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
         key = (role, dims, wbytes_per_param)
         if key not in cache:
             al = _aux_layout(a, lay)
-            cache[key] = (forward_time(a, dev, al, rl.samples, seq_mean),
+            st = cached_stage_times(a, dev, al, seq_mean, False, cache)
+            cache[key] = (forward_time(a, dev, al, rl.samples, seq_mean, st=st),
                           train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
         return cache[key]
 

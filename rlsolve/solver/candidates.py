@@ -161,9 +161,8 @@ def train_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[TrainLayou
                 for ep in eps:
                     vps = [1] + ([v for v in (2, 4) if a.layers % (pp * v) == 0] if pp > 1 else [])
                     for vp in vps:
-                        zeros = (0, 1, 2, 3) if pp == 1 else (0, 1)
-                        for zero in zeros:
-                            for rec in ("none", "selective", "full"):
+                        for zero in zero_choices(pp, cons):
+                            for rec in recompute_choices(cons):
                                 for mb in (1, 2, 4, 8):
                                     if gb % (dp * mb):
                                         continue
@@ -175,6 +174,27 @@ def train_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[TrainLayou
                                         # the caller stops the mb loop when memory runs out
                                         if (yield lay) is False:
                                             break
+
+
+def zero_choices(pp: int, cons: dict[str, Any]) -> tuple[int, ...]:
+    """ZeRO stages worth scoring. With pp == 1, stage 1 takes exactly stage 2's time (same
+    reduce-scatter + all-gather, same sharded optimizer step) and never less memory, so it is
+    dominated unless the user asks for it; with pipelines Megatron offers 0 and 1."""
+    stages = (0, 2, 3) if pp == 1 else (0, 1)
+    if "zero_stage" in cons:
+        want = cons["zero_stage"]
+        stages = tuple(sorted(set(want) if isinstance(want, (list, tuple, set)) else {want}))
+        stages = tuple(z for z in stages if pp == 1 or z <= 1)
+    return stages
+
+
+def recompute_choices(cons: dict[str, Any]) -> tuple[str, ...]:
+    """Selective recompute re-runs the attention core to drop its activations; with flash
+    attention those are not stored, so it costs time and saves nothing: scored only when asked."""
+    if "recompute" in cons:
+        want = cons["recompute"]
+        return tuple(want) if isinstance(want, (list, tuple)) else (want,)
+    return ("none", "full")
 
 
 def _count_ok(cons: dict[str, Any], n: int) -> bool:
@@ -264,7 +284,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], all_counts: bo
             if not verdict:
                 _note_min(out, "train_min_bytes", mem.total, (lay, mem, pool))
                 continue
-            t, _, old = train_core(problem, pool, lay, mem)
+            t, _, old = train_core(problem, pool, lay, mem, cache=aux_cache)
             out.evaluated += 1
             for hosts, ref, quant, _gen_hosts in variants:
                 ref_t, rew_t, val_t, resident = train_aux(
