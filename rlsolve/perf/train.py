@@ -128,9 +128,10 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
     if not trainable:
         return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True),
                         _other(weights, lay.gpus))
-    if lora_rank > 0:
+    if lora_rank > 0:  # only the adapters train; ZeRO shards their state like any other
         adapters = lora_params(arch, lora_rank) / (lay.tp * lay.pp)
-        grads, opt = BF16 * adapters, ADAM_BYTES * adapters
+        grads = BF16 * adapters / (shard_dense if z >= 2 else 1)
+        opt = ADAM_BYTES * adapters / (shard_dense if z >= 1 else 1)
     else:
         gshard = (shard_dense if z >= 2 else 1), (shard_expert if z >= 2 else 1)
         oshard = (shard_dense if z >= 1 else 1), (shard_expert if z >= 1 else 1)

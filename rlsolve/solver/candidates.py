@@ -226,19 +226,21 @@ def modes_allowed(problem: Problem) -> list[str]:
     return allowed
 
 
-def enumerate_candidates(problem: Problem, all_counts: bool = False) -> Candidates:
+def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool = True) -> Candidates:
     """All scored candidates of every pool. `all_counts`: every legal GPU count for each role
     (the cost objective may leave GPUs idle); otherwise generation takes the largest count
-    that training leaves free, and colocation takes the whole pool."""
+    that training leaves free, and colocation takes the whole pool. `prune=False` keeps
+    dominated training candidates and every generation count (the oracle's full space)."""
     check_constraint_keys(problem)
     modes = modes_allowed(problem)
     out = Candidates(gen=[], train=[])
     out.rejected = {"train_min_bytes": (math.inf, None), "gen_min_bytes": (math.inf, None)}
     for p in range(len(problem.pools)):
         out.train += _train_candidates(problem, p, modes, all_counts, out)
-    out.train = _prune_train(out.train)
+    if prune:
+        out.train = _prune_train(out.train)
     for p in range(len(problem.pools)):
-        out.gen += _gen_candidates(problem, p, modes, all_counts, out)
+        out.gen += _gen_candidates(problem, p, modes, all_counts or not prune, out)
     for i, c in enumerate(out.gen):
         c.id = i
     for i, c in enumerate(out.train):

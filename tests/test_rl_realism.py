@@ -1,0 +1,80 @@
+"""RL-specific physics: length distribution, prefix sharing, staleness, offload, quantization, LoRA."""
+from __future__ import annotations
+
+import pytest
+
+from rlsolve.perf.generate import GenLayout
+from rlsolve.perf.step import combine, gen_side, sync_time, train_aux, train_side
+from rlsolve.perf.train import TrainLayout
+from rlsolve.resolve import resolve
+from rlsolve.solver import solve
+from rlsolve.solver.brute import brute_force
+from rlsolve.solver.candidates import enumerate_candidates
+from rlsolve.spec import load_spec
+
+from conftest import small_spec
+
+
+def problem(**over):
+    return resolve(load_spec(small_spec(**over)))
+
+
+def test_long_tail_costs_more_than_the_mean_suggests():
+    # same mean response, longer cap: the tail decodes at low batch for longer
+    short = problem(rl={"response_len": {"max": 1024, "mean": 1024}})
+    tail = problem(rl={"response_len": {"max": 8192, "mean": 1024}})
+    lay = GenLayout(tp=1, dp=8)
+    a, b = gen_side(short, short.pool, lay), gen_side(tail, tail.pool, lay)
+    assert b.decode > 1.5 * a.decode
+
+
+def test_prefix_sharing_prefills_each_prompt_once():
+    one = problem(rl={"prompts_per_step": 64, "samples_per_prompt": 1})
+    many = problem(rl={"prompts_per_step": 64, "samples_per_prompt": 16})
+    lay = GenLayout(tp=1, dp=8)
+    assert gen_side(many, many.pool, lay).prefill == pytest.approx(gen_side(one, one.pool, lay).prefill, rel=0.05)
+
+
+def test_async_overlaps_the_sides_sync_adds_them():
+    p = problem()
+    g = gen_side(p, p.pool, GenLayout(tp=1, dp=8))
+    t = train_side(p, p.pool, TrainLayout(dp=8, zero_stage=3))
+    s, a = combine(p, "sync", g, t), combine(p, "async", g, t)
+    assert s.step == pytest.approx(g.time + s.sync + t.time)
+    assert a.step < s.step and a.step >= max(g.time, t.time)
+
+
+def test_reference_offload_trades_pcie_time_for_memory():
+    p = problem()
+    lay = TrainLayout(dp=8, zero_stage=3)
+    on = train_aux(p, p.pool, lay, reference="training", reward="cpu", reward_quant="none")
+    off = train_aux(p, p.pool, lay, reference="cpu_offload", reward="cpu", reward_quant="none")
+    assert off[3] < on[3]             # less resident memory
+    assert off[0] > on[0]             # more time: weights stream over PCIe
+
+
+def test_reward_quantization_shrinks_reward_weights():
+    p = problem(model={"reward": "llama-3.1-8b"})
+    lay = TrainLayout(dp=8, zero_stage=3)
+    full = train_aux(p, p.pool, lay, reference="cpu_offload", reward="training", reward_quant="none")[3]
+    int8 = train_aux(p, p.pool, lay, reference="cpu_offload", reward="training", reward_quant="int8")[3]
+    int4 = train_aux(p, p.pool, lay, reference="cpu_offload", reward="training", reward_quant="int4")[3]
+    assert int8 == pytest.approx(full / 2, rel=0.01) and int4 == pytest.approx(full / 4, rel=0.01)
+
+
+def test_lora_trains_and_syncs_only_adapters():
+    full = problem()
+    lora = problem(model={"lora_rank": 16})
+    lay = TrainLayout(dp=8, zero_stage=1)
+    tf, tl = train_side(full, full.pool, lay), train_side(lora, lora.pool, lay)
+    assert tl.mem.optimizer < 0.02 * tf.mem.optimizer
+    assert tl.train.total < tf.train.total
+    g = GenLayout(tp=1, dp=8)
+    assert sync_time(lora, lora.pool, lora.pool, g, 8, False)[0] < 0.05 * sync_time(full, full.pool, full.pool, g, 8, False)[0]
+
+
+def test_full_space_oracle_agrees_with_pruned_cpsat():
+    p = problem(cluster={"nodes": 1})
+    full_ms, _ = brute_force(p, enumerate_candidates(p, prune=False))
+    plan = solve(small_spec(cluster={"nodes": 1}))
+    assert round(plan.time_s.step * 1000) == pytest.approx(full_ms, abs=2)
