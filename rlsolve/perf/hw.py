@@ -133,6 +133,18 @@ class Device:
         return nbytes / bw + lat
 
 
+_DEVICES: dict[tuple, tuple] = {}
+
+
 def device(pool: PoolHW, precision: str = "bf16", profile: dict | None = None) -> Device:
+    """The Device of a pool (memoized: the enumeration asks for it thousands of times)."""
+    key = (id(pool), precision, id(profile))
+    hit = _DEVICES.get(key)
+    if hit is not None and hit[0] is pool and hit[1] is profile:
+        return hit[2]
     ov = tuple(sorted((profile or {}).get(pool.gpu.name, {}).items()))
-    return Device(pool=pool, precision=precision, overrides=ov)
+    dev = Device(pool=pool, precision=precision, overrides=ov)
+    if len(_DEVICES) > 256:
+        _DEVICES.clear()
+    _DEVICES[key] = (pool, profile, dev)
+    return dev

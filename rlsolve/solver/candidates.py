@@ -7,6 +7,7 @@ program small without changing its optimum."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -98,8 +99,10 @@ def check_constraint_keys(problem: Problem) -> None:
 
 # --- GPU counts and degrees ---------------------------------------------------------------
 
+@lru_cache(maxsize=4096)
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def role_gpu_counts(pool: PoolHW, exclusive: bool) -> list[int]:
@@ -168,9 +171,9 @@ def train_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[TrainLayou
                                         continue
                                     lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
                                                       micro_batch=mb, recompute=rec, sequence_parallel=tp > 1)
-                                    if all(_allowed(cons, k, getattr(lay, k)) for k in
-                                           ("tp", "pp", "dp", "cp", "ep", "vp", "zero_stage", "micro_batch",
-                                            "recompute")):
+                                    if not cons or all(_allowed(cons, k, getattr(lay, k)) for k in
+                                                       ("tp", "pp", "dp", "cp", "ep", "vp", "zero_stage",
+                                                        "micro_batch", "recompute")):
                                         # the caller stops the mb loop when memory runs out
                                         if (yield lay) is False:
                                             break
@@ -271,6 +274,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], all_counts: bo
     if any(m in modes for m in ("sync", "async")):
         counts += [("disagg", n) for n in _role_counts(problem, pool, train_c)]
     found: list[TrainCand] = []
+    best_disagg: dict[tuple, float] = {}
     for mode, n in counts:
         variants = [v for v in _aux_variants(problem, mode == "disagg")
                     if not (problem.reward is not None and "reward" not in v[0] and v[2] != "none")]
@@ -288,12 +292,19 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], all_counts: bo
                 continue
             t, _, old = train_core(problem, pool, lay, mem, cache=aux_cache)
             out.evaluated += 1
+            core_time = t.total + old
             for hosts, ref, quant, _gen_hosts in variants:
                 ref_t, rew_t, val_t, resident = train_aux(
                     problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
                     reward_quant=quant, cache=aux_cache)
                 if mem.total + resident > cap:
                     continue
+                if mode == "disagg":  # only the fastest of a group can be chosen: skip the rest early
+                    key = (n, hosts, ref, quant)
+                    total = core_time + ref_t + rew_t + val_t
+                    if total >= best_disagg.get(key, math.inf):
+                        continue
+                    best_disagg[key] = total
                 side = TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
                                  value=val_t, mem=mem, aux_resident=resident, capacity=cap, fits=True,
                                  states=mem.states + resident)
