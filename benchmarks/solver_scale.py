@@ -3,9 +3,8 @@
 
 Run: python benchmarks/solver_scale.py [--quick]
 A 70B GRPO workload (8B below 64 GPUs, where 70B cannot train) whose batch grows with the
-cluster (one prompt per two GPUs, 16
-samples each). Prints GPUs, pools, candidates, layouts scored, enumeration and CP-SAT
-time, status."""
+cluster (one prompt per two GPUs, 16 samples each). Prints GPUs, pools, candidates, layouts
+scored, enumeration and CP-SAT time, status."""
 from __future__ import annotations
 
 import argparse

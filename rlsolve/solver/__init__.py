@@ -199,7 +199,8 @@ def _alternatives(problem: Problem, cands: Candidates, modes: list[str], best: P
             prog.m.add(prog.v.mode[mode] == 1)
         for g_id, t_id, _ in seen:
             prog.forbid(g_id, t_id)
-        solver, status = run(prog, opts.time_limit_s, opts.workers, opts.deterministic)
+        # one search thread: reproducible without the tie-break solve the main plan needs
+        solver, status = run(prog, opts.time_limit_s, 1, False)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             continue
         gc, tc, m = _chosen(prog, solver, cands)
