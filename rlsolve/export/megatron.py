@@ -1,0 +1,155 @@
+"""Megatron-LM / Megatron-Core 0.19: arguments of `megatron/training/arguments.py` for the policy's
+training layout, plus Megatron-LM's own GRPO loop (`train_rl.py`, `--perform-rl-step`).
+
+Units: `--micro-batch-size` is samples per model replica, `--global-batch-size` samples per
+optimizer step (a multiple of micro x DP; the quotient is the plan's grad_accum). ZeRO-1 is the
+distributed optimizer; ZeRO-2/3 are Megatron-FSDP sharding strategies. Megatron-LM's RL loop runs
+inference inside the training processes (colocated), so the rollout layout maps to its
+`--rl-inference-*` degrees. Every flag exists in megatron-core 0.19.2's
+`megatron/training/arguments.py`, literally or generated from a config dataclass field name
+(`ArgumentGroupFactory`: `--` + field name with `-`, `--no-`/`--disable-` for default-true booleans).
+"""
+from __future__ import annotations
+
+from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_block, header_lines, render_array,
+                                   warning_lines)
+
+PIN = PINS["megatron"]
+
+
+def _model_shape(job: Job, s: Section) -> None:
+    a = job.policy
+    s.add("--num-layers", a.layers)
+    s.add("--hidden-size", a.hidden)
+    s.add("--ffn-hidden-size", a.d_ffn)
+    s.add("--num-attention-heads", a.heads)
+    if a.is_mla:
+        s.flag("--multi-latent-attention")
+        if a.q_lora_rank:
+            s.add("--q-lora-rank", a.q_lora_rank)
+        s.add("--kv-lora-rank", a.kv_lora_rank)
+        s.add("--qk-head-dim", a.qk_nope_head_dim)
+        s.add("--qk-pos-emb-head-dim", a.qk_rope_head_dim)
+        s.add("--v-head-dim", a.v_head_dim)
+    else:
+        if a.n_kv_heads < a.heads:
+            s.flag("--group-query-attention")
+            s.add("--num-query-groups", a.n_kv_heads)
+        s.add("--kv-channels", a.d_head)
+    if a.activation == "swiglu":
+        s.flag("--swiglu")
+    if not a.tied_embeddings:
+        s.flag("--untie-embeddings-and-output-weights")
+    if a.qkv_bias:
+        s.flag("--add-qkv-bias")
+    if a.is_moe:
+        s.add("--num-experts", a.experts)
+        s.add("--moe-router-topk", a.experts_per_token)
+        s.add("--moe-ffn-hidden-size", a.d_moe_ffn)
+        if a.shared_experts:
+            s.add("--moe-shared-expert-intermediate-size", a.shared_experts * a.d_moe_ffn)
+        if a.dense_layers:
+            s.add("--moe-layer-freq", f"([0]*{a.dense_layers}+[1]*{a.layers - a.dense_layers})")
+    s.add("--seq-length", job.max_len, "prompt + response")
+    s.add("--max-position-embeddings", job.max_len)
+    s.flag("--bf16")
+
+
+def sections(job: Job) -> list[Section]:
+    notes, t, g, opt, pl = job.notes, job.t, job.g, job.opt, job.placement
+    out: list[Section] = []
+    if job.framework != "megatron":
+        notes.note(f"the plan trains with {job.framework}; these are the Megatron arguments of the same layout")
+
+    s = Section(f"model shape: {job.policy.name} ({job.policy.hf_id or 'no HF id'}), from the rlsolve catalog")
+    _model_shape(job, s)
+    out.append(s)
+
+    s = Section("training parallelism")
+    s.add("--tensor-model-parallel-size", t.tp)
+    s.add("--pipeline-model-parallel-size", t.pp)
+    if t.vp > 1:
+        s.add("--num-virtual-stages-per-pipeline-rank", t.vp, "interleaved 1F1B")
+    s.add("--context-parallel-size", t.cp)
+    s.add("--expert-model-parallel-size", t.ep, "carves the dp*cp ranks")
+    s.flag("--sequence-parallel", t.sequence_parallel and t.tp > 1)
+    out.append(s)
+
+    s = Section("batch (samples)")
+    s.add("--micro-batch-size", t.micro_batch, "samples per model replica")
+    s.add("--global-batch-size", job.mini_batch_samples,
+          f"samples per optimizer step = micro {t.micro_batch} x dp {t.dp} x grad_accum {t.grad_accum}")
+    out.append(s)
+
+    s = Section("memory: ZeRO and recompute")
+    if t.zero_stage >= 1:
+        s.flag("--use-distributed-optimizer", comment="ZeRO-1: optimizer states sharded over DP")
+    if t.zero_stage >= 2:
+        s.flag("--use-megatron-fsdp", comment=f"ZeRO-{t.zero_stage} as Megatron-FSDP")
+        s.add("--data-parallel-sharding-strategy", "optim_grads" if t.zero_stage == 2 else "optim_grads_params")
+    if t.recompute != "none":
+        s.add("--recompute-granularity", t.recompute)
+    if t.recompute == "full":
+        s.add("--recompute-method", "uniform")
+        s.add("--recompute-num-layers", 1)
+    out.append(s)
+
+    s = Section("RL: Megatron-LM's GRPO loop (train_rl.py); rollout runs inside the training processes")
+    if job.algorithm != "grpo":
+        notes.warn("Megatron-LM's RL loop implements GRPO only: PPO (critic, GAE) is not expressible; these are "
+                   "the actor's training arguments (pair them with --to verl for the PPO loop)")
+    else:
+        s.flag("--perform-rl-step")
+        s.add("--grpo-prompts-per-step", job.prompts, "prompts per RL step")
+        s.add("--grpo-group-size", job.n, "samples per prompt")
+        s.add("--grpo-iterations", job.epochs, "passes over the batch")
+        if not job.has_reference:
+            s.add("--grpo-kl-beta", 0.0, "no reference model")
+        s.add("--rl-inference-tensor-model-parallel-size", g.tp)
+        s.add("--rl-inference-pipeline-model-parallel-size", g.pp)
+        if g.ep > 1:
+            s.add("--rl-inference-expert-model-parallel-size", g.ep)
+            s.add("--rl-inference-expert-tensor-model-parallel-size", 1, "experts EP-sharded, not TP-sharded")
+        s.add("--inference-max-seq-length", job.max_len)
+        if opt.kv_cache_gb is not None:
+            s.add("--inference-dynamic-batching-buffer-size-gb", round(opt.kv_cache_gb, 2), "KV cache per GPU")
+        else:
+            notes.warn("the plan gives no kv_cache_gb: Megatron's default KV buffer (40 GB) applies")
+        if opt.max_num_seqs:
+            s.add("--inference-dynamic-batching-max-requests", opt.max_num_seqs)
+        if opt.train_offload_during_rollout:
+            s.flag("--rl-offload-optimizer-during-inference", comment="optimizer states to the CPU while generating")
+        if job.mode == "async":
+            s.flag("--rl-partial-rollouts", comment="generation continues while the policy updates")
+            s.add("--rl-generation-lag", job.staleness, "staleness")
+        if not job.colocated:
+            notes.warn(f"Megatron-LM's RL loop runs inference inside the training processes: the plan's separate "
+                       f"{job.gen.gpus}-GPU generation pool ({job.mode}) is not expressible; rollout runs on the "
+                       f"{job.train.gpus} training GPUs (or serve it with --to vllm / --to sglang)")
+        if opt.reference_offload:
+            notes.warn("reference_offload is not expressible in Megatron-LM's RL loop (the reference stays on GPU)")
+        if job.reward_model is not None:
+            notes.warn("a reward model is not expressible in Megatron-LM's RL loop (rewards come from the "
+                       "environments of --langrl-env-config)")
+        if job.critic is not None:
+            notes.warn("a critic is not expressible in Megatron-LM's RL loop (GRPO)")
+    out.append(s)
+    return out
+
+
+def export(job: Job) -> ExportResult:
+    secs = sections(job)
+    world = job.train
+    head = header_lines(PIN, job, "arguments of Megatron-LM (megatron/training/arguments.py)")
+    head += ["Units: --micro-batch-size and --global-batch-size count samples.",
+             f"Launch on {world.nodes} node(s) x {world.per_node} GPUs; set MASTER_ADDR and NODE_RANK per node."]
+    text = "#!/usr/bin/env bash\n" + comment_block(head + warning_lines(job.notes)) + "set -euo pipefail\n"
+    text += render_array("MEGATRON_ARGS", secs, "argparse")
+    launch = (f"torchrun --nnodes {world.nodes} --nproc-per-node {world.per_node} --node-rank ${{NODE_RANK:-0}} "
+              f"--master-addr ${{MASTER_ADDR:-127.0.0.1}} --master-port ${{MASTER_PORT:-6000}}")
+    if job.algorithm == "grpo":
+        text += f'{launch} train_rl.py "${{MEGATRON_ARGS[@]}}" "$@"\n'
+    else:
+        text += f'# {launch} <your PPO trainer> "${{MEGATRON_ARGS[@]}}"\n'
+    return ExportResult(text=text, warnings=list(job.notes.warnings), filename="megatron_args.sh",
+                        target="megatron", framework=PIN.label)

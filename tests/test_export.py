@@ -1,0 +1,547 @@
+"""Export: every target for every example plan (and hand-written layouts that reach the other code
+paths) round-trips to the plan's values, states its framework version, keeps every warning in the
+output, and uses only keys that exist in the real framework's own released files
+(tests/framework_keys.py downloads and reads them; offline, those tests skip with the reason)."""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import rlsolve
+from rlsolve.cli.main import main
+from rlsolve.errors import SpecError
+from rlsolve.export import PINS, TARGETS, ExportResult, export_plan, prepare
+from rlsolve.plan import LAYOUT_KEYS, Layout
+
+import framework_keys as fk
+from conftest import EXAMPLES
+
+# --- cases: the example plans (solved once) and hand-written layouts ----------------------------
+
+_plans: dict[str, dict] = {}
+
+
+def example_case(path: Path) -> tuple[dict, dict]:
+    if path.stem not in _plans:
+        _plans[path.stem] = rlsolve.solve(str(path)).model_dump(mode="json")
+    return _plans[path.stem], yaml.safe_load(path.read_text())
+
+
+def _layout(mode, gen, train, gen_par, train_par, placement, opt, staleness=0, engine="vllm", framework="megatron"):
+    return {"pipeline": {"mode": mode, "staleness": staleness},
+            "resource_allocation": {"generation": {"gpus": gen, "engine": engine},
+                                    "training": {"gpus": train, "framework": framework}},
+            "placement": placement,
+            "parallelism": {"generation": gen_par, "training": train_par},
+            "optimization": opt}
+
+
+def _spec(cluster, model, rl):
+    base_rl = {"algorithm": "grpo", "prompts_per_step": 64, "samples_per_prompt": 8, "prompt_len": 512,
+               "response_len": {"max": 4096, "mean": 1024}, "mini_batches": 2, "max_staleness": 1}
+    return {"cluster": cluster, "model": model, "rl": {**base_rl, **rl}}
+
+
+VARIANTS = {
+    # MoE, sync disaggregated, engine EP = TP x DP, training EP and virtual pipeline, selective recompute
+    "moe-sync": (
+        _layout("sync", 8, 8, {"tp": 2, "pp": 1, "dp": 4, "ep": 8},
+                {"tp": 2, "pp": 2, "dp": 2, "cp": 1, "ep": 2, "vp": 2, "zero_stage": 1, "micro_batch": 1,
+                 "grad_accum": 128, "recompute": "selective", "sequence_parallel": True},
+                {"reference": "training", "reward": "cpu", "value": "none"},
+                {"kv_cache_gb": 40.0, "gpu_memory_utilization": 0.85, "max_num_seqs": 256}),
+        _spec({"gpu": "H100-SXM-80GB", "nodes": 2},
+              {"policy": "qwen3-30b-a3b", "reference": "policy", "reward": "rule"}, {})),
+    # PPO colocated on SGLang with the DeepSpeed framework, ZeRO-2, full recompute, no reference
+    "ppo-sglang-deepspeed": (
+        _layout("colocated", 8, 8, {"tp": 1, "pp": 1, "dp": 8, "ep": 1},
+                {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ep": 1, "vp": 1, "zero_stage": 2, "micro_batch": 2,
+                 "grad_accum": 16, "recompute": "full", "sequence_parallel": False},
+                {"reference": "none", "reward": "cpu", "value": "training"},
+                {"kv_cache_gb": 30.0, "gpu_memory_utilization": 0.5, "train_offload_during_rollout": True},
+                engine="sglang", framework="deepspeed"),
+        _spec({"gpu": "H100-SXM-80GB", "nodes": 1},
+              {"policy": "qwen2.5-1.5b", "reference": None, "reward": "rule", "value": "policy"},
+              {"algorithm": "ppo", "prompts_per_step": 128, "samples_per_prompt": 4, "mini_batches": 2})),
+    # async, staleness 2, an engine replica spanning two nodes, reward and reference on the generation side
+    "async-spanning": (
+        _layout("async", 16, 16, {"tp": 8, "pp": 2, "dp": 1, "ep": 1},
+                {"tp": 8, "pp": 2, "dp": 1, "cp": 1, "ep": 1, "vp": 1, "zero_stage": 0, "micro_batch": 1,
+                 "grad_accum": 256, "recompute": "full", "sequence_parallel": True},
+                {"reference": "generation", "reward": "generation", "value": "none"},
+                {"kv_cache_gb": 20.0, "gpu_memory_utilization": 0.9, "reward_quantization": "int8"},
+                staleness=2),
+        _spec({"gpu": "H100-SXM-80GB", "nodes": 4},
+              {"policy": "llama-3.1-70b", "reference": "policy", "reward": "llama-3.1-8b"}, {"max_staleness": 2})),
+    # an inline model without a Hugging Face id, FSDP-sharded Megatron (ZeRO-3), CP 2
+    "inline-fsdp": (
+        _layout("colocated", 8, 8, {"tp": 2, "pp": 1, "dp": 4, "ep": 1},
+                {"tp": 2, "pp": 1, "dp": 2, "cp": 2, "ep": 1, "vp": 1, "zero_stage": 3, "micro_batch": 2,
+                 "grad_accum": 64, "recompute": "none", "sequence_parallel": True},
+                {"reference": "cpu_offload", "reward": "cpu", "value": "none"},
+                {"kv_cache_gb": 25.0, "gpu_memory_utilization": 0.6, "reference_offload": True}),
+        _spec({"gpu": "A100-SXM-80GB", "nodes": 1},
+              {"policy": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "vocab": 128256},
+               "reference": "policy", "reward": "rule"}, {"response_len": {"max": 8192, "mean": 2048}})),
+}
+
+CASES = [f"example:{p.stem}" for p in EXAMPLES] + [f"variant:{k}" for k in VARIANTS]
+
+
+def case(name: str) -> tuple[dict, dict]:
+    kind, key = name.split(":", 1)
+    if kind == "example":
+        return example_case(next(p for p in EXAMPLES if p.stem == key))
+    return VARIANTS[key]
+
+
+@pytest.fixture(scope="module")
+def fw():
+    return fk.fetch_all(fk.SOURCES)
+
+
+def need(fw, name: str) -> Path:
+    got = fw[name]
+    if isinstance(got, fk.Unavailable):
+        pytest.skip(f"framework files unavailable: {got}")
+    return got
+
+
+# --- parsing the outputs back --------------------------------------------------------------------
+
+def bash_array(text: str, name: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index(f"{name}=(")
+    end = start + lines[start:].index(")")
+    return shlex.split("\n".join(lines[start + 1:end]), comments=True)
+
+
+def scalar(v: str):
+    return yaml.safe_load(v)
+
+
+def argv(words: list[str]) -> dict:
+    out, i = {}, 0
+    while i < len(words):
+        key = words[i]
+        assert key.startswith("-"), f"stray word {key!r}"
+        vals, i = [], i + 1
+        while i < len(words) and not words[i].startswith("--"):
+            vals.append(words[i])
+            i += 1
+        out[key] = True if not vals else scalar(vals[0]) if len(vals) == 1 else [scalar(v) for v in vals]
+    return out
+
+
+def hydra(words: list[str]) -> dict:
+    return {k: scalar(v) for k, v in (w.split("=", 1) for w in words)}
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def script_flags(text: str) -> set[str]:
+    """Every --flag on a non-comment line of a shell script (arrays and launch lines)."""
+    flags = set()
+    for line in text.splitlines():
+        code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
+        flags |= set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9_.-]*)", code))
+    return flags
+
+
+def verl_values(res: ExportResult) -> dict:
+    if res.target == "verl":
+        return hydra(bash_array(res.text, "VERL_ARGS"))
+    doc = yaml.safe_load(res.text)
+    vals = {k: v for k, v in flatten(doc).items() if not k.startswith(("hydra.", "defaults"))}
+    vals["model_engine"] = re.search(r"model_engine=(\w+)", res.text).group(1)
+    return vals
+
+
+# --- round trip: the export says what the plan says ----------------------------------------------
+
+def check_verl(job, d: dict) -> None:
+    t, g, opt = job.t, job.g, job.opt
+    d = {k.lstrip("+"): v for k, v in d.items()}
+    ar = "actor_rollout_ref"
+    mega = job.framework == "megatron"
+    assert d["model_engine"] == ("megatron" if mega else "dp")
+    assert d["trainer.nnodes"] * d["trainer.n_gpus_per_node"] == job.train.gpus
+    if job.colocated:
+        assert d["trainer.v1.trainer_mode"] == "sync" and d[f"{ar}.hybrid_engine"] is True
+    else:
+        assert d["trainer.v1.trainer_mode"] == "separate_async" and d[f"{ar}.hybrid_engine"] is False
+        assert d[f"{ar}.rollout.nnodes"] * d[f"{ar}.rollout.n_gpus_per_node"] == job.gen.gpus
+        assert d["trainer.v1.separate_async.parameter_sync_step"] * d[f"{ar}.actor.ppo_mini_batch_size"] == \
+            d["data.train_batch_size"]
+        assert d["trainer.v1.sampler.max_off_policy_threshold"] == max(1, job.staleness)
+    assert d["data.train_batch_size"] == job.prompts
+    assert d[f"{ar}.rollout.n"] == job.n
+    assert d[f"{ar}.actor.ppo_mini_batch_size"] * job.n == job.mini_batch_samples
+    assert d[f"{ar}.actor.ppo_micro_batch_size_per_gpu"] == t.micro_batch
+    assert d[f"{ar}.actor.ppo_epochs"] == job.epochs
+    assert d["data.max_prompt_length"] == job.prompt_len and d["data.max_response_length"] == job.response_max
+    assert d[f"{ar}.rollout.name"] == job.engine
+    assert d[f"{ar}.rollout.tensor_model_parallel_size"] == g.tp
+    assert d[f"{ar}.rollout.pipeline_model_parallel_size"] == g.pp
+    dp_size = d[f"{ar}.rollout.data_parallel_size"]
+    assert job.gen.gpus // (g.tp * g.pp * dp_size) * dp_size == g.dp  # servers x replicas per server
+    assert d.get(f"{ar}.rollout.expert_parallel_size", 1) == g.ep
+    assert d[f"{ar}.rollout.gpu_memory_utilization"] == opt.gpu_memory_utilization
+    assert d[f"{ar}.rollout.max_num_seqs"] == (opt.max_num_seqs or math.ceil(job.samples * (job.staleness + 1) / g.dp))
+    offload = opt.train_offload_during_rollout
+    if mega:
+        m = f"{ar}.actor.megatron."
+        assert (d[m + "tensor_model_parallel_size"], d[m + "pipeline_model_parallel_size"],
+                d[m + "context_parallel_size"], d[m + "expert_model_parallel_size"]) == (t.tp, t.pp, t.cp, t.ep)
+        assert d[m + "virtual_pipeline_model_parallel_size"] == (t.vp if t.vp > 1 else None)
+        assert d[m + "use_distributed_optimizer"] == (t.zero_stage >= 1)
+        assert d[m + "use_megatron_fsdp"] == (t.zero_stage >= 2)
+        if t.zero_stage >= 2:
+            assert d[m + "override_ddp_config.data_parallel_sharding_strategy"] == \
+                ("optim_grads" if t.zero_stage == 2 else "optim_grads_params")
+        assert d[m + "param_offload"] == d[m + "optimizer_offload"] == offload
+        assert d[m + "override_transformer_config.recompute_granularity"] == \
+            (None if t.recompute == "none" else t.recompute)
+    else:
+        f = f"{ar}.actor.fsdp_config."
+        assert d[f + "ulysses_sequence_parallel_size"] == t.cp
+        assert d[f + "reshard_after_forward"] == (t.zero_stage >= 3)
+        assert d[f + "param_offload"] == d[f + "optimizer_offload"] == offload
+        assert d[f"{ar}.model.enable_gradient_checkpointing"] == (t.recompute != "none")
+    if job.has_reference:
+        key = f"{ar}.ref.megatron.param_offload" if mega else f"{ar}.ref.fsdp_config.param_offload"
+        assert d[key] == opt.reference_offload
+        assert d[f"{ar}.actor.use_kl_loss"] or d["algorithm.use_kl_in_reward"]
+    else:
+        assert not d[f"{ar}.actor.use_kl_loss"] and not d["algorithm.use_kl_in_reward"]
+    assert d["algorithm.adv_estimator"] == ("grpo" if job.algorithm == "grpo" else "gae")
+    assert ("critic.enable" in d) == (job.critic is not None)
+    assert d["reward.reward_model.enable"] == (job.reward_model is not None)
+    if job.policy.hf_id:
+        assert d[f"{ar}.model.path"] == job.policy.hf_id
+
+
+def check_openrlhf(job, text: str) -> None:
+    d = argv(bash_array(text, "OPENRLHF_ARGS"))
+    t, g, opt = job.t, job.g, job.opt
+    assert d["--actor.num_nodes"] * d["--actor.num_gpus_per_node"] == job.train.gpus
+    assert d["--vllm.num_engines"] == g.dp
+    assert d["--vllm.tensor_parallel_size"] == g.tp * g.pp
+    assert d["--vllm.num_engines"] * d["--vllm.tensor_parallel_size"] == job.gen.gpus
+    assert ("--train.colocate_all" in d) >= job.colocated
+    assert ("--vllm.enable_sleep" in d) == job.colocated
+    assert ("--train.async_enable" in d) == (job.mode == "async")
+    if job.mode == "async":
+        assert d["--train.async_queue_size"] == job.staleness
+    assert d["--rollout.batch_size"] == job.prompts
+    assert d["--rollout.n_samples_per_prompt"] == job.n
+    assert d["--train.batch_size"] == job.mini_batch_samples
+    assert d["--train.batch_size"] * job.mini_batches == job.samples
+    assert d["--train.micro_batch_size"] == t.micro_batch
+    assert d["--train.max_epochs"] == job.epochs
+    assert (d["--ds.zero_stage"], d["--ds.tensor_parallel_size"], d["--ds.ring_attn_size"]) == \
+        (t.zero_stage, t.tp, t.cp)
+    assert d["--vllm.gpu_memory_utilization"] == opt.gpu_memory_utilization
+    assert ("--ref.offload" in d) == (opt.reference_offload and job.has_reference)
+    assert ("--ds.enable_sleep" in d) == (job.colocated and opt.train_offload_during_rollout)
+    assert ("--actor.gradient_checkpointing_enable" in d) == (t.recompute != "none")
+    assert d["--data.max_len"] == job.max_len and d["--rollout.max_new_tokens"] == job.response_max
+    assert ("--critic.model_name_or_path" in d) == (job.critic is not None)
+    assert d.get("--algo.kl.init_coef", 0.01) == (0.01 if job.has_reference else 0)
+
+
+def check_megatron(job, text: str) -> None:
+    d = argv(bash_array(text, "MEGATRON_ARGS"))
+    t, g, opt, a = job.t, job.g, job.opt, job.policy
+    assert (d["--tensor-model-parallel-size"], d["--pipeline-model-parallel-size"], d["--context-parallel-size"],
+            d["--expert-model-parallel-size"]) == (t.tp, t.pp, t.cp, t.ep)
+    assert d.get("--num-virtual-stages-per-pipeline-rank", 1) == t.vp
+    assert ("--sequence-parallel" in d) == (t.sequence_parallel and t.tp > 1)
+    assert d["--micro-batch-size"] == t.micro_batch
+    assert d["--global-batch-size"] == job.mini_batch_samples
+    assert d["--global-batch-size"] // (t.micro_batch * t.dp) == t.grad_accum
+    assert ("--use-distributed-optimizer" in d) == (t.zero_stage >= 1)
+    assert ("--use-megatron-fsdp" in d) == (t.zero_stage >= 2)
+    assert d.get("--recompute-granularity", "none") == t.recompute
+    assert (d["--num-layers"], d["--hidden-size"], d["--num-attention-heads"]) == (a.layers, a.hidden, a.heads)
+    assert d["--seq-length"] == job.max_len
+    if a.is_moe:
+        assert (d["--num-experts"], d["--moe-router-topk"]) == (a.experts, a.experts_per_token)
+    m = re.search(r"torchrun --nnodes (\d+) --nproc-per-node (\d+)", text)
+    assert int(m.group(1)) * int(m.group(2)) == job.train.gpus
+    if job.algorithm == "grpo":
+        assert d["--perform-rl-step"] is True
+        assert (d["--grpo-prompts-per-step"], d["--grpo-group-size"], d["--grpo-iterations"]) == \
+            (job.prompts, job.n, job.epochs)
+        assert d["--rl-inference-tensor-model-parallel-size"] == g.tp
+        assert d["--rl-inference-pipeline-model-parallel-size"] == g.pp
+        assert d["--inference-dynamic-batching-buffer-size-gb"] == round(opt.kv_cache_gb, 2)
+        assert ("--rl-offload-optimizer-during-inference" in d) == opt.train_offload_during_rollout
+        assert d.get("--rl-generation-lag", 0) == (job.staleness if job.mode == "async" else 0)
+    else:
+        assert "--perform-rl-step" not in d
+
+
+def check_vllm(job, text: str) -> None:
+    d = argv(bash_array(text, "VLLM_ARGS"))
+    g, opt = job.g, job.opt
+    servers = int(re.search(r"^SERVERS=(\d+)", text, re.M).group(1))
+    assert (d["--tensor-parallel-size"], d["--pipeline-parallel-size"]) == (g.tp, g.pp)
+    assert d["--data-parallel-size"] * servers == g.dp
+    assert g.tp * g.pp * d["--data-parallel-size"] * servers == job.gen.gpus
+    assert d["--gpu-memory-utilization"] == opt.gpu_memory_utilization
+    assert d["--max-num-seqs"] == (opt.max_num_seqs or math.ceil(job.samples * (job.staleness + 1) / g.dp))
+    assert d["--max-model-len"] == job.max_len
+    assert ("--enable-sleep-mode" in d) == job.colocated
+    assert ("--enable-expert-parallel" in d) == (g.ep > 1)
+    if g.tp * g.pp > job.gen.gpus_per_node:
+        assert d["--nnodes"] * job.gen.gpus_per_node >= g.tp * g.pp
+    if job.policy.hf_id:
+        assert f"vllm serve {job.policy.hf_id} " in text
+
+
+def check_sglang(job, text: str) -> None:
+    d = argv(bash_array(text, "SGLANG_ARGS"))
+    g, opt = job.g, job.opt
+    servers = int(re.search(r"^SERVERS=(\d+)", text, re.M).group(1))
+    attn = d.get("--attn-dp-size", 1)
+    assert (d["--tp-size"] // attn, d["--pp-size"]) == (g.tp, g.pp)
+    assert d["--dp-size"] * attn * servers == g.dp
+    assert d["--tp-size"] * d["--pp-size"] * d["--dp-size"] * servers == job.gen.gpus
+    assert d.get("--ep-size", 1) == g.ep
+    assert d.get("--nnodes", 1) * job.gen.gpus_per_node >= d["--tp-size"] * d["--pp-size"]
+    assert d["--mem-fraction-static"] == opt.gpu_memory_utilization
+    assert d["--max-running-requests"] == attn * (opt.max_num_seqs or math.ceil(job.samples * (job.staleness + 1) / g.dp))
+    assert d["--context-length"] == job.max_len
+    assert ("--enable-memory-saver" in d) == job.colocated
+
+
+def check_deepspeed(job, text: str) -> None:
+    d = json.loads(text)
+    t = job.t
+    assert d["train_batch_size"] == job.mini_batch_samples
+    assert d["train_batch_size"] == d["train_micro_batch_size_per_gpu"] * d["gradient_accumulation_steps"] * t.dp
+    assert (d["train_micro_batch_size_per_gpu"], d["gradient_accumulation_steps"]) == (t.micro_batch, t.grad_accum)
+    assert d["zero_optimization"]["stage"] == t.zero_stage
+    assert d.get("tensor_parallel", {}).get("autotp_size", 1) == t.tp
+    assert d.get("sequence_parallel_size", 1) == t.cp
+    assert d.get("expert_parallel", {}).get("autoep_size", 1) == t.ep
+    assert d["bf16"]["enabled"] is True
+
+
+def check_yaml(job, text: str) -> None:
+    d = yaml.safe_load(text)
+    assert Layout.model_validate({k: d[k] for k in LAYOUT_KEYS}) == job.lay
+    assert d["job"]["prompts_per_step"] == job.prompts and d["job"]["samples_per_prompt"] == job.n
+    assert d["job"]["samples_per_optimizer_step"] == job.mini_batch_samples
+    assert d["roles"]["generation"]["gpus"] == job.gen.gpus and d["roles"]["training"]["gpus"] == job.train.gpus
+    assert d["job"]["models"]["policy"]["hf_id"] == job.policy.hf_id
+
+
+CHECKS = {"verl": lambda job, res: check_verl(job, verl_values(res)),
+          "verl-yaml": lambda job, res: check_verl(job, verl_values(res)),
+          "openrlhf": lambda job, res: check_openrlhf(job, res.text),
+          "megatron": lambda job, res: check_megatron(job, res.text),
+          "vllm": lambda job, res: check_vllm(job, res.text),
+          "sglang": lambda job, res: check_sglang(job, res.text),
+          "deepspeed": lambda job, res: check_deepspeed(job, res.text),
+          "yaml": lambda job, res: check_yaml(job, res.text)}
+
+
+def test_every_target_has_a_check_and_a_cli_choice():
+    from rlsolve.cli.commands.export import _TARGETS
+    assert set(CHECKS) == set(TARGETS) == set(_TARGETS)
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+@pytest.mark.parametrize("name", CASES)
+def test_round_trip(name, target):
+    plan, spec = case(name)
+    res = export_plan(plan, spec, target)
+    job = prepare(plan, spec)
+    CHECKS[target](job, res)
+    # every warning is in the output too, as a comment
+    for w in res.warnings:
+        assert f"WARNING: {w}" in res.text
+    if target in ("verl", "openrlhf", "megatron", "vllm", "sglang"):
+        assert res.text.startswith("#!/usr/bin/env bash\n")
+    if target == "deepspeed":
+        assert json.loads(res.text)["_comment"][0].startswith("rlsolve export -> DeepSpeed 0.19")
+
+
+@pytest.mark.parametrize("target,label", [("verl", "verl 0.9"), ("verl-yaml", "verl 0.9"),
+                                          ("openrlhf", "OpenRLHF 0.11"), ("megatron", "Megatron-Core 0.19"),
+                                          ("vllm", "vLLM 0.33"), ("sglang", "SGLang 0.5"),
+                                          ("deepspeed", "DeepSpeed 0.19")])
+def test_each_output_states_its_framework_version(target, label):
+    plan, spec = case("variant:moe-sync")
+    res = export_plan(plan, spec, target)
+    assert f"rlsolve export -> {label}" in res.text and res.framework == label
+
+
+def test_what_a_framework_cannot_express_is_warned():
+    plan, spec = case("variant:async-spanning")
+    warned = {t: " | ".join(export_plan(plan, spec, t).warnings) for t in TARGETS}
+    assert "int8" in warned["openrlhf"] and "pipeline parallelism" in warned["openrlhf"]
+    assert "reference placement 'generation'" in warned["verl"]
+    assert "separate" in warned["megatron"]  # Megatron-LM's RL loop is colocated only
+    assert warned["yaml"] == ""
+    plan, spec = case("variant:moe-sync")
+    verl_warn = export_plan(plan, spec, "verl").warnings
+    assert any("no synchronous trainer" in w for w in verl_warn)
+    assert any("selective recompute" in w for w in export_plan(plan, spec, "openrlhf").warnings)
+    plan, spec = case("variant:inline-fsdp")
+    assert any("POLICY_MODEL_PATH" in w for w in export_plan(plan, spec, "verl").warnings)
+
+
+# --- keys against the real frameworks' files ------------------------------------------------------
+
+def test_extractors_read_the_real_definitions(fw):
+    """Known flags are found and made-up ones are not: the extractors neither miss nor invent."""
+    k, free = fk.verl_keys(need(fw, "verl"), "megatron")
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization" in k and "actor_rollout_ref.rollout.gpu_mem" not in k
+    assert "actor_rollout_ref.actor.megatron.override_ddp_config" in free
+    assert {"dp", "megatron"} <= fk.verl_engine_groups(need(fw, "verl"))
+    o = fk.openrlhf_flags(need(fw, "openrlhf"))
+    assert {"--vllm.num_engines", "--actor.adam.lr", "--critic.adam.lr"} <= o and "--vllm_num_engines" not in o
+    m = fk.megatron_flags(need(fw, "megatron"))
+    assert {"--tensor-model-parallel-size", "--micro-batch-size", "--use-distributed-optimizer",
+            "--disable-bias-linear", "--perform-rl-step"} <= m
+    assert "--tensor-parallel-degree" not in m and "--virtual-pipeline-model-parallel-size" not in m
+    v = fk.vllm_flags(need(fw, "vllm"))
+    assert {"--tensor-parallel-size", "--gpu-memory-utilization", "--headless"} <= v
+    assert "--expert-parallel-size" not in v  # vLLM has no EP size flag
+    s = fk.sglang_flags(need(fw, "sglang"))
+    assert {"--tp-size", "--tensor-parallel-size", "--mem-fraction-static", "--model-path"} <= s
+    ds = fk.deepspeed_schema(need(fw, "deepspeed"))
+    assert {"train_batch_size", "zero_optimization", "bf16"} <= ds[""] and "stage" in ds["zero_optimization"]
+
+
+def _bad_verl_keys(root: Path, res: ExportResult) -> list[str]:
+    vals = verl_values(res)
+    engine = vals["model_engine"]
+    keys, free = fk.verl_keys(root, engine)
+    bad = []
+    if engine not in fk.verl_engine_groups(root):
+        bad.append(f"model_engine={engine}")
+    for k in vals:
+        if k == "model_engine":
+            continue
+        k = k.lstrip("+")
+        if k in keys:
+            continue
+        parent = next((f for f in free if k.startswith(f + ".")), None)
+        if parent is None:
+            bad.append(k)
+        elif res.target == "verl" and f"+{k}" not in vals:
+            bad.append(f"{k} (a new key under a free-form dict needs Hydra's '+')")
+        else:
+            sub = k[len(parent) + 1:]
+            cls = {"override_ddp_config": "DistributedDataParallelConfig",
+                   "override_transformer_config": "TransformerConfig"}.get(parent.rsplit(".", 1)[-1])
+            mroot = fk.fetch("megatron") if cls else None
+            if cls is None or sub not in fk.megatron_config_fields(mroot, cls):
+                bad.append(k)
+    return bad
+
+
+@pytest.mark.parametrize("target", ["verl", "verl-yaml", "openrlhf", "megatron", "vllm", "sglang", "deepspeed"])
+def test_every_exported_key_exists_in_the_framework(fw, target):
+    framework = "verl" if target.startswith("verl") else target
+    root = need(fw, framework)
+    if target.startswith("verl"):
+        need(fw, "megatron")  # Megatron-FSDP keys under override_ddp_config are checked against Megatron-Core
+    problems = {}
+    for name in CASES:
+        plan, spec = case(name)
+        res = export_plan(plan, spec, target)
+        if target.startswith("verl"):
+            bad = _bad_verl_keys(root, res)
+        elif target == "deepspeed":
+            schema = fk.deepspeed_schema(root)
+            doc = json.loads(res.text)
+            bad = [k for k in doc if k != "_comment" and k not in schema[""]]
+            for section, body in doc.items():
+                if isinstance(body, dict):
+                    bad += [f"{section}.{k}" for k in body if k not in schema.get(section, ())]
+        else:
+            flags = {"openrlhf": fk.openrlhf_flags, "megatron": fk.megatron_flags, "vllm": fk.vllm_flags,
+                     "sglang": fk.sglang_flags}[target](root)
+            used = set(argv(bash_array(res.text, {"openrlhf": "OPENRLHF_ARGS", "megatron": "MEGATRON_ARGS",
+                                                  "vllm": "VLLM_ARGS", "sglang": "SGLANG_ARGS"}[target])))
+            if target in ("vllm", "sglang"):
+                used |= script_flags(res.text)  # NODE_ARGS and the launch line too
+            bad = sorted(f for f in used if f not in flags)
+        if bad:
+            problems[name] = bad
+    assert not problems, f"keys not defined by {PINS[framework].pypi}=={PINS[framework].release}: {problems}"
+
+
+def test_deepspeed_comment_key_is_not_a_removed_key(fw):
+    root = need(fw, "deepspeed")
+    assert "_comment" not in fk.deepspeed_removed_keys(root) and "nebula" in fk.deepspeed_removed_keys(root)
+    assert "_comment" not in fk.deepspeed_schema(root)[""]
+
+
+# --- the API and the command line -----------------------------------------------------------------
+
+def test_api_needs_the_spec_and_a_known_target():
+    plan, spec = case("variant:moe-sync")
+    with pytest.raises(SpecError, match="--spec"):
+        export_plan(plan, None, "verl")
+    with pytest.raises(SpecError, match="did you mean 'openrlhf'"):
+        export_plan(plan, spec, "openrlfh")
+
+
+def test_a_plan_that_does_not_fit_the_spec_is_an_input_error():
+    plan, _ = case("variant:async-spanning")  # 32 GPUs
+    _, small = case("variant:moe-sync")       # a 16-GPU cluster, another model
+    with pytest.raises(SpecError):
+        export_plan(plan, small, "vllm")
+
+
+def _write(tmp_path: Path, name: str, data) -> str:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return str(p)
+
+
+def test_cli_export(tmp_path):
+    plan, spec = case("variant:async-spanning")
+    plan_path, spec_path = _write(tmp_path, "plan.yaml", plan), _write(tmp_path, "cluster.yaml", spec)
+    runner = CliRunner()
+    r = runner.invoke(main, ["export", plan_path, "--to", "openrlhf", "--spec", spec_path])
+    assert r.exit_code == 0
+    assert "python3 -m openrlhf.cli.train_ppo_ray" in r.stdout
+    assert "warning: " in r.stderr and "# WARNING: " in r.stdout
+    out = tmp_path / "ds.json"
+    r = runner.invoke(main, ["export", plan_path, "--to", "deepspeed", "--spec", spec_path, "-o", str(out)])
+    assert r.exit_code == 0 and json.loads(out.read_text())["zero_optimization"]["stage"] == 0
+    assert r.stdout == "" and "wrote" in r.stderr
+
+
+def test_cli_export_errors(tmp_path):
+    plan, spec = case("variant:moe-sync")
+    plan_path, spec_path = _write(tmp_path, "plan.yaml", plan), _write(tmp_path, "cluster.yaml", spec)
+    runner = CliRunner()
+    r = runner.invoke(main, ["export", plan_path, "--to", "verl"])
+    assert r.exit_code == 2 and "--spec" in r.stderr and "Traceback" not in r.output
+    r = runner.invoke(main, ["export", plan_path, "--to", "nemo", "--spec", spec_path])
+    assert r.exit_code == 2
+    r = runner.invoke(main, ["export", str(tmp_path / "missing.yaml"), "--to", "verl", "--spec", spec_path])
+    assert r.exit_code == 2 and "not found" in r.stderr
