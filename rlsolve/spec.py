@@ -6,6 +6,7 @@ GPUs, networks and models are resolved against the catalogs by `load_spec`, whic
 """
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -21,7 +22,7 @@ class _Strict(BaseModel):
 
 
 class InlineNetwork(_Strict):
-    gbps: float = Field(gt=0, description="Per-GPU NIC line rate in Gbit/s.")
+    gbps: float = Field(gt=0, le=100_000, description="Per-GPU NIC line rate in Gbit/s.")
     latency_us: float | None = Field(None, gt=0, description="One-way latency; default as IB-NDR-400.")
 
 
@@ -30,20 +31,20 @@ class Pool(_Strict):
 
     name: str = Field("main", description="Pool name (used by heterogeneous clusters).")
     gpu: str = Field(description="GPU catalog name (see `rlsolve gpus`), e.g. H100-SXM-80GB.")
-    nodes: int = Field(gt=0, description="Number of nodes.")
-    gpus_per_node: int | None = Field(None, gt=0, description="GPUs per node; default: the GPU's usual server size.")
+    nodes: int = Field(gt=0, le=100_000, description="Number of nodes.")
+    gpus_per_node: int | None = Field(None, gt=0, le=1024, description="GPUs per node; default: the GPU's usual server size.")
     network: Union[str, InlineNetwork] = Field("IB-NDR-400", description="Inter-node fabric per GPU: a catalog "
                                                "name (IB-NDR-400, ...) or {gbps: 400}.")
-    nics_per_node: int | None = Field(None, gt=0, description="NICs per node; default one per GPU.")
-    price_per_gpu_hour_usd: float | None = Field(None, gt=0, description="Override the catalog price.")
+    nics_per_node: int | None = Field(None, gt=0, le=1024, description="NICs per node; default one per GPU.")
+    price_per_gpu_hour_usd: float | None = Field(None, gt=0, le=1_000_000, description="Override the catalog price.")
 
 
 class Cluster(_Strict):
     gpu: str | None = Field(None, description="GPU catalog name for a single-pool cluster.")
-    nodes: int | None = Field(None, gt=0, description="Nodes in a single-pool cluster.")
-    gpus_per_node: int | None = Field(None, gt=0, description="GPUs per node; default: the GPU's usual server size.")
+    nodes: int | None = Field(None, gt=0, le=100_000, description="Nodes in a single-pool cluster.")
+    gpus_per_node: int | None = Field(None, gt=0, le=1024, description="GPUs per node; default: the GPU's usual server size.")
     network: Union[str, InlineNetwork] = Field("IB-NDR-400", description="Inter-node fabric per GPU (catalog name or {gbps: N}).")
-    nics_per_node: int | None = Field(None, gt=0, description="NICs per node; default one per GPU.")
+    nics_per_node: int | None = Field(None, gt=0, le=1024, description="NICs per node; default one per GPU.")
     price_per_gpu_hour_usd: float | None = Field(None, gt=0, description="Override the catalog price per GPU-hour.")
     pools: list[Pool] | None = Field(None, description="Heterogeneous cluster: one entry per pool "
                                      "(instead of gpu/nodes at this level).")
@@ -78,14 +79,14 @@ class ModelSpec(_Strict):
                                 "inline | null (no KL term).")
     reward: ModelRef = Field("rule", description="rule (CPU verifier) | policy | catalog name | inline (a reward model).")
     value: ModelRef = Field(None, description="PPO critic: policy | catalog name | inline | null (GRPO).")
-    lora_rank: int = Field(0, ge=0, description="LoRA rank for the policy (0: full fine-tuning). Only adapters "
+    lora_rank: int = Field(0, ge=0, le=65536, description="LoRA rank for the policy (0: full fine-tuning). Only adapters "
                            "train and sync.")
     precision: Literal["bf16", "fp8"] = Field("bf16", description="Training/generation GEMM precision.")
 
 
 class ResponseLen(_Strict):
-    max: int = Field(gt=0, description="Maximum response tokens (the generation cap).")
-    mean: int | None = Field(None, gt=0, description="Mean response tokens; default = max (every response that long).")
+    max: int = Field(gt=0, le=10_000_000, description="Maximum response tokens (the generation cap).")
+    mean: int | None = Field(None, gt=0, le=10_000_000, description="Mean response tokens; default = max (every response that long).")
 
     @model_validator(mode="after")
     def _mean_le_max(self) -> "ResponseLen":
@@ -100,20 +101,22 @@ class ResponseLen(_Strict):
 
 class RL(_Strict):
     algorithm: Literal["grpo", "ppo"] = Field("grpo", description="grpo (no critic) | ppo (critic, GAE).")
-    prompts_per_step: int = Field(gt=0, description="Prompts sampled per RL step.")
-    samples_per_prompt: int = Field(1, gt=0, description="Responses per prompt (GRPO group size).")
-    prompt_len: int = Field(gt=0, description="Prompt tokens.")
+    prompts_per_step: int = Field(gt=0, le=10_000_000, description="Prompts sampled per RL step.")
+    samples_per_prompt: int = Field(1, gt=0, le=100_000, description="Responses per prompt (GRPO group size).")
+    prompt_len: int = Field(gt=0, le=10_000_000, description="Prompt tokens.")
     response_len: ResponseLen = Field(description="Response tokens: {max, mean} or one number.")
-    ppo_epochs: int = Field(1, gt=0, description="Passes over the batch per step.")
-    mini_batches: int = Field(1, gt=0, description="Optimizer steps per RL step (per epoch).")
-    max_staleness: int = Field(1, ge=0, description="How many steps generation may run ahead; 0 = strictly on-policy "
+    ppo_epochs: int = Field(1, gt=0, le=1000, description="Passes over the batch per step.")
+    mini_batches: int = Field(1, gt=0, le=1_000_000, description="Optimizer steps per RL step (per epoch).")
+    max_staleness: int = Field(1, ge=0, le=1000, description="How many steps generation may run ahead; 0 = strictly on-policy "
                                "(forbids async overlap).")
 
     @field_validator("response_len", mode="before")
     @classmethod
     def _one_number(cls, v: Any) -> Any:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return {"max": int(v)}
+            if not math.isfinite(v):
+                raise ValueError("must be a finite number of tokens")
+            return {"max": v}
         return v
 
     @property
@@ -129,6 +132,26 @@ class RL(_Strict):
 Mode = Literal["colocated", "sync", "async"]
 
 
+def _pos_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 < x <= 1_000_000
+
+
+def _zero(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 3
+
+
+def _recompute(x: Any) -> bool:
+    return x in ("none", "selective", "full")
+
+
+_HINTS = {_pos_int: "a positive integer", _zero: "a ZeRO stage 0-3", _recompute: "none, selective or full"}
+ROLE_CONSTRAINTS = {
+    "generation": {k: _pos_int for k in ("tp", "pp", "dp", "ep", "gpus", "max_gpus")},
+    "training": {**{k: _pos_int for k in ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "gpus", "max_gpus")},
+                 "zero_stage": _zero, "recompute": _recompute},
+}
+
+
 class Constraints(_Strict):
     modes: list[Mode] | None = Field(None, description="Pipeline modes allowed (default all).")
     min_headroom: float = Field(0.05, ge=0, lt=0.9, description="Fraction of each GPU's memory kept free.")
@@ -136,15 +159,32 @@ class Constraints(_Strict):
                                        "e.g. {tp: 4} or {tp: [2, 4]}; also max_gpus.")
     training: dict[str, Any] = Field(default_factory=dict, description="Fixed or allowed training settings, "
                                      "e.g. {tp: [4, 8], zero_stage: 1}; also max_gpus.")
-    max_price_per_hour_usd: float | None = Field(None, gt=0, description="Budget for the GPUs used, $/hour.")
+    max_price_per_hour_usd: float | None = Field(None, gt=0, le=1e12, description="Budget for the GPUs used, $/hour.")
+
+    @field_validator("generation", "training")
+    @classmethod
+    def _role(cls, v: dict[str, Any], info) -> dict[str, Any]:
+        """Each key a known setting, each value one allowed value or a list of them."""
+        kinds = ROLE_CONSTRAINTS[info.field_name]
+        out: dict[str, Any] = {}
+        for key, val in v.items():
+            if key not in kinds:
+                raise ValueError(f"unknown key {key!r}; allowed: {', '.join(sorted(kinds))}")
+            check = kinds[key]
+            vals = val if isinstance(val, list) and key != "max_gpus" else [val]
+            if not vals or not all(check(x) for x in vals):
+                raise ValueError(f"{key}: {val!r} is not {_HINTS[check]} (or a list of them)" if key != "max_gpus"
+                                 else f"max_gpus: {val!r} is not a positive integer")
+            out[key] = val
+        return out
 
 
 class SolverOptions(_Strict):
-    time_limit_s: float = Field(10.0, gt=0, description="CP-SAT wall-clock limit (deterministic mode ignores the "
-                                "clock and uses a deterministic time limit of the same value).")
-    workers: int = Field(2, ge=1, description="CP-SAT search workers.")
+    time_limit_s: float = Field(10.0, gt=0, le=86_400, description="CP-SAT wall-clock limit per solve; the best "
+                                "plan found by then comes back with status feasible and its gap.")
+    workers: int = Field(2, ge=1, le=256, description="CP-SAT search workers.")
     deterministic: bool = Field(True, description="Fixed seed and worker count; byte-identical plans across runs.")
-    top_k: int = Field(3, ge=0, description="Runner-up plans to report, with why they lost.")
+    top_k: int = Field(3, ge=0, le=50, description="Runner-up plans to report, with why they lost.")
 
 
 class Spec(_Strict):

@@ -76,11 +76,13 @@ def main() -> None:
 @click.option("--time-limit", type=float, default=None, help="CP-SAT time limit in seconds.")
 @click.option("--top", "top_k", type=int, default=None, help="Runner-up plans to report.")
 @click.option("--profile", type=click.Path(), default=None, help="Calibrated GPU profile (rlsolve calibrate).")
+@click.option("--timeline", type=click.Path(dir_okay=False), default=None,
+              help="Also draw one RL step per GPU group and the per-GPU memory (.svg; .png needs rlsolve[plot]).")
 @FORMAT
 @OUTPUT
 @guarded
 def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int | None, profile: str | None,
-          fmt: str | None, out: str | None) -> None:
+          timeline: str | None, fmt: str | None, out: str | None) -> None:
     """Find the best layout for SPEC (a cluster.yaml)."""
     from rlsolve.solver import solve as _solve
     opts: dict[str, Any] = {}
@@ -90,6 +92,9 @@ def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int
         opts["top_k"] = top_k
     plan = _solve(spec, objective=objective, profile=_load_profile(profile), **opts)
     emit_plan(plan, fmt, out)
+    if timeline:
+        from rlsolve.whatif import write_timeline
+        write_timeline(plan, timeline)
 
 
 def _load_profile(path: str | None) -> dict | None:

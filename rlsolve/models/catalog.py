@@ -116,6 +116,9 @@ def _llama3_ffn(hidden: int) -> int:
     return 1024 * math.ceil(1.3 * int(8 * hidden / 3) / 1024)
 
 
+_MAX_LAYERS = 10_000
+
+
 def generic_dense(params_b: Any, name: str | None = None,
                   field: str = "model.policy") -> Architecture:
     """A dense Llama-3-like SwiGLU decoder with about `params_b` billion parameters.
@@ -154,6 +157,8 @@ def generic_dense(params_b: Any, name: str | None = None,
         one, two = shape(hidden, 1), shape(hidden, 2)
         per_layer = two.total_params - one.total_params
         layers = max(1, round((target - (one.total_params - per_layer)) / per_layer))
+        if layers > _MAX_LAYERS:  # too narrow for this size: the schema caps depth
+            continue
         arch = shape(hidden, layers)
         err = abs(arch.total_params / target - 1)
         key = (err > _TOL, abs(math.log(hidden / layers / _ASPECT)) if err <= _TOL else err)
@@ -161,6 +166,9 @@ def generic_dense(params_b: Any, name: str | None = None,
             best = (*key, arch)
         if layers == 1 and one.total_params > target:  # wider only grows the total
             break
+    if best is None:
+        raise SpecError(f"no generic dense shape has {params_b}B parameters; give an inline architecture instead",
+                        field=f"{field}.params_b")
     arch = best[2]
     if abs(arch.total_params / target - 1) > 0.03:
         raise SpecError(f"no generic dense shape comes within 3% of {params_b}B (closest "

@@ -34,7 +34,7 @@ class GenSide:
     gpus: int
     prefill: float
     decode: float
-    aux: float                 # reference/reward forwards run on the generation GPUs
+    aux: float                 # reference/reward forwards run on the generation GPUs (seconds, summed)
     weights: float             # bytes per GPU
     kv_cache: float
     activations: float
@@ -46,6 +46,7 @@ class GenSide:
     kv_limited: bool
     fits: bool
     max_num_seqs: int | None = None  # the engine cap the time was computed with (None: no cap)
+    aux_times: dict = field(default_factory=dict)  # the same per model: {"reference": s, "reward": s}
 
     @property
     def time(self) -> float:
@@ -62,12 +63,12 @@ def aux_forward_on_gen(arch: Architecture, dev: Device, lay: GenLayout, sequence
 
 
 def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,
-             aux_models: tuple[tuple[Architecture, float], ...] = (), kv_cache_gb: float | None = None,
+             aux_models: tuple[tuple[str, Architecture, float], ...] = (), kv_cache_gb: float | None = None,
              max_num_seqs: float | None = None) -> GenSide:
     """Time and memory of generating one step's samples on `lay.dp` replicas.
 
     `reserved`: bytes per GPU held by other roles while generating (colocated training
-    states). `aux_models`: (architecture, bytes per parameter) run on these GPUs after
+    states). `aux_models`: (role, architecture, bytes per parameter) run on these GPUs after
     decoding (reference, reward)."""
     rl = problem.spec.rl
     arch = problem.policy
@@ -75,7 +76,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     wb = gen_dtype_bytes(problem)
     weights = weight_bytes_per_gpu(arch, lay, wb)
     other = gen_other_bytes(arch, lay)
-    aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for a, b in aux_models)
+    aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
     cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
     free = cap - weights - other - reserved - aux_bytes
     kv = free if kv_cache_gb is None else min(kv_cache_gb * GB, max(free, 0.0))
@@ -113,8 +114,9 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     # prefix caching: each prompt is prefilled once for its samples_per_prompt responses
     prefill = prefill_time(arch, dev, lay, prompt_tokens + rep, ctx)
     seq = rl.prompt_len + resp.mean_tokens
-    aux = sum(aux_forward_on_gen(a, dev, lay, rl.samples, seq) for a, _ in aux_models)
-    return GenSide(layout=lay, gpus=lay.tp * lay.pp * lay.dp, prefill=prefill, decode=decode, aux=aux,
+    aux_times = {role: aux_forward_on_gen(a, dev, lay, rl.samples, seq) for role, a, _ in aux_models}
+    return GenSide(layout=lay, gpus=lay.tp * lay.pp * lay.dp, prefill=prefill, decode=decode,
+                   aux=sum(aux_times.values()), aux_times=aux_times,
                    weights=weights + aux_bytes, kv_cache=max(kv, 0.0), activations=0.0, other=other,
                    reserved=reserved, capacity=cap, kv_tokens=kv_tokens, peak_batch=peak, kv_limited=limited,
                    fits=fits, max_num_seqs=chosen_cap)

@@ -345,7 +345,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     found.append(GenCand(mode, lay, frozenset(), "none", lv, side, sync, pool=p))
             else:
                 for hosts, q in _gen_host_variants(problem):
-                    aux = tuple((getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
+                    aux = tuple((h, getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
                     side = gen_side(problem, pool, lay, aux_models=aux)
                     out.evaluated += 1
                     if not side.fits:

@@ -126,9 +126,9 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
     else:
         aux = []
         if pl.reference == "generation":
-            aux.append((problem.reference, 2.0))
+            aux.append(("reference", problem.reference, 2.0))
         if pl.reward == "generation":
-            aux.append((problem.reward, QUANT_BYTES[opt.reward_quantization]))
+            aux.append(("reward", problem.reward, QUANT_BYTES[opt.reward_quantization]))
         gs = gen_side(problem, pg, gen_layout(lay), aux_models=tuple(aux), kv_cache_gb=opt.kv_cache_gb,
                       max_num_seqs=opt.max_num_seqs)
     return combine(problem, mode, gs, ts, offload_states=opt.train_offload_during_rollout, pool_train=pt, pool_gen=pg)

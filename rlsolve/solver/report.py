@@ -57,8 +57,9 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
     tr_mem = TrainMemory(weights=_gb(t.mem.weights), grads=_gb(t.mem.grads), optimizer=_gb(t.mem.optimizer),
                          activations=_gb(t.mem.activations), other=_gb(t.mem.other), other_models=_gb(t.aux_resident),
                          total=_gb(t.total), capacity=cap_t)
-    times = TimeSection(step=_r(est.step), prefill=_r(g.prefill), decode=_r(g.decode), reward=_r(t.reward),
-                        reference=_r(t.reference + (g.aux if lay.placement.reference == "generation" else 0.0)),
+    times = TimeSection(step=_r(est.step), prefill=_r(g.prefill), decode=_r(g.decode),
+                        reward=_r(t.reward + g.aux_times.get("reward", 0.0)),
+                        reference=_r(t.reference + g.aux_times.get("reference", 0.0)),
                         value=_r(t.value), old_logprob=_r(t.old_logprob), train=_r(t.train.total),
                         weight_sync=_r(est.sync), switch=_r(est.switch))
     tps = est.tokens_per_s

@@ -56,8 +56,9 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
     if abs(parts_g - mem.generation.total) > 0.05:
         bad.append(f"generation memory parts {parts_g:.2f} != total {mem.generation.total}")
     ts = plan.time_s
-    side_g = ts.prefill + ts.decode
-    side_t = ts.train + ts.old_logprob + ts.reward + ts.value
+    on_gen = {k for k in ("reference", "reward") if getattr(plan.placement, k) == "generation"}
+    side_g = ts.prefill + ts.decode + sum(getattr(ts, k) for k in on_gen)
+    side_t = ts.train + ts.old_logprob + ts.value + sum(getattr(ts, k) for k in ("reference", "reward") if k not in on_gen)
     if ts.step + 0.01 < max(side_g, side_t):
         bad.append(f"step {ts.step} s shorter than a side ({side_g:.2f} / {side_t:.2f} s)")
     if mode != "async" and ts.step + 0.01 < side_g + side_t:
