@@ -1,0 +1,334 @@
+"""What-if studies (issue 7): compare, cache, executors, output formats, pictures, CLI."""
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import rlsolve
+from rlsolve.cli.main import main
+from rlsolve.errors import SpecError
+from rlsolve.whatif import compare, render, write_memory, write_sweep_plot, write_timeline
+from rlsolve.whatif.figdata import timeline_lanes
+from rlsolve.whatif.svg import memory_svg, sweep_svg, timeline_svg
+from rlsolve.whatif.sweep import cache_key, mark_pareto
+
+SVG_NS = "{http://www.w3.org/2000/svg}"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def tiny(**over) -> dict:
+    """A 1.5B GRPO job on one node: each solve takes well under a second."""
+    spec = {
+        "cluster": {"gpu": "H100-SXM-80GB", "nodes": 1, "network": "IB-NDR-400"},
+        "model": {"policy": "qwen2.5-1.5b", "reference": "policy", "reward": "rule"},
+        "rl": {"algorithm": "grpo", "prompts_per_step": 64, "samples_per_prompt": 4, "prompt_len": 256,
+               "response_len": {"max": 1024, "mean": 512}, "mini_batches": 2, "max_staleness": 1},
+    }
+    for k, v in over.items():
+        spec[k] = {**spec.get(k, {}), **v} if isinstance(v, dict) else v
+    return spec
+
+
+def ppo(modes: list[str]) -> dict:
+    """PPO with a reward model and a critic: every phase of the timeline is present."""
+    return tiny(model={"value": "policy", "reward": "qwen2.5-1.5b"}, rl={"algorithm": "ppo"},
+                constraints={"modes": modes}, solver={"top_k": 0})
+
+
+# H100 x 1 node fits; L4 (24 GB) x 1 node cannot hold a 70B policy, and neither can one H100 node.
+BIG = tiny(model={"policy": "llama-3.1-70b"})
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """A 2 GPU x 2 node study through the process pool, plus one infeasible point."""
+    cache = tmp_path_factory.mktemp("cache")
+    rows = compare(tiny(), gpus=["H100-SXM-80GB", "L4"], nodes=[1, 2], workers=2, cache_dir=cache)
+    return rows, cache
+
+
+@pytest.fixture(scope="module")
+def plans():
+    return {m: rlsolve.solve(ppo([m])) for m in ("colocated", "sync", "async")}
+
+
+def parse_svg(path_or_text) -> ET.Element:
+    text = Path(path_or_text).read_text() if isinstance(path_or_text, Path) else path_or_text
+    assert len(text) > 500
+    root = ET.fromstring(text)
+    assert root.tag == f"{SVG_NS}svg"
+    assert float(root.get("width")) > 100 and float(root.get("height")) > 100
+    drawn = [e for e in root.iter() if e.tag[len(SVG_NS):] in ("rect", "circle", "line", "polyline", "path")]
+    assert len(drawn) >= 10 and root.findall(f".//{SVG_NS}text")
+    return root
+
+
+# --- compare ------------------------------------------------------------------------------
+
+def test_rows_numbers_and_order(study):
+    rows, _ = study
+    assert [(r.gpu, r.nodes) for r in rows] == [("H100-SXM-80GB", 1), ("H100-SXM-80GB", 2), ("L4", 1), ("L4", 2)]
+    from rlsolve.hardware_db import find_gpu
+    for r in rows:
+        assert r.feasible and r.status == "optimal", r.reason
+        hw = find_gpu(r.gpu)
+        assert r.gpus == r.nodes * hw.default_gpus_per_node
+        assert 0 < r.gpus_used <= r.gpus
+        assert r.tokens_per_s_per_gpu == pytest.approx(r.tokens_per_s / r.gpus_used, rel=1e-3)
+        assert r.price_usd_per_gpu_hour == hw.price_per_gpu_hour_usd and r.price_source.startswith("catalog")
+        assert r.usd_per_mtok == pytest.approx(r.gpus_used * hw.price_per_gpu_hour_usd / 3600 / r.tokens_per_s * 1e6,
+                                               rel=1e-3)
+        assert r.tokens_per_s_per_kw == pytest.approx(r.tokens_per_s / (r.gpus_used * hw.tdp_w / 1000), rel=1e-3)
+        assert r.mode in ("colocated", "sync", "async") and "tp=" in r.generation and "ZeRO-" in r.training
+    # the same point solved alone gives the same plan
+    one = rlsolve.solve(tiny(cluster={"gpu": "L4", "nodes": 2}))
+    assert rows[3].tokens_per_s == one.throughput.tokens_per_s and rows[3].mode == one.pipeline.mode
+
+
+def test_pareto_front_is_the_nondominated_set(study):
+    rows, _ = study
+    assert any(r.pareto for r in rows)
+    for r in rows:
+        dominated = any(o.tokens_per_s >= r.tokens_per_s and o.usd_per_mtok <= r.usd_per_mtok
+                        and (o.tokens_per_s, o.usd_per_mtok) != (r.tokens_per_s, r.usd_per_mtok) for o in rows)
+        assert r.pareto == (not dominated)
+
+
+def test_pareto_marks_synthetic_rows():
+    from rlsolve.whatif import Row
+    mk = lambda t, c, s="optimal": Row(gpu="X", nodes=1, network="n", gpus=8, status=s, gpus_used=8,  # noqa: E731
+                                       tokens_per_s=t, usd_per_mtok=c)
+    rows = mark_pareto([mk(10, 1.0), mk(20, 2.0), mk(15, 2.5), mk(20, 2.0), mk(None, None, "infeasible")])
+    assert [r.pareto for r in rows] == [True, True, False, True, False]
+
+
+def test_infeasible_point_is_a_row_not_an_error(tmp_path):
+    rows = compare(BIG, gpus=["H100-SXM-80GB", "L4"], nodes=[1], workers=1, cache_dir=tmp_path)
+    assert [r.status for r in rows] == ["infeasible", "infeasible"]
+    assert all("GB" in r.reason and not r.pareto and r.tokens_per_s is None for r in rows)
+    text = render(rows, "table")
+    assert f"infeasible: L4 x 1 node, IB-NDR-400: {rows[1].reason}" in text
+
+
+def test_cache_resumes_an_interrupted_sweep(study, tmp_path):
+    rows, cache = study
+    files = sorted(cache.glob("*.json"))
+    assert len(files) == 4
+    seen = []
+    again = compare(tiny(), gpus=["H100-SXM-80GB", "L4"], nodes=[1, 2], workers=2, cache_dir=cache,
+                    progress=lambda done, total: seen.append((done, total)))
+    assert all(r.from_cache for r in again)
+    assert [r.to_dict() for r in again] == [r.to_dict() for r in rows]
+    assert seen[-1] == (4, 4)
+    # an interruption: one result missing, one cut short mid-write
+    files[0].unlink()
+    files[1].write_text('{"key": "')
+    seen.clear()
+    resumed = compare(tiny(), gpus=["H100-SXM-80GB", "L4"], nodes=[1, 2], workers=1, cache_dir=cache,
+                      progress=lambda done, total: seen.append((done, total)))
+    assert sum(not r.from_cache for r in resumed) == 2
+    assert [r.to_dict() for r in resumed] == [r.to_dict() for r in rows]
+    assert seen[-1] == (4, 4) and seen[0][0] >= 2
+    assert len(list(cache.glob("*.json"))) == 4 and not list(cache.glob(".tmp-*"))
+
+
+def test_cache_key_covers_spec_objective_and_catalog(monkeypatch):
+    spec = rlsolve.load_spec(tiny()).model_dump(mode="json")
+    k = cache_key(spec, "throughput")
+    assert k == cache_key(spec, "throughput")
+    assert k != cache_key(spec, "cost")
+    other = {**spec, "rl": {**spec["rl"], "prompts_per_step": 128}}
+    assert k != cache_key(other, "throughput")
+    assert k != cache_key(spec, "throughput", catalog="a different catalog")
+
+
+def test_cache_disabled_and_default_location(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from rlsolve.whatif import default_cache_dir
+    assert default_cache_dir() == tmp_path / "rlsolve" / "sweeps"
+    rows = compare(tiny(), cache_dir=False)
+    assert len(rows) == 1 and rows[0].feasible and not (tmp_path / "rlsolve").exists()
+
+
+def test_prices_override_per_run_and_from_the_spec(study, tmp_path):
+    rows, cache = study
+    base = {r.gpu: r for r in rows if r.nodes == 1}
+    over = compare(tiny(cluster={"price_per_gpu_hour_usd": 1.0}), gpus=["H100-SXM-80GB", "L4"], nodes=[1],
+                   prices={"L4": 0.5}, cache_dir=tmp_path)
+    h100, l4 = over
+    assert h100.price_usd_per_gpu_hour == 1.0 and h100.price_source.startswith("spec override")
+    assert l4.price_usd_per_gpu_hour == 0.5 and l4.price_source == "per-run override"
+    # the spec's price is for its own GPU; the throughput does not change, the cost does
+    assert h100.tokens_per_s == base["H100-SXM-80GB"].tokens_per_s
+    assert h100.usd_per_mtok == pytest.approx(base["H100-SXM-80GB"].usd_per_mtok / base["H100-SXM-80GB"]
+                                              .price_usd_per_gpu_hour, rel=1e-3)
+
+
+def test_bad_inputs_raise_spec_error():
+    with pytest.raises(SpecError, match="did you mean"):
+        compare(tiny(), gpus=["H100-SXM-80"], cache_dir=False)
+    with pytest.raises(SpecError, match="network"):
+        compare(tiny(), networks=["IB-NDR-4000"], cache_dir=False)
+    with pytest.raises(SpecError, match="executor"):
+        compare(tiny(), executor="dask", cache_dir=False)
+    with pytest.raises(SpecError, match="price"):
+        compare(tiny(), prices={"L4": -1}, cache_dir=False)
+    pools = tiny()
+    pools["cluster"] = {"pools": [{"name": "a", "gpu": "H100-SXM-80GB", "nodes": 1}]}
+    with pytest.raises(SpecError, match="single-pool"):
+        compare(pools, cache_dir=False)
+
+
+def test_output_formats(study):
+    rows, _ = study
+    table = render(rows, "table")
+    assert "tokens/s" in table and "$/Mtok" in table and "Pareto" in table
+    assert "prices: H100-SXM-80GB $" in table
+    data = json.loads(render(rows, "json"))
+    assert len(data) == 4 and {"gpu", "tokens_per_s", "usd_per_mtok", "tokens_per_s_per_kw", "pareto"} <= set(data[0])
+    import csv
+    import io
+    parsed = list(csv.DictReader(io.StringIO(render(rows, "csv"))))
+    assert len(parsed) == 4 and float(parsed[0]["tokens_per_s"]) == rows[0].tokens_per_s
+    md = render(rows, "markdown").splitlines()
+    assert md[0].startswith("| gpu |") and md[1].startswith("|---") and len([x for x in md if x.startswith("| ")]) == 5
+
+
+def test_ray_executor_matches_the_local_pool(tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is not installed (optional extra: pip install 'rlsolve[ray]')")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        got = compare(tiny(), gpus=["H100-SXM-80GB", "L4"], nodes=[1], executor="ray", cache_dir=tmp_path)
+    finally:
+        ray.shutdown()
+    local = compare(tiny(), gpus=["H100-SXM-80GB", "L4"], nodes=[1], workers=1, cache_dir=False)
+    assert [r.to_dict() for r in got] == [r.to_dict() for r in local]
+    assert len(list(tmp_path.glob("*.json"))) == 2
+
+
+# --- pictures -----------------------------------------------------------------------------
+
+def test_sweep_svg_is_a_valid_image(study, tmp_path):
+    rows, _ = study
+    bad = compare(BIG, gpus=["L4"], nodes=[1], cache_dir=False)
+    root = parse_svg(sweep_svg(rows + bad))
+    assert len(root.findall(f".//{SVG_NS}polyline")) >= 2     # a line per GPU type, the front
+    assert len(root.findall(f".//{SVG_NS}circle")) >= len(rows)
+    assert root.findall(f".//{SVG_NS}path")                   # the infeasible cross
+    out = tmp_path / "study.svg"
+    write_sweep_plot(rows, out)
+    parse_svg(out)
+
+
+@pytest.mark.parametrize("mode", ["colocated", "sync", "async"])
+def test_timeline_and_memory_svg(plans, mode, tmp_path):
+    plan = plans[mode]
+    tl = timeline_lanes(plan)
+    assert len(tl.lanes) == (1 if mode == "colocated" else 2)
+    phases = {s.phase for lane in tl.lanes for s in lane.segments}
+    assert {"decode", "train", "value"} <= phases
+    for lane in tl.lanes:  # lanes are contiguous and end at the step
+        assert lane.segments[0].start == 0
+        assert all(a.end == pytest.approx(b.start) for a, b in zip(lane.segments, lane.segments[1:]))
+        assert lane.segments[-1].end == pytest.approx(tl.step, abs=2e-3)
+    assert tl.step == pytest.approx(plan.time_s.step, abs=2e-3)
+    if mode == "async":
+        assert tl.overlap and tl.overlap[1] > 0
+    root = parse_svg(timeline_svg(plan))
+    text = " ".join(t.text or "" for t in root.iter(f"{SVG_NS}text"))
+    assert "decode" in text and "GB per GPU" in text
+    if mode == "async":
+        assert "overlap" in text
+    assert len(parse_svg(memory_svg(plan)).findall(f".//{SVG_NS}rect")) >= 5
+    out, mem = tmp_path / "t.svg", tmp_path / "m.svg"
+    write_timeline(plan, out)
+    write_memory(plan, mem)
+    parse_svg(out)
+    root = parse_svg(mem)
+    titles = " ".join(t.text or "" for t in root.iter(f"{SVG_NS}title"))
+    assert "weights" in titles and "capacity" in titles
+
+
+def test_png_pictures(study, plans, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional extra: pip install 'rlsolve[plot]')")
+    rows, _ = study
+    write_sweep_plot(rows, tmp_path / "s.png")
+    write_timeline(plans["async"], tmp_path / "t.png")
+    write_memory(plans["colocated"], tmp_path / "m.png")
+    for name in ("s.png", "t.png", "m.png"):
+        data = (tmp_path / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 10_000
+
+
+def test_png_without_matplotlib_names_the_install(monkeypatch, plans, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
+    with pytest.raises(SpecError, match=r"pip install 'rlsolve\[plot\]'"):
+        write_timeline(plans["sync"], tmp_path / "t.png")
+    with pytest.raises(SpecError, match=".svg or .png"):
+        write_memory(plans["sync"], tmp_path / "m.pdf")
+
+
+# --- command line -------------------------------------------------------------------------
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def write(tmp_path: Path, data, name="spec.yaml") -> str:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return str(p)
+
+
+def test_cli_compare_formats_and_plot(study, tmp_path):
+    _, cache = study
+    spec = write(tmp_path, tiny())
+    args = ["compare", spec, "--gpu", "H100-SXM-80GB,L4", "--nodes", "1,2", "--cache-dir", str(cache)]
+    r = run(*args, "--plot", str(tmp_path / "p.svg"))
+    assert r.exit_code == 0, r.output
+    assert "H100-SXM-80GB" in r.output and "L4" in r.output and "pareto" in r.output
+    parse_svg(tmp_path / "p.svg")
+    assert len(json.loads(run(*args, "--format", "json").output)) == 4
+    assert run(*args, "--format", "csv").output.startswith("gpu,nodes,network")
+    assert run(*args, "--format", "markdown").output.startswith("| gpu |")
+
+
+def test_cli_compare_errors(tmp_path, monkeypatch):
+    spec = write(tmp_path, tiny())
+    r = run("compare", spec, "--nodes", "four")
+    assert r.exit_code == 2 and "--nodes" in r.output and "Traceback" not in r.output
+    r = run("compare", spec, "--gpu", "H100-SXM-80")
+    assert r.exit_code == 2 and "did you mean" in r.output
+    r = run("compare", spec, "--price", "L4")
+    assert r.exit_code == 2 and "GPU=USD" in r.output
+    r = run("compare", spec, "--plot", str(tmp_path / "p.pdf"), "--no-cache")
+    assert r.exit_code == 2 and ".svg or .png" in r.output
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    r = run("compare", spec, "--plot", str(tmp_path / "p.png"), "--no-cache")
+    assert r.exit_code == 2 and "pip install 'rlsolve[plot]'" in r.output
+    r = run("compare", write(tmp_path, BIG, "big.yaml"), "--gpu", "L4", "--no-cache")
+    assert r.exit_code == 3 and "infeasible" in r.output
+
+
+def test_cli_timeline(tmp_path):
+    spec = write(tmp_path, ppo(["async"]))
+    out, mem = tmp_path / "t.svg", tmp_path / "m.svg"
+    r = run("timeline", spec, str(out), "--memory", str(mem))
+    assert r.exit_code == 0, r.output
+    parse_svg(out)
+    parse_svg(mem)
+    # a given plan is drawn re-scored, not re-solved
+    plan = tmp_path / "plan.yaml"
+    assert run("solve", spec, "--format", "yaml", "-o", str(plan)).exit_code == 0
+    r = run("timeline", spec, str(tmp_path / "t2.svg"), "--plan", str(plan), "--no-memory-panel")
+    assert r.exit_code == 0, r.output
+    root = parse_svg(tmp_path / "t2.svg")
+    assert "GB per GPU" not in " ".join(t.text or "" for t in root.iter(f"{SVG_NS}text"))
+    r = run("timeline", spec, str(tmp_path / "t.gif"))
+    assert r.exit_code == 2 and ".svg or .png" in r.output
