@@ -56,7 +56,7 @@ def _model_shape(job: Job, s: Section) -> None:
 
 
 def sections(job: Job) -> list[Section]:
-    notes, t, g, opt, pl = job.notes, job.t, job.g, job.opt, job.placement
+    notes, t, g, opt = job.notes, job.t, job.g, job.opt
     out: list[Section] = []
     if job.framework != "megatron":
         notes.note(f"the plan trains with {job.framework}; these are the Megatron arguments of the same layout")

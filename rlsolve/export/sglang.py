@@ -31,7 +31,7 @@ def layout(job: Job) -> dict:
 
 
 def sections(job: Job) -> list[Section]:
-    notes, g, opt = job.notes, job.g, job.opt
+    notes, g = job.notes, job.g
     lay = layout(job)
     if (g.dp // lay["attn"]) % lay["servers"]:
         notes.warn(f"{g.dp} replicas do not spread evenly over {lay['servers']} generation nodes")

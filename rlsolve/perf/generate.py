@@ -101,7 +101,6 @@ class StepModel:
         return gemm + attn + (self.ar_fixed + self.ar_per_seq * b) * self.tp_ar_per_token + self.pp_hops + self.overhead
 
     def step_time(self, batch: np.ndarray, context: np.ndarray) -> np.ndarray:
-        dev, lay = self.dev, self.lay
         batch = np.asarray(batch, dtype=float)
         wbytes = self.dense_w + self.experts_touched(batch) * self.expert_w / max(self.arch.experts, 1)
         gemm = np.maximum(wbytes / self.hbm, batch * self.flops_tok / self.gemm_rate)

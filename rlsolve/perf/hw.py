@@ -23,11 +23,6 @@ def constants() -> dict[str, float]:
     return {k: float(v["value"]) for k, v in raw.items()}
 
 
-def constant_sources() -> dict[str, str]:
-    raw = yaml.safe_load(resources.files("rlsolve.perf").joinpath("constants.yaml").read_text())
-    return {k: v["source"] for k, v in raw.items()}
-
-
 @dataclass(frozen=True)
 class Device:
     """The rates the model uses for one pool, with profile overrides applied."""

@@ -9,7 +9,7 @@ from typing import Any
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import (GenLayout, StepModel, gen_other_bytes, kv_bytes_per_token_per_gpu,
                                    prefill_time, simulate_decode, weight_bytes_per_gpu)
-from rlsolve.perf.hw import GB, Device, constants, device
+from rlsolve.perf.hw import GB, Device, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, model_flops,
                                 stage_times, train_memory, train_time)
 from rlsolve.resolve import PoolHW, Problem

@@ -119,7 +119,6 @@ class TrainMem:
 def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, trainable: bool = True,
                  lora_rank: int = 0, weight_bytes: float = BF16) -> TrainMem:
     """Peak bytes per GPU on the busiest pipeline stage."""
-    c = constants()
     dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep)
     shard_dense = lay.dp * lay.cp
     shard_expert = max(1, lay.dp * lay.cp // lay.ep)

@@ -11,7 +11,6 @@ from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from rlsolve.errors import SpecError
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, GenSide, TrainSide, capacity_bytes, gen_side, policy_memory, recv_time,
@@ -20,8 +19,6 @@ from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.scale import mem_units_up, time_units
 
-GEN_KEYS = {"tp", "pp", "dp", "ep", "gpus", "max_gpus"}
-TRAIN_KEYS = {"tp", "pp", "dp", "cp", "ep", "vp", "zero_stage", "micro_batch", "recompute", "gpus", "max_gpus"}
 
 
 @dataclass
@@ -87,14 +84,6 @@ def _allowed(cons: dict[str, Any], key: str, value: Any) -> bool:
         return True
     want = cons[key]
     return value in want if isinstance(want, (list, tuple, set)) else value == want
-
-
-def check_constraint_keys(problem: Problem) -> None:
-    c = problem.spec.constraints
-    for role, keys, got in (("generation", GEN_KEYS, c.generation), ("training", TRAIN_KEYS, c.training)):
-        for k in got:
-            if k not in keys:
-                raise SpecError(f"unknown key {k!r}; allowed: {', '.join(sorted(keys))}", field=f"constraints.{role}.{k}")
 
 
 # --- GPU counts and degrees ---------------------------------------------------------------
@@ -234,7 +223,6 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     (the cost objective may leave GPUs idle); otherwise generation takes the largest count
     that training leaves free, and colocation takes the whole pool. `prune=False` keeps
     dominated training candidates and every generation count (the oracle's full space)."""
-    check_constraint_keys(problem)
     modes = modes_allowed(problem)
     out = Candidates(gen=[], train=[])
     out.rejected = {"train_min_bytes": (math.inf, None), "gen_min_bytes": (math.inf, None)}

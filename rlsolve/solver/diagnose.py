@@ -17,7 +17,7 @@ from rlsolve.perf.hw import GB
 from rlsolve.perf.step import capacity_bytes, gen_dtype_bytes, policy_memory, train_aux
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import Problem
-from rlsolve.solver.candidates import (GEN_KEYS, TRAIN_KEYS, _allowed, divisors, pp_choices, role_gpu_counts,
+from rlsolve.solver.candidates import (_allowed, divisors, pp_choices, role_gpu_counts,
                                        tp_choices)
 
 GROUPS = {

@@ -164,9 +164,6 @@ class Program:
         self.objective = cost
         self.m.minimize(cost)
 
-    def objective_step_ms(self, solver: cp_model.CpSolver) -> int:
-        return solver.value(self.v.step)
-
     def forbid(self, gen_id: int, train_id: int) -> None:
         """No-good cut: exclude one (generation, training) pair (for runner-up plans)."""
         self.m.add_bool_or([self.v.gen[gen_id].Not(), self.v.train[train_id].Not()])
