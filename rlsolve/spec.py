@@ -22,8 +22,8 @@ class _Strict(BaseModel):
 
 
 class InlineNetwork(_Strict):
-    gbps: float = Field(gt=0, le=100_000, description="Per-GPU NIC line rate in Gbit/s.")
-    latency_us: float | None = Field(None, gt=0, description="One-way latency; default as IB-NDR-400.")
+    gbps: float = Field(ge=0.1, le=100_000, description="Per-GPU NIC line rate in Gbit/s (0.1 to 100,000).")
+    latency_us: float | None = Field(None, ge=0.01, le=1_000_000, description="One-way latency; default as IB-NDR-400.")
 
 
 class Pool(_Strict):
@@ -207,14 +207,33 @@ def _fix_hint(err: dict) -> str:
     if kind == "extra_forbidden":
         return "remove it or check the spelling (see `rlsolve schema`)"
     if kind in ("greater_than", "greater_than_equal"):
-        return "use a positive number" if "0" in str(err.get("ctx", {})) else err["msg"]
+        bound = next(iter(err.get("ctx", {}).values()), None)
+        return "use a positive number" if bound == 0 else err["msg"]
     return err.get("msg", "fix the value")
+
+
+# branch tags pydantic puts in an error's location when a field is a union (a name or a mapping)
+_UNION_TAGS = {"str", "InlineNetwork", "dict[str,any]", "Architecture"}
+_MISMATCH = {"string_type", "model_type", "dict_type", "model_attributes_type"}
+
+
+def clean_loc(loc) -> list:
+    """An error location without validator and union-branch tags: cluster.network.gbps, not
+    cluster.network.InlineNetwork.gbps."""
+    return [p for p in loc if not str(p).startswith("function-") and str(p) not in _UNION_TAGS]
+
+
+def order_errors(errors: list[dict]) -> list[dict]:
+    """With a union, the branch the user meant first: a bad number inside {gbps: ...}, not
+    'not a string' from the name branch."""
+    return sorted(errors, key=lambda e: e.get("type") in _MISMATCH)
 
 
 def format_validation_error(exc: ValidationError, prefix: str = "") -> SpecError:
     """Turn pydantic's report into one SpecError naming the first bad field and the fix."""
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+    errors = order_errors(exc.errors())
+    err = errors[0]
+    loc = ".".join(str(p) for p in clean_loc(err["loc"]))
     field = f"{prefix}{loc}" if loc else prefix.rstrip(".") or None
     msg = err["msg"]
     hint = _fix_hint(err)
