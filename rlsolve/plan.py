@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Mode = Literal["colocated", "sync", "async"]
-Placement = Literal["training", "generation", "cpu_offload", "cpu", "none"]
+Placement = Literal["training", "generation", "cpu_offload", "auxiliary", "cpu", "none"]
 Recompute = Literal["none", "selective", "full"]
 
 
@@ -35,6 +35,8 @@ class RoleGPUs(_Out):
 class ResourceAllocation(_Out):
     generation: RoleGPUs
     training: RoleGPUs
+    auxiliary: RoleGPUs | None = Field(None, description="GPUs of another pool that run the reference and/or "
+                                       "reward forwards (placement 'auxiliary'), e.g. older nodes.")
 
 
 class PlacementSection(_Out):

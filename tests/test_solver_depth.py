@@ -95,3 +95,41 @@ def test_top_k_alternatives_are_distinct_and_no_better():
     summaries = [a.summary for a in plan.alternatives]
     assert len(summaries) == len(set(summaries))
     assert all(a.gap >= -1e-6 for a in plan.alternatives)
+
+
+AUX = {"cluster": {"pools": [
+    {"name": "rollout", "gpu": "H20-96GB", "nodes": 1, "network": "RoCE-400"},
+    {"name": "train", "gpu": "H800-SXM-80GB", "nodes": 1},
+    {"name": "old", "gpu": "A100-SXM-80GB", "nodes": 1, "network": "IB-HDR-200"}]},
+    "model": {"policy": "llama-3.1-8b", "reference": "policy", "reward": "llama-3.1-8b"},
+    "rl": {"algorithm": "grpo", "prompts_per_step": 64, "samples_per_prompt": 8, "prompt_len": 512,
+           "response_len": {"max": 4096, "mean": 1024}, "mini_batches": 2, "max_staleness": 1},
+    "solver": {"top_k": 2}}
+
+
+def test_auxiliary_pool_for_reference_and_reward_matches_brute_force():
+    problem = resolve(load_spec(AUX))
+    cands = enumerate_candidates(problem)
+    assert cands.aux and {a.pool for a in cands.aux} == {0, 1, 2}
+    prog = make_program(problem, cands, modes_allowed(problem))
+    solver, status = run(prog, 30, 2, True)
+    assert solver.value(prog.v.step) == brute_force(problem, cands)[0]
+    plan = solve(AUX)
+    assert plan_violations(problem, plan) == []
+    if plan.resource_allocation.auxiliary is not None:
+        assert "auxiliary" in (plan.placement.reference, plan.placement.reward)
+
+
+def test_estimate_scores_a_layout_that_uses_an_auxiliary_pool():
+    from rlsolve.solver.estimate import estimate
+    plan = solve(AUX).model_dump()
+    plan["placement"]["reference"] = "auxiliary"
+    plan["placement"]["reward"] = "auxiliary"
+    plan["optimization"]["reference_offload"] = False
+    plan["resource_allocation"]["auxiliary"] = {"pool": "old", "gpus": 8, "engine": "vllm"}
+    if plan["pipeline"]["mode"] == "colocated" or plan["resource_allocation"]["generation"]["pool"] == "old":
+        pytest.skip("the optimum already uses the old pool for a main role")
+    est = estimate(AUX, plan)
+    assert est.resource_allocation.auxiliary.pool == "old"
+    assert est.time_s.reference > 0 and est.time_s.reward > 0
+    assert plan_violations(resolve(load_spec(AUX)), est) == []

@@ -254,6 +254,57 @@ def train_side(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: s
                      fits=mem.total + resident <= cap, states=mem.states + resident)
 
 
+# --- auxiliary pool -----------------------------------------------------------------------
+
+@dataclass
+class AuxSide:
+    """Reference/reward forwards on GPUs of their own (another pool, say older nodes)."""
+
+    pool: PoolHW
+    gpus: int
+    times: dict                # {"reference": s, "reward": s}
+    weights: float             # bytes per GPU
+    capacity: float
+    tp: int
+    fits: bool
+
+    @property
+    def time(self) -> float:
+        return sum(self.times.values())
+
+
+def aux_side(problem: Problem, pool: PoolHW, gpus: int, hosts: frozenset, reward_quant: str = "none") -> AuxSide:
+    """The hosted models run one after the other, data parallel over the GPUs, each with the
+    smallest tensor-parallel degree (inside the NVLink domain) at which it fits."""
+    rl = problem.spec.rl
+    dev = device(pool, problem.spec.model.precision, problem.profile)
+    seq_mean = rl.prompt_len + rl.response_len.mean_tokens
+    seq_max = rl.prompt_len + rl.response_len.max
+    cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+    times: dict = {}
+    weights, tp_used, fits = 0.0, 1, True
+    for role in sorted(hosts):
+        a = getattr(problem, role)
+        wb = QUANT_BYTES[reward_quant] if role == "reward" else 2.0
+        best = None
+        for tp in (t for t in (1, 2, 4, 8, 16, 32, 64, 72) if gpus % t == 0 and t <= max(1, pool.scaleup_size)
+                   and a.heads % t == 0):
+            lay = TrainLayout(tp=tp, dp=gpus // tp, zero_stage=0, micro_batch=1)
+            mem = train_memory(a, lay, seq_max, trainable=False, weight_bytes=wb)
+            if mem.total <= cap:
+                best = (lay, mem)
+                break
+        if best is None:
+            fits = False
+            times[role] = float("inf")
+            continue
+        lay, mem = best
+        times[role] = forward_time(a, dev, lay, rl.samples, seq_mean)
+        weights = max(weights, mem.weights)
+        tp_used = max(tp_used, lay.tp)
+    return AuxSide(pool=pool, gpus=gpus, times=times, weights=weights, capacity=cap, tp=tp_used, fits=fits)
+
+
 # --- weight sync and the step -------------------------------------------------------------
 
 def _sync_bytes(problem: Problem) -> float:
@@ -315,14 +366,18 @@ class StepEstimate:
     n_gpus_total: int
     pool_gen: PoolHW | None = None
     pool_train: PoolHW | None = None
+    aux: AuxSide | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
     def usd_per_hour(self) -> float:
         """Price of the GPUs the plan uses (a colocated set counts once)."""
-        if self.mode == "colocated":
-            return self.gen.gpus * self.pool_gen.price_per_gpu_hour_usd
-        return self.gen.gpus * self.pool_gen.price_per_gpu_hour_usd + self.train.gpus * self.pool_train.price_per_gpu_hour_usd
+        usd = self.gen.gpus * self.pool_gen.price_per_gpu_hour_usd
+        if self.mode != "colocated":
+            usd += self.train.gpus * self.pool_train.price_per_gpu_hour_usd
+        if self.aux is not None:
+            usd += self.aux.gpus * self.aux.pool.price_per_gpu_hour_usd
+        return usd
 
     @property
     def tokens_per_s(self) -> float:
@@ -330,29 +385,34 @@ class StepEstimate:
 
 
 def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offload_states: bool = False,
-            pool_train: PoolHW | None = None, pool_gen: PoolHW | None = None) -> StepEstimate:
+            pool_train: PoolHW | None = None, pool_gen: PoolHW | None = None, aux: AuxSide | None = None
+            ) -> StepEstimate:
+    """The step of a mode. Forwards on an auxiliary pool run between generation and training
+    (they need the samples; training needs their log-probs and rewards)."""
     pool_train = pool_train or problem.pool
     pool_gen = pool_gen or problem.pool
     rl = problem.spec.rl
     colocated = mode == "colocated"
     sync, exposed = sync_time(problem, pool_train, pool_gen, gen.layout, train.gpus, colocated)
     switch = 0.0
+    t_aux = aux.time if aux is not None else 0.0
     if colocated:
         if offload_states:  # out to host before rollout, back after
             dev = device(pool_train, problem.spec.model.precision, problem.profile)
             switch = 2 * dev.pcie_time(train.states)
-        step = gen.time + train.time + sync + switch
+        step = gen.time + t_aux + train.time + sync + switch
         used = max(gen.gpus, train.gpus)
     elif mode == "sync":
-        step = gen.time + sync + train.time
+        step = gen.time + sync + t_aux + train.time
         used = gen.gpus + train.gpus
     else:  # async: generation of step k+1 overlaps training of step k; engines pause to load weights
-        step = max(gen.time + exposed, train.time + (sync - exposed))
+        step = max(gen.time + exposed, t_aux + train.time + (sync - exposed))
         used = gen.gpus + train.gpus
+    used += aux.gpus if aux is not None else 0
     total = sum(p.n_gpus for p in problem.pools)
     return StepEstimate(mode=mode, gen=gen, train=train, sync=sync, sync_exposed=exposed, switch=switch,
                         step=step, tokens_per_step=rl.tokens_per_step, n_gpus_used=used, n_gpus_total=total,
-                        pool_gen=pool_gen, pool_train=pool_train)
+                        pool_gen=pool_gen, pool_train=pool_train, aux=aux)
 
 
 def step_flops(problem: Problem) -> tuple[float, float]:

@@ -14,7 +14,7 @@ from rlsolve.perf.step import capacity_bytes
 from rlsolve.plan import (Alternative, GenParallel, Layout, Optimization, Parallelism, Pipeline, PlacementSection,
                           Plan, ResourceAllocation, RoleGPUs, SolverInfo, TrainParallel)
 from rlsolve.resolve import Problem, resolve
-from rlsolve.solver.candidates import Candidates, GenCand, TrainCand, enumerate_candidates, modes_allowed
+from rlsolve.solver.candidates import AuxCand, Candidates, GenCand, TrainCand, enumerate_candidates, modes_allowed
 from rlsolve.solver.diagnose import diagnose
 from rlsolve.solver.estimate import evaluate_layout
 from rlsolve.solver.program import Program, run
@@ -44,16 +44,23 @@ def make_program(problem: Problem, cands: Candidates, modes: list[str], objectiv
     return prog
 
 
-def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand) -> Layout:
+def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand, ac: AuxCand | None = None) -> Layout:
     g, t = gc.layout, tc.layout
+    aux_hosts = ac.hosts if ac is not None else frozenset()
+
+    def where(role: str, on_training: str) -> str:
+        if role in gc.hosts:
+            return "generation"
+        return "auxiliary" if role in aux_hosts else on_training
+
     placement = PlacementSection(
-        reference="none" if problem.reference is None else ("generation" if "reference" in gc.hosts else tc.reference),
-        reward="cpu" if problem.reward is None else ("generation" if "reward" in gc.hosts else "training"),
+        reference="none" if problem.reference is None else where("reference", tc.reference),
+        reward="cpu" if problem.reward is None else where("reward", "training"),
         value="training" if problem.value is not None else "none")
-    quant = gc.reward_quant if "reward" in gc.hosts else tc.reward_quant
+    quant = gc.reward_quant if "reward" in gc.hosts else (ac.reward_quant if "reward" in aux_hosts else tc.reward_quant)
     side = gc.side
     engine_bytes = side.weights + side.kv_cache + side.other
-    opt = Optimization(reference_offload=tc.reference == "cpu_offload", reward_quantization=quant,
+    opt = Optimization(reference_offload=placement.reference == "cpu_offload", reward_quantization=quant,
                        train_offload_during_rollout=tc.offload_states, kv_cache_gb=side.kv_cache / GB,
                        max_num_seqs=side.max_num_seqs,
                        gpu_memory_utilization=round(min(0.99, engine_bytes / (problem.pools[gc.pool].gpu.memory_gb * GB)),
@@ -62,7 +69,8 @@ def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand) -> Layo
         pipeline=Pipeline(mode=mode, staleness=problem.spec.rl.max_staleness if mode == "async" else 0),
         resource_allocation=ResourceAllocation(
             generation=RoleGPUs(pool=problem.pools[gc.pool].name, gpus=gc.gpus, engine="vllm"),
-            training=RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.gpus, framework=framework_for(tc))),
+            training=RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.gpus, framework=framework_for(tc)),
+            auxiliary=None if ac is None else RoleGPUs(pool=problem.pools[ac.pool].name, gpus=ac.gpus, engine="vllm")),
         placement=placement,
         parallelism=Parallelism(
             generation=GenParallel(tp=g.tp, pp=g.pp, dp=g.dp, ep=g.ep),
@@ -157,8 +165,8 @@ def solve(spec: "Spec | dict | str", objective: str | None = None, profile: dict
     solver, status = run(program, opts.time_limit_s, opts.workers, opts.deterministic)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise InfeasibleError(diagnose(problem) or _diagnose(problem, cands, modes))
-    gc, tc, mode = _chosen(program, solver, cands)
-    lay = cand_layout(problem, mode, gc, tc)
+    gc, tc, mode, ac = _chosen(program, solver, cands)
+    lay = cand_layout(problem, mode, gc, tc, ac)
     est = evaluate_layout(problem, lay)
     bound = solver.best_objective_bound
     val = solver.objective_value
@@ -176,11 +184,13 @@ def solve(spec: "Spec | dict | str", objective: str | None = None, profile: dict
     return plan
 
 
-def _chosen(program: Program, solver: cp_model.CpSolver, cands: Candidates) -> tuple[GenCand, TrainCand, str]:
+def _chosen(program: Program, solver: cp_model.CpSolver, cands: Candidates
+            ) -> tuple[GenCand, TrainCand, str, AuxCand | None]:
     gc = next(c for c in cands.gen if solver.value(program.v.gen[c.id]))
     tc = next(c for c in cands.train if solver.value(program.v.train[c.id]))
+    ac = next((c for c in cands.aux if solver.value(program.v.aux[c.id])), None)
     mode = next(k for k, var in program.v.mode.items() if solver.value(var))
-    return gc, tc, mode
+    return gc, tc, mode, ac
 
 
 def _alternatives(problem: Problem, cands: Candidates, modes: list[str], best: Plan, chosen, opts, objective) -> list[Alternative]:
@@ -203,9 +213,9 @@ def _alternatives(problem: Problem, cands: Candidates, modes: list[str], best: P
         solver, status = run(prog, opts.time_limit_s, 1, False)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             continue
-        gc, tc, m = _chosen(prog, solver, cands)
+        gc, tc, m, ac = _chosen(prog, solver, cands)
         seen.add((gc.id, tc.id, m))
-        lay = cand_layout(problem, m, gc, tc)
+        lay = cand_layout(problem, m, gc, tc, ac)
         if _summary(lay) in shown:  # same degrees, differing only in a detail: not a distinct plan
             continue
         shown.add(_summary(lay))

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from itertools import combinations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
-from rlsolve.perf.step import (QUANT_BYTES, GenSide, TrainSide, capacity_bytes, gen_side, policy_memory, recv_time,
-                               send_time, sync_time, train_aux, train_core)
+from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, gen_side,
+                               policy_memory, recv_time, send_time, sync_time, train_aux, train_core)
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.scale import mem_units_up, time_units
@@ -70,9 +71,29 @@ class TrainCand:
 
 
 @dataclass
+class AuxCand:
+    """Reference and/or reward forwards on GPUs of their own pool."""
+
+    side: AuxSide
+    hosts: frozenset
+    reward_quant: str
+    pool: int
+    id: int = -1
+
+    @property
+    def gpus(self) -> int:
+        return self.side.gpus
+
+    @property
+    def time(self) -> float:
+        return self.side.time
+
+
+@dataclass
 class Candidates:
     gen: list[GenCand]
     train: list[TrainCand]
+    aux: list[AuxCand] = field(default_factory=list)
     rejected: dict[str, Any] = field(default_factory=dict)   # why layouts were dropped, with numbers
     evaluated: int = 0
 
@@ -197,18 +218,18 @@ def _count_ok(cons: dict[str, Any], n: int) -> bool:
 
 # --- the enumeration ----------------------------------------------------------------------
 
-def _aux_variants(problem: Problem, disagg: bool):
-    """(hosts on training, reference placement, reward quant, hosts on generation)."""
-    refs = ["none"] if problem.reference is None else (["training", "cpu_offload"] + (["generation"] if disagg else []))
-    rewards = ["cpu"] if problem.reward is None else (["training"] + (["generation"] if disagg else []))
+def _aux_variants(problem: Problem, elsewhere: bool):
+    """(hosts on training, reference placement, reward quant). `elsewhere`: a model may run
+    off the training GPUs (on the engines, or on an auxiliary pool), chosen by the program."""
+    refs = ["none"] if problem.reference is None else (["training", "cpu_offload"] + (["elsewhere"] if elsewhere else []))
+    rewards = ["cpu"] if problem.reward is None else (["training"] + (["elsewhere"] if elsewhere else []))
     quants = ["none"] if problem.reward is None else ["none", "int8", "int4"]
     for r in refs:
         for w in rewards:
             for q in quants:
                 train_hosts = frozenset(x for x, p in (("reference", r), ("reward", w))
                                         if p in ("training", "cpu_offload"))
-                gen_hosts = frozenset(x for x, p in (("reference", r), ("reward", w)) if p == "generation")
-                yield train_hosts, r, q, gen_hosts
+                yield train_hosts, r, q
 
 
 def modes_allowed(problem: Problem) -> list[str]:
@@ -232,11 +253,30 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
         out.train = _prune_train(out.train)
     for p in range(len(problem.pools)):
         out.gen += _gen_candidates(problem, p, modes, all_counts or not prune, out)
-    for i, c in enumerate(out.gen):
-        c.id = i
-    for i, c in enumerate(out.train):
-        c.id = i
+    if len(problem.pools) > 1:
+        out.aux = _aux_candidates(problem)
+    for cands in (out.gen, out.train, out.aux):
+        for i, c in enumerate(cands):
+            c.id = i
     return out
+
+
+def _aux_candidates(problem: Problem) -> list[AuxCand]:
+    """Auxiliary pools for the reference/reward forwards: per pool, hosted set and
+    quantization, the GPU counts on the (GPUs, time) Pareto front."""
+    names = [n for n in ("reference", "reward") if getattr(problem, n) is not None]
+    subsets = [frozenset(c) for k in range(1, len(names) + 1) for c in combinations(names, k)]
+    found: list[AuxCand] = []
+    for p, pool in enumerate(problem.pools):
+        for hosts in subsets:
+            for q in (("none", "int8", "int4") if "reward" in hosts else ("none",)):
+                best = math.inf
+                for n in sorted(set(role_gpu_counts(pool, exclusive=False))):
+                    side = aux_side(problem, pool, n, hosts, q)
+                    if side.fits and side.time < best - 1e-9:
+                        best = side.time
+                        found.append(AuxCand(side, hosts, q, p))
+    return found
 
 
 def _note_min(out: Candidates, key: str, nbytes: float, what: Any) -> None:
@@ -264,7 +304,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], all_counts: bo
     found: list[TrainCand] = []
     best_disagg: dict[tuple, float] = {}
     for mode, n in counts:
-        variants = [v for v in _aux_variants(problem, mode == "disagg")
+        variants = [v for v in _aux_variants(problem, mode == "disagg" or len(problem.pools) > 1)
                     if not (problem.reward is not None and "reward" not in v[0] and v[2] != "none")]
         layouts = train_layouts(problem, pool, n)
         verdict = None
@@ -281,7 +321,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], all_counts: bo
             t, _, old = train_core(problem, pool, lay, mem, cache=aux_cache)
             out.evaluated += 1
             core_time = t.total + old
-            for hosts, ref, quant, _gen_hosts in variants:
+            for hosts, ref, quant in variants:
                 ref_t, rew_t, val_t, resident = train_aux(
                     problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
                     reward_quant=quant, cache=aux_cache)

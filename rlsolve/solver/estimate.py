@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from rlsolve.errors import SpecError
 from rlsolve.perf.generate import GenLayout
-from rlsolve.perf.step import QUANT_BYTES, StepEstimate, combine, gen_side, train_side
+from rlsolve.perf.step import QUANT_BYTES, StepEstimate, aux_side, combine, gen_side, train_side
 from rlsolve.perf.train import TrainLayout
 from rlsolve.plan import LAYOUT_KEYS, Layout, Plan
 from rlsolve.resolve import Problem
@@ -87,14 +87,25 @@ def check_layout(problem: Problem, lay: Layout) -> None:
     if problem.reference is None and pl.reference not in ("none",):
         raise SpecError("the spec has no reference model; set placement.reference: none", field="layout.placement.reference")
     if problem.reference is not None and pl.reference == "none":
-        raise SpecError("the spec has a reference model; place it (training | cpu_offload | generation)",
+        raise SpecError("the spec has a reference model; place it (training | cpu_offload | generation | auxiliary)",
                         field="layout.placement.reference")
     if problem.reward is None and pl.reward != "cpu":
         raise SpecError("the reward is rule-based; set placement.reward: cpu", field="layout.placement.reward")
-    if problem.reward is not None and pl.reward not in ("training", "generation"):
-        raise SpecError("place the reward model on training or generation", field="layout.placement.reward")
+    if problem.reward is not None and pl.reward not in ("training", "generation", "auxiliary"):
+        raise SpecError("place the reward model on training, generation or auxiliary", field="layout.placement.reward")
     if lay.pipeline.mode == "colocated" and "generation" in (pl.reference, pl.reward):
         raise SpecError("colocated roles share GPUs; use placement 'training'", field="layout.placement")
+    uses_aux = "auxiliary" in (pl.reference, pl.reward)
+    if uses_aux and ra.auxiliary is None:
+        raise SpecError("placement 'auxiliary' needs resource_allocation.auxiliary {pool, gpus}",
+                        field="layout.resource_allocation.auxiliary")
+    if ra.auxiliary is not None:
+        pa = pool_named(problem, ra.auxiliary.pool, "layout.resource_allocation.auxiliary.pool")
+        used = ra.auxiliary.gpus + sum(r.gpus for r, p in ((ra.generation, pg), (ra.training, pt))
+                                       if p is pa and not (r is ra.training and lay.pipeline.mode == "colocated"))
+        if used > pa.n_gpus:
+            raise SpecError(f"{used} GPUs requested in pool {pa.name!r}, which has {pa.n_gpus}",
+                            field="layout.resource_allocation.auxiliary.gpus")
 
 
 def train_layout(lay: Layout) -> TrainLayout:
@@ -131,7 +142,13 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
             aux.append(("reward", problem.reward, QUANT_BYTES[opt.reward_quantization]))
         gs = gen_side(problem, pg, gen_layout(lay), aux_models=tuple(aux), kv_cache_gb=opt.kv_cache_gb,
                       max_num_seqs=opt.max_num_seqs)
-    return combine(problem, mode, gs, ts, offload_states=opt.train_offload_during_rollout, pool_train=pt, pool_gen=pg)
+    aux = None
+    hosts = frozenset(k for k in ("reference", "reward") if getattr(pl, k) == "auxiliary")
+    if hosts:
+        pa = pool_named(problem, ra.auxiliary.pool, "layout.resource_allocation.auxiliary.pool")
+        aux = aux_side(problem, pa, ra.auxiliary.gpus, hosts, opt.reward_quantization)
+    return combine(problem, mode, gs, ts, offload_states=opt.train_offload_during_rollout, pool_train=pt, pool_gen=pg,
+                   aux=aux)
 
 
 def estimate(spec: "Spec | dict | str", layout: Any, profile: dict | None = None, objective: str | None = None) -> Plan:

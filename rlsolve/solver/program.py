@@ -20,6 +20,7 @@ DISAGG = ("sync", "async")
 class Vars:
     gen: dict[int, cp_model.IntVar]
     train: dict[int, cp_model.IntVar]
+    aux: dict[int, cp_model.IntVar]
     mode: dict[str, cp_model.IntVar]
     step: cp_model.IntVar
     sync: cp_model.IntVar
@@ -33,7 +34,7 @@ class Program:
 
     def __init__(self, cands: Candidates, modes: list[str], pool_gpus: list[int], aux_models: list[str],
                  pool_price_milli: list[int] | None = None, budget_milli: int | None = None):
-        self.cands, self.modes, self.aux = cands, modes, aux_models
+        self.cands, self.modes, self.aux_models = cands, modes, aux_models
         self.pool_gpus = pool_gpus
         self.n_gpus = sum(pool_gpus)
         self.price = pool_price_milli or [1] * len(pool_gpus)
@@ -48,15 +49,17 @@ class Program:
         m = self.m
         gen = {c.id: m.new_bool_var(f"gen[{c.id}]") for c in self.cands.gen}
         train = {c.id: m.new_bool_var(f"train[{c.id}]") for c in self.cands.train}
+        aux = {c.id: m.new_bool_var(f"aux[{c.id}]") for c in self.cands.aux}
         mode = {k: m.new_bool_var(f"mode[{k}]") for k in self.modes}
         horizon = max([time_units(c.time) for c in self.cands.gen] + [1]) + \
             max([time_units(c.time) for c in self.cands.train] + [1]) + \
+            max([time_units(c.time) for c in self.cands.aux] + [0]) + \
             max([time_units(c.sync) for c in self.cands.gen] + [time_units(c.send) for c in self.cands.train] + [1]) + 1
         self.horizon = horizon
         step = m.new_int_var(0, horizon, "step_ms")
         sync = m.new_int_var(0, horizon, "sync_ms")
         used = m.new_int_var(0, self.n_gpus, "gpus_used")
-        return Vars(gen, train, mode, step, sync, used)
+        return Vars(gen, train, aux, mode, step, sync, used)
 
     # --- modules ---------------------------------------------------------------------------
     def _world(self) -> None:
@@ -66,6 +69,7 @@ class Program:
         m.add_exactly_one(v.gen.values())
         m.add_exactly_one(v.train.values())
         m.add_exactly_one(v.mode.values())
+        m.add_at_most_one(v.aux.values())
         coloc = v.mode.get("colocated")
         disagg = [v.mode[k] for k in DISAGG if k in v.mode]
         for side, cands in ((v.gen, c.gen), (v.train, c.train)):
@@ -82,7 +86,8 @@ class Program:
         """GPUs used in pool p (a colocated pair counts once)."""
         v, c = self.v, self.cands
         return (sum(x.gpus * v.gen[x.id] for x in c.gen if x.pool == p) +
-                sum(x.gpus * v.train[x.id] for x in c.train if x.pool == p and x.mode == "disagg"))
+                sum(x.gpus * v.train[x.id] for x in c.train if x.pool == p and x.mode == "disagg") +
+                sum(x.gpus * v.aux[x.id] for x in c.aux if x.pool == p))
 
     def _price(self) -> None:
         """Dollars per hour of the GPUs used (thousandths), for the cost objective and the budget."""
@@ -102,12 +107,13 @@ class Program:
         m.add(held <= budget)
 
     def _placement(self) -> None:
-        """Each reference/reward model runs on exactly one side; the reward quantization is
-        the one its host side was scored with."""
+        """Each reference/reward model runs in exactly one place (training GPUs, engines, or an
+        auxiliary pool); the reward quantization is the one its host was scored with."""
         m, v, c = self.m, self.v, self.cands
-        for a in self.aux:
+        for a in self.aux_models:
             m.add(sum(v.gen[x.id] for x in c.gen if a in x.hosts) +
-                  sum(v.train[x.id] for x in c.train if a in x.hosts) == 1)
+                  sum(v.train[x.id] for x in c.train if a in x.hosts) +
+                  sum(v.aux[x.id] for x in c.aux if a in x.hosts) == 1)
 
     def _pipeline(self) -> None:
         """Step time per mode (SPEC section 6):
@@ -116,7 +122,9 @@ class Program:
         async:     max(gen + recv, train side + max(0, send - recv))."""
         m, v, c = self.m, self.v, self.cands
         tg = sum(time_units(x.time) * v.gen[x.id] for x in c.gen)
-        tt = sum(time_units(x.time) * v.train[x.id] for x in c.train)
+        # forwards on an auxiliary pool sit between generation and training
+        tt = sum(time_units(x.time) * v.train[x.id] for x in c.train) + \
+            sum(time_units(x.time) * v.aux[x.id] for x in c.aux)
         recv = sum(time_units(x.sync) * v.gen[x.id] for x in c.gen if x.mode == "disagg")
         send = sum(time_units(x.send) * v.train[x.id] for x in c.train if x.mode == "disagg")
         m.add(v.sync >= recv)
@@ -138,8 +146,9 @@ class Program:
         v = self.v
         n = self.n_gpus + 1
         simplicity = sum(self._penalty(x) * v.train[x.id] for x in self.cands.train) + \
-            sum(self._penalty_gen(x) * v.gen[x.id] for x in self.cands.gen)
-        self.objective = v.step * (n * 64) + v.gpus_used * 64 + simplicity
+            sum(self._penalty_gen(x) * v.gen[x.id] for x in self.cands.gen) + \
+            sum(min(31, 2 + {"none": 0, "int8": 1, "int4": 2}[x.reward_quant]) * v.aux[x.id] for x in self.cands.aux)
+        self.objective = v.step * (n * 128) + v.gpus_used * 128 + simplicity  # simplicity < 128
         self.m.minimize(self.objective)
 
     @staticmethod
@@ -183,10 +192,11 @@ def run(program: Program, time_limit_s: float, workers: int, deterministic: bool
     m.clear_objective()
     m.add(obj == best)
     v = program.v
-    n_train = len(v.train)
+    n_aux = len(v.aux) + 1  # "no auxiliary pool" ranks first
+    n_train = len(v.train) * n_aux
     # ties: fewer GPUs first, then the lowest-numbered (simplest) candidates
     m.minimize(v.gpus_used * (len(v.gen) * n_train + 1) + sum(i * n_train * var for i, var in v.gen.items())
-               + sum(i * var for i, var in v.train.items()))
+               + sum(i * n_aux * var for i, var in v.train.items()) + sum((i + 1) * var for i, var in v.aux.items()))
     tie = _solver(time_limit_s, workers)
     status2 = tie.solve(m)
     if status2 != cp_model.OPTIMAL:

@@ -41,6 +41,9 @@ def memory_reasons(problem: Problem, est: StepEstimate) -> list[str]:
         out.append(train_reason(problem, est.train, est.pool_train))
     if not est.gen.fits:
         out.append(gen_reason(problem, est.gen))
+    if est.aux is not None and not est.aux.fits:
+        out.append(f"auxiliary pool {est.aux.pool.name!r}: {', '.join(sorted(est.aux.times))} do not fit on "
+                   f"{est.aux.gpus} {est.aux.pool.gpu.name} at any tensor-parallel degree inside a node")
     return out
 
 
@@ -51,6 +54,7 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
         raise InfeasibleError(reasons)
     rl = problem.spec.rl
     g, t = est.gen, est.train
+    aux_t = est.aux.times if est.aux is not None else {}
     cap_g, cap_t = est.pool_gen.gpu.memory_gb, est.pool_train.gpu.memory_gb
     gen_mem = GenMemory(weights=_gb(g.weights), kv_cache=_gb(g.kv_cache), activations=_gb(g.activations),
                         other=_gb(g.other), colocated_training=_gb(g.reserved), total=_gb(g.total), capacity=cap_g)
@@ -58,8 +62,8 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
                          activations=_gb(t.mem.activations), other=_gb(t.mem.other), other_models=_gb(t.aux_resident),
                          total=_gb(t.total), capacity=cap_t)
     times = TimeSection(step=_r(est.step), prefill=_r(g.prefill), decode=_r(g.decode),
-                        reward=_r(t.reward + g.aux_times.get("reward", 0.0)),
-                        reference=_r(t.reference + g.aux_times.get("reference", 0.0)),
+                        reward=_r(t.reward + g.aux_times.get("reward", 0.0) + aux_t.get("reward", 0.0)),
+                        reference=_r(t.reference + g.aux_times.get("reference", 0.0) + aux_t.get("reference", 0.0)),
                         value=_r(t.value), old_logprob=_r(t.old_logprob), train=_r(t.train.total),
                         weight_sync=_r(est.sync), switch=_r(est.switch))
     tps = est.tokens_per_s
@@ -70,11 +74,14 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
         peak_total = g.gpus * est.pool_gen.gpu.peak_tflops(prec) * 1e12
     else:
         peak_total = (g.gpus * est.pool_gen.gpu.peak_tflops(prec) + t.gpus * est.pool_train.gpu.peak_tflops(prec)) * 1e12
+    if est.aux is not None:
+        peak_total += est.aux.gpus * est.aux.pool.gpu.peak_tflops(prec) * 1e12
     mfu = (train_flops + gen_flops) / (est.step * peak_total)
+    aux_busy = est.aux.gpus * est.aux.time if est.aux is not None else 0.0
     if est.mode == "colocated":
-        busy = 1.0 - est.switch / est.step
+        busy = (g.gpus * (est.step - est.switch - (est.aux.time if est.aux else 0.0)) + aux_busy) / (n_used * est.step)
     else:
-        busy = (g.gpus * g.time + t.gpus * t.time) / (n_used * est.step)
+        busy = (g.gpus * g.time + t.gpus * t.time + aux_busy) / (n_used * est.step)
     comm = t.train.comm + est.sync
     bound = bound_tokens_per_s(problem)
     usd_per_mtok = est.usd_per_hour / 3600.0 / tps * 1e6 if tps > 0 else float("inf")
@@ -114,8 +121,11 @@ def bound_tokens_per_s(problem: Problem) -> float:
 
 def explain(problem: Problem, est: StepEstimate, usd_per_mtok: float) -> list[str]:
     g, t = est.gen, est.train
+    aux_t = est.aux.times if est.aux is not None else {}
     phases = {"decode": g.decode, "prefill": g.prefill, "training (update)": t.train.total,
-              "old log-probs": t.old_logprob, "reference": t.reference + g.aux, "reward": t.reward,
+              "old log-probs": t.old_logprob,
+              "reference": t.reference + g.aux_times.get("reference", 0.0) + aux_t.get("reference", 0.0),
+              "reward": t.reward + g.aux_times.get("reward", 0.0) + aux_t.get("reward", 0.0),
               "value (critic)": t.value, "weight sync": est.sync, "offload switch": est.switch}
     top = max(phases, key=phases.get)
     out = [f"bottleneck phase: {top} ({phases[top]:.1f} s of a {est.step:.1f} s step)"]
@@ -136,7 +146,9 @@ def explain(problem: Problem, est: StepEstimate, usd_per_mtok: float) -> list[st
     head_t = 1 - t.total / (cap_t * GB)
     if len(problem.pools) > 1:
         out.append(f"pools: generation on {est.pool_gen.name!r} ({est.pool_gen.gpu.name}), training on "
-                   f"{est.pool_train.name!r} ({est.pool_train.gpu.name})")
+                   f"{est.pool_train.name!r} ({est.pool_train.gpu.name})"
+                   + (f", {' and '.join(sorted(est.aux.times))} on {est.aux.gpus} GPUs of {est.aux.pool.name!r} "
+                      f"({est.aux.pool.gpu.name}, {est.aux.time:.1f} s)" if est.aux is not None else ""))
     out.append(f"training memory {t.total / GB:.1f} of {cap_t:g} GB per GPU "
                f"({head_t:.0%} headroom); generation {g.total / GB:.1f} GB")
     if est.n_gpus_used < est.n_gpus_total:

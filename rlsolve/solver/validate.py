@@ -33,12 +33,21 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
         bad.append(f"global batch {gb} not divisible by dp*micro_batch={t.dp * t.micro_batch}")
     if t.grad_accum * t.dp * t.micro_batch != gb:
         bad.append(f"grad_accum*dp*micro_batch={t.grad_accum * t.dp * t.micro_batch} != global batch {gb}")
+    used: dict[str, int] = {}
+    roles = [(pg, ra.generation.gpus)] + ([] if mode == "colocated" else [(pt, ra.training.gpus)])
+    if ra.auxiliary is not None:
+        roles.append((pool_named(problem, ra.auxiliary.pool, "auxiliary.pool"), ra.auxiliary.gpus))
+    for pool, cnt in roles:
+        used[pool.name] = used.get(pool.name, 0) + cnt
+    for pool in problem.pools:
+        if used.get(pool.name, 0) > pool.n_gpus:
+            bad.append(f"pool {pool.name!r}: {used[pool.name]} GPUs used > {pool.n_gpus}")
+    if "auxiliary" in (plan.placement.reference, plan.placement.reward) and ra.auxiliary is None:
+        bad.append("placement 'auxiliary' without resource_allocation.auxiliary")
     if mode == "colocated":
         if not (ra.generation.gpus == ra.training.gpus <= pt.n_gpus and pg is pt):
             bad.append("colocated roles must share the same GPUs")
     else:
-        if pg is pt and ra.generation.gpus + ra.training.gpus > pt.n_gpus:
-            bad.append(f"{ra.generation.gpus}+{ra.training.gpus} GPUs > {pt.n_gpus}")
         for role, cnt, pool in (("generation", ra.generation.gpus, pg), ("training", ra.training.gpus, pt)):
             if cnt > pool.n_gpus:
                 bad.append(f"{role} uses {cnt} GPUs, pool has {pool.n_gpus}")
@@ -58,6 +67,7 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
     ts = plan.time_s
     on_gen = {k for k in ("reference", "reward") if getattr(plan.placement, k) == "generation"}
     side_g = ts.prefill + ts.decode + sum(getattr(ts, k) for k in on_gen)
+    # forwards on the training GPUs or an auxiliary pool precede training on the training side
     side_t = ts.train + ts.old_logprob + ts.value + sum(getattr(ts, k) for k in ("reference", "reward") if k not in on_gen)
     if ts.step + 0.01 < max(side_g, side_t):
         bad.append(f"step {ts.step} s shorter than a side ({side_g:.2f} / {side_t:.2f} s)")
