@@ -22,8 +22,18 @@ from rlsolve.solver.scale import mem_units_up, time_units
 
 
 
+class _OnGPUs:
+    """A candidate's GPU count is its side's."""
+
+    side: Any
+
+    @property
+    def gpus(self) -> int:
+        return self.side.gpus
+
+
 @dataclass
-class GenCand:
+class GenCand(_OnGPUs):
     mode: str                 # colocated | disagg
     layout: GenLayout
     hosts: frozenset          # aux models run here: {"reference", "reward"}
@@ -35,20 +45,16 @@ class GenCand:
     id: int = -1
 
     @property
-    def gpus(self) -> int:
-        return self.side.gpus
-
-    @property
     def time(self) -> float:
         return self.side.time + (self.sync if self.mode == "colocated" else 0.0)
 
 
 @dataclass
-class TrainCand:
+class TrainCand(_OnGPUs):
     mode: str
     layout: TrainLayout
     hosts: frozenset          # aux models run on these GPUs
-    reference: str            # training | cpu_offload | generation | none
+    reference: str            # training | cpu_offload | elsewhere (engines or auxiliary pool) | none
     reward_quant: str
     offload_states: bool      # colocated: move states to the host during rollout
     side: TrainSide
@@ -56,10 +62,6 @@ class TrainCand:
     send: float               # disagg: seconds for the trainers to send the weights
     pool: int = 0
     id: int = -1
-
-    @property
-    def gpus(self) -> int:
-        return self.side.gpus
 
     @property
     def time(self) -> float:
@@ -71,7 +73,7 @@ class TrainCand:
 
 
 @dataclass
-class AuxCand:
+class AuxCand(_OnGPUs):
     """Reference and/or reward forwards on GPUs of their own pool."""
 
     side: AuxSide
@@ -79,10 +81,6 @@ class AuxCand:
     reward_quant: str
     pool: int
     id: int = -1
-
-    @property
-    def gpus(self) -> int:
-        return self.side.gpus
 
     @property
     def time(self) -> float:
