@@ -252,24 +252,34 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     for p in range(len(problem.pools)):
         out.gen += _gen_candidates(problem, p, modes, all_counts or not prune, out)
     if len(problem.pools) > 1:
-        out.aux = _aux_candidates(problem)
+        out.aux = _aux_candidates(problem, out, all_counts)
     for cands in (out.gen, out.train, out.aux):
         for i, c in enumerate(cands):
             c.id = i
     return out
 
 
-def _aux_candidates(problem: Problem) -> list[AuxCand]:
+def _aux_candidates(problem: Problem, out: Candidates, all_counts: bool) -> list[AuxCand]:
     """Auxiliary pools for the reference/reward forwards: per pool, hosted set and
-    quantization, the GPU counts on the (GPUs, time) Pareto front."""
+    quantization, the GPU counts on the (GPUs, time) Pareto front. More GPUs never slow the
+    forwards down, so for throughput an auxiliary set takes the largest legal count the
+    other roles leave in its pool; the cost objective tries the whole pool and power-of-two
+    node counts."""
     names = [n for n in ("reference", "reward") if getattr(problem, n) is not None]
     subsets = [frozenset(c) for k in range(1, len(names) + 1) for c in combinations(names, k)]
     found: list[AuxCand] = []
     for p, pool in enumerate(problem.pools):
+        legal = sorted(set(role_gpu_counts(pool, exclusive=False)))
+        if all_counts:
+            g = pool.gpus_per_node
+            counts = {n for n in legal if n <= g or (n // g) & (n // g - 1) == 0} | {pool.n_gpus}
+        else:
+            left = {pool.n_gpus} | {pool.n_gpus - c.gpus for c in out.gen + out.train if c.pool == p}
+            counts = {max((n for n in legal if n <= r), default=0) for r in left} - {0}
         for hosts in subsets:
             for q in (("none", "int8", "int4") if "reward" in hosts else ("none",)):
                 best = math.inf
-                for n in sorted(set(role_gpu_counts(pool, exclusive=False))):
+                for n in sorted(counts):
                     side = aux_side(problem, pool, n, hosts, q)
                     if side.fits and side.time < best - 1e-9:
                         best = side.time
