@@ -33,8 +33,8 @@ class RoleGPUs(_Out):
 
 
 class ResourceAllocation(_Out):
-    generation: RoleGPUs
-    training: RoleGPUs
+    generation: RoleGPUs = Field(description='GPUs that run the rollout engines.')
+    training: RoleGPUs = Field(description='GPUs that train the policy (and host the models placed on training).')
     auxiliary: RoleGPUs | None = Field(None, description="GPUs of another pool that run the reference and/or "
                                        "reward forwards (placement 'auxiliary'), e.g. older nodes.")
 
@@ -68,8 +68,8 @@ class TrainParallel(_Out):
 
 
 class Parallelism(_Out):
-    generation: GenParallel
-    training: TrainParallel
+    generation: GenParallel = Field(description='Degrees of one engine replica and the replica count.')
+    training: TrainParallel = Field(description='Degrees, ZeRO stage, micro-batch and recompute of the trainer.')
 
 
 class Optimization(_Out):
@@ -86,103 +86,106 @@ class Optimization(_Out):
 class Layout(_Out):
     """The decisions of a plan; what `estimate` scores."""
 
-    pipeline: Pipeline
-    resource_allocation: ResourceAllocation
-    placement: PlacementSection = Field(default_factory=PlacementSection)
-    parallelism: Parallelism
-    optimization: Optimization = Field(default_factory=Optimization)
+    pipeline: Pipeline = Field(description="Colocated, sync or async, and the staleness.")
+    resource_allocation: ResourceAllocation = Field(description="GPUs (and pool) of each role.")
+    placement: PlacementSection = Field(default_factory=PlacementSection,
+                                        description="Where the reference, reward and value models run.")
+    parallelism: Parallelism = Field(description="Parallel degrees of generation and training.")
+    optimization: Optimization = Field(default_factory=Optimization, description="Memory options and engine knobs.")
 
 
 class Objective(_Out):
-    name: str
-    value: float
-    unit: str
+    name: str = Field(description='throughput or cost.')
+    value: float = Field(description='The optimized value.')
+    unit: str = Field(description='Its unit.')
 
 
 class GenMemory(_Out):
     weights: float = Field(description="Policy weights (plus reference/reward models placed here), GB.")
-    kv_cache: float
-    activations: float
+    kv_cache: float = Field(description='KV-cache budget, GB.')
+    activations: float = Field(description='Activation workspace outside "other", GB.')
     other: float = Field(description="CUDA context, NCCL buffers, prefill workspace, GB.")
     colocated_training: float = Field(0.0, description="Training state kept on the GPU during rollout (colocated), GB.")
-    total: float
-    capacity: float
+    total: float = Field(description='Sum of the parts, GB.')
+    capacity: float = Field(description="The GPU's memory, GB (the plan keeps min_headroom of it free).")
 
 
 class TrainMemory(_Out):
-    weights: float
-    grads: float
-    optimizer: float
-    activations: float
+    weights: float = Field(description='16-bit weights, GB (sharded by ZeRO-3).')
+    grads: float = Field(description='16-bit gradients, GB (sharded by ZeRO-2/3).')
+    optimizer: float = Field(description='Adam fp32 master weights, m and v, GB (sharded by ZeRO-1/2/3).')
+    activations: float = Field(description='Stored activations of the micro-batches in flight plus fp32 logits, GB.')
     other: float = Field(description="CUDA context, NCCL buffers, allocator fragmentation, GB.")
     other_models: float = Field(0.0, description="Reference/reward weights and critic state kept here, GB.")
-    total: float
-    capacity: float
+    total: float = Field(description='Sum of the parts, GB.')
+    capacity: float = Field(description="The GPU's memory, GB (the plan keeps min_headroom of it free).")
 
 
 class MemorySection(_Out):
-    generation: GenMemory
-    training: TrainMemory
+    generation: GenMemory = Field(description='Per generation GPU, GB.')
+    training: TrainMemory = Field(description='Per training GPU (busiest pipeline stage), GB.')
 
 
 class TimeSection(_Out):
-    step: float
-    prefill: float
-    decode: float
-    reward: float
-    reference: float
-    value: float
-    old_logprob: float = 0.0
-    train: float
-    weight_sync: float
-    switch: float = 0.0
+    step: float = Field(description='Seconds per RL step (the pipeline mode combines the phases below).')
+    prefill: float = Field(description='Prompt prefill on the engines, s.')
+    decode: float = Field(description='Decoding every response, tail included, s.')
+    reward: float = Field(description='Reward model forward (0 for a rule reward on the CPU), s.')
+    reference: float = Field(description='Reference forward (plus host transfer when offloaded), s.')
+    value: float = Field(description='Critic forward and update (PPO), s.')
+    old_logprob: float = Field(0.0, description='Policy forward recomputing the behaviour log-probs, s.')
+    train: float = Field(description='Policy update: all epochs and mini-batches, s.')
+    weight_sync: float = Field(description='New weights from trainer to engines, s.')
+    switch: float = Field(0.0, description='Colocated: training state to the host and back around rollout, s.')
 
 
 class Throughput(_Out):
-    tokens_per_s: float
-    tokens_per_s_per_gpu: float
-    samples_per_s: float
+    tokens_per_s: float = Field(description='Trained tokens per second: samples x (prompt + mean response) / step.')
+    tokens_per_s_per_gpu: float = Field(description='The same per GPU used.')
+    samples_per_s: float = Field(description='Responses per second.')
 
 
 class Metrics(_Out):
-    mfu: float
-    gpu_utilization: float
-    gen_train_ratio: float
-    comm_fraction: float
-    memory_utilization: float
-    bound_tokens_per_s: float
-    efficiency: float
+    mfu: float = Field(description='Model FLOPs of the step / (step time x peak of the GPUs used).')
+    gpu_utilization: float = Field(description='Busy GPU-seconds / (GPUs used x step time).')
+    gen_train_ratio: float = Field(description='Generation side time / training side time.')
+    comm_fraction: float = Field(description='Exposed training communication plus weight sync / step time.')
+    memory_utilization: float = Field(description='Highest role memory / GPU memory.')
+    bound_tokens_per_s: float = Field(description='Roofline of the whole cluster (docs/model.md section 5).')
+    efficiency: float = Field(description='tokens_per_s / bound_tokens_per_s.')
 
 
 class SolverInfo(_Out):
     wall_s: float | None = Field(description="Solve time; null in deterministic mode, whose output must not "
                                  "depend on the clock (time it from outside, e.g. benchmarks/solve_examples.py).")
-    proven_optimal: bool
-    gap: float
-    variables: int
+    proven_optimal: bool = Field(description='True only when CP-SAT returned OPTIMAL.')
+    gap: float = Field(description='Relative gap between the plan and the best bound (0 when optimal).')
+    variables: int = Field(description='Variables of the CP-SAT program.')
     candidates: int = Field(description="Non-dominated candidates the program chose among.")
     layouts_scored: int = Field(0, description="Layouts the performance model scored during enumeration.")
-    status_name: str = ""
+    status_name: str = Field("", description="CP-SAT's status.")
 
 
 class Alternative(_Out):
-    summary: str
-    tokens_per_s: float
+    summary: str = Field(description='Mode, GPUs and degrees of the runner-up.')
+    tokens_per_s: float = Field(description='Its throughput.')
     gap: float = Field(description="Throughput shortfall against the chosen plan, as a fraction.")
-    why: str
+    why: str = Field(description='The phases that made it lose.')
 
 
 class Plan(Layout):
-    status: Literal["optimal", "feasible", "estimate", "infeasible"]
-    objective: Objective
-    memory_gb_per_gpu: MemorySection
-    time_s: TimeSection
-    throughput: Throughput
-    metrics: Metrics
-    solver: SolverInfo | None = None
-    alternatives: list[Alternative] = Field(default_factory=list)
-    explanation: list[str] = Field(default_factory=list)
-    validation: dict[str, Any] | None = None
+    status: Literal["optimal", "feasible", "estimate", "infeasible"] = Field(
+        description="optimal: proven by CP-SAT; feasible: best found within the time limit; estimate: a "
+                    "given layout re-scored.")
+    objective: Objective = Field(description="What was optimized and its value.")
+    memory_gb_per_gpu: MemorySection = Field(description="Memory per GPU of each role, GB.")
+    time_s: TimeSection = Field(description="Seconds per step and per phase.")
+    throughput: Throughput = Field(description="Trained tokens and samples per second.")
+    metrics: Metrics = Field(description="Utilization, communication share and the roofline.")
+    solver: SolverInfo | None = Field(None, description="Proof and size of the program (absent for estimates).")
+    alternatives: list[Alternative] = Field(default_factory=list, description="Runner-up plans and why they lost.")
+    explanation: list[str] = Field(default_factory=list, description="Bottleneck phase and binding constraints.")
+    validation: dict[str, Any] | None = Field(None, description="Measurements of `rlsolve validate`, when run.")
 
     def layout(self) -> Layout:
         return Layout.model_validate(self.model_dump(include=set(Layout.model_fields)))
