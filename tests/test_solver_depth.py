@@ -133,3 +133,21 @@ def test_estimate_scores_a_layout_that_uses_an_auxiliary_pool():
     assert est.resource_allocation.auxiliary.pool == "old"
     assert est.time_s.reference > 0 and est.time_s.reward > 0
     assert plan_violations(resolve(load_spec(AUX)), est) == []
+
+
+def test_plans_are_byte_identical_across_processes_and_hash_seeds(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(small_spec(cluster={"nodes": 1})))
+    outs = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        r = subprocess.run([sys.executable, "-m", "rlsolve.cli.main", str(path), "--format", "json"],
+                           capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        outs.add(r.stdout)
+    assert len(outs) == 1

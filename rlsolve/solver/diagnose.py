@@ -137,7 +137,7 @@ def diagnose(problem: Problem) -> list[str]:
     for opts, vs in ((gens, x), (trains, y)):
         m.add(sum(v for o, v in zip(opts, vs) if o.mode == "colocated") == mode["colocated"])
         for o, v in zip(opts, vs):
-            for group in o.violates:
+            for group in sorted(o.violates):
                 m.add_implication(v, A[group].Not())
     # colocated: same pool and count; what training keeps must fit the engines' spare room
     for (i, g) in enumerate(gens):
