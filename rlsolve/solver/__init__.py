@@ -10,7 +10,6 @@ from ortools.sat.python import cp_model
 
 from rlsolve.errors import InfeasibleError, SpecError
 from rlsolve.perf.hw import GB
-from rlsolve.perf.step import capacity_bytes
 from rlsolve.plan import (Alternative, GenParallel, Layout, Optimization, Parallelism, Pipeline, PlacementSection,
                           Plan, ResourceAllocation, RoleGPUs, SolverInfo, TrainParallel)
 from rlsolve.resolve import Problem, resolve
@@ -18,7 +17,7 @@ from rlsolve.solver.candidates import AuxCand, Candidates, GenCand, TrainCand, e
 from rlsolve.solver.diagnose import diagnose
 from rlsolve.solver.estimate import evaluate_layout
 from rlsolve.solver.program import Program, run
-from rlsolve.solver.report import build_plan, gen_reason
+from rlsolve.solver.report import build_plan
 from rlsolve.spec import Spec, load_spec
 
 SOLVER_KEYS = {"time_limit_s", "workers", "deterministic", "top_k"}
@@ -86,43 +85,6 @@ def _aux_names(problem: Problem) -> list[str]:
     return [n for n in ("reference", "reward") if getattr(problem, n) is not None]
 
 
-def _no_candidates(problem: Problem, cands: Candidates) -> InfeasibleError:
-    reasons = []
-    if not cands.train:
-        best = cands.rejected.get("train_min_bytes", (None, None))[1]
-        if best is not None:
-            lay, mem, pool = best
-            reasons.append("no training layout fits: the smallest, " + _describe_train(lay) + ", "
-                           + _train_need(problem, mem, pool))
-        else:
-            reasons.append("no legal training layout: check constraints.training and the batch divisibility "
-                           f"(rl.prompts_per_step*samples_per_prompt/mini_batches = "
-                           f"{problem.spec.rl.samples // problem.spec.rl.mini_batches})")
-    if cands.train and not cands.gen:
-        best = cands.rejected.get("gen_min_bytes", (None, None))[1]
-        if best is not None:
-            reasons.append("no generation layout fits; the smallest: " + gen_reason(problem, best))
-        else:
-            reasons.append("no legal generation layout: check constraints.generation")
-    return InfeasibleError(reasons or ["no candidate layout"])
-
-
-def _describe_train(L) -> str:
-    return (f"tp={L.tp} pp={L.pp} cp={L.cp} dp={L.dp} ep={L.ep} ZeRO-{L.zero_stage} recompute={L.recompute} "
-            f"micro_batch={L.micro_batch}")
-
-
-def _train_need(problem: Problem, mem, pool) -> str:
-    a = problem.policy
-    cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
-    n_gpus = sum(p.n_gpus for p in problem.pools)
-    total_gb = sum(p.n_gpus * p.gpu.memory_gb for p in problem.pools)
-    return (f"needs {mem.total / GB:,.1f} GB per GPU (the {a.name} policy's {a.total_params / 1e9:,.1f}B parameters "
-            f"take {a.total_params * 16 / GB:,.0f} GB for weights, grads and Adam states; the cluster's "
-            f"{n_gpus} GPUs hold {total_gb:,.0f} GB), more than the "
-            f"{cap / GB:,.1f} GB allowed")
-
-
 def _summary(lay: Layout) -> str:
     g, t = lay.parallelism.generation, lay.parallelism.training
     return (f"{lay.pipeline.mode}: gen {lay.resource_allocation.generation.gpus} GPUs tp{g.tp} pp{g.pp} x{g.dp}; "
@@ -159,12 +121,12 @@ def solve(spec: "Spec | dict | str", objective: str | None = None, profile: dict
     all_counts = objective == "cost" or spec.constraints.max_price_per_hour_usd is not None
     cands = enumerate_candidates(problem, all_counts=all_counts)
     if not cands.gen or not cands.train:
-        raise InfeasibleError(diagnose(problem) or _no_candidates(problem, cands).reasons)
+        raise InfeasibleError(diagnose(problem))
     modes = modes_allowed(problem)
     program = make_program(problem, cands, modes, objective)
     solver, status = run(program, opts.time_limit_s, opts.workers, opts.deterministic)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise InfeasibleError(diagnose(problem) or _diagnose(problem, cands, modes))
+        raise InfeasibleError(diagnose(problem))
     gc, tc, mode, ac = _chosen(program, solver, cands)
     lay = cand_layout(problem, mode, gc, tc, ac)
     est = evaluate_layout(problem, lay)
@@ -230,21 +192,3 @@ def _alternatives(problem: Problem, cands: Candidates, modes: list[str], best: P
         out.append(Alternative(summary=_summary(lay), tokens_per_s=alt.throughput.tokens_per_s, gap=round(gap, 4),
                                why=_why(best, alt)))
     return out
-
-
-def _diagnose(problem: Problem, cands: Candidates, modes: list[str]) -> list[str]:
-    n = sum(p.n_gpus for p in problem.pools)
-    min_g = min((c.gpus for c in cands.gen if c.mode == "disagg"), default=None)
-    min_t = min((c.gpus for c in cands.train if c.mode == "disagg"), default=None)
-    reasons = []
-    if "colocated" not in modes or not any(c.mode == "colocated" for c in cands.train):
-        if min_g and min_t and min_g + min_t > n:
-            reasons.append(f"disaggregated: generation needs >= {min_g} GPUs and training >= {min_t}; "
-                           f"the cluster has {n}")
-    if "colocated" in modes:
-        held = min((c.reserved_gb for c in cands.train if c.mode == "colocated"), default=None)
-        room = max((c.reserved_gb for c in cands.gen if c.mode == "colocated"), default=None)
-        if held is not None and (room is None or held > room):
-            reasons.append(f"colocated: training keeps >= {held} GB per GPU during rollout, generation can spare "
-                           f"{room if room is not None else 0} GB and still hold one sequence's KV cache")
-    return reasons or ["no (generation, training) pair satisfies all constraints"]

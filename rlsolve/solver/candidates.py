@@ -92,7 +92,6 @@ class Candidates:
     gen: list[GenCand]
     train: list[TrainCand]
     aux: list[AuxCand] = field(default_factory=list)
-    rejected: dict[str, Any] = field(default_factory=dict)   # why layouts were dropped, with numbers
     evaluated: int = 0
 
 
@@ -244,7 +243,6 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     dominated training candidates and every generation count (the oracle's full space)."""
     modes = modes_allowed(problem)
     out = Candidates(gen=[], train=[])
-    out.rejected = {"train_min_bytes": (math.inf, None), "gen_min_bytes": (math.inf, None)}
     for p in range(len(problem.pools)):
         out.train += _train_candidates(problem, p, modes, all_counts, out)
     if prune:
@@ -287,11 +285,6 @@ def _aux_candidates(problem: Problem, out: Candidates, all_counts: bool) -> list
     return found
 
 
-def _note_min(out: Candidates, key: str, nbytes: float, what: Any) -> None:
-    if nbytes < out.rejected[key][0]:
-        out.rejected[key] = (nbytes, what)
-
-
 def _role_counts(problem: Problem, pool: PoolHW, cons: dict[str, Any]) -> list[int]:
     single = len(problem.pools) == 1  # with one pool the other role needs a GPU too
     return [n for n in role_gpu_counts(pool, exclusive=single) if _count_ok(cons, n)]
@@ -324,7 +317,6 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], all_counts: bo
             mem = policy_memory(problem, lay)
             verdict = mem.total <= cap  # False: a larger micro-batch cannot fit either
             if not verdict:
-                _note_min(out, "train_min_bytes", mem.total, (lay, mem, pool))
                 continue
             t, _, old = train_core(problem, pool, lay, mem, cache=aux_cache)
             out.evaluated += 1
@@ -375,7 +367,6 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     side = gen_side(problem, pool, lay, reserved=lv * 1e9)
                     out.evaluated += 1
                     if not side.fits:
-                        _note_min(out, "gen_min_bytes", side.total, side)
                         break  # more reserved memory fits even less
                     sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
                     found.append(GenCand(mode, lay, frozenset(), "none", lv, side, sync, pool=p))
@@ -385,7 +376,6 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     side = gen_side(problem, pool, lay, aux_models=aux)
                     out.evaluated += 1
                     if not side.fits:
-                        _note_min(out, "gen_min_bytes", side.total, side)
                         continue
                     found.append(GenCand(mode, lay, hosts, q, 0, side, recv_time(problem, pool, lay), pool=p))
     return found

@@ -169,7 +169,8 @@ def diagnose(problem: Problem) -> list[str]:
         return ["the combination of the chosen options (reward quantization, placements, memory settings) leaves "
                 "no plan; every constraint group alone can be met"]
     core = [list(A)[i] for i in solver.sufficient_assumptions_for_infeasibility()]
-    return [_words(problem, k, gens, trains) for k in GROUPS if k in core]
+    return [_words(problem, k, gens, trains) for k in GROUPS if k in core] or [
+        "no (generation, training) pair satisfies all constraint groups together"]
 
 
 def _words(problem: Problem, group: str, gens: list[Option], trains: list[Option]) -> str:
