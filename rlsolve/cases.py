@@ -7,6 +7,7 @@ never skipped. Pure: no printing, no files."""
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +94,36 @@ def _pool(row: dict) -> PoolHW:
     return PoolHW("case", gpu, nodes, gpn, net, gpn, gpu.price_per_gpu_hour_usd)
 
 
+# Techniques by the arXiv id that introduced them. A row that leaves the choice open and whose
+# cited papers all predate the technique cannot have used it (Megatron-LM 2021 ran without
+# either); rows citing no arXiv paper (framework docs) are taken to use both.
+INTRODUCED = {"flash_attention": (22, 5, 14135),       # Dao et al., FlashAttention
+              "sequence_parallel": (22, 5, 5198)}      # Korthikanti et al., sequence parallelism
+_ARXIV_ID = re.compile(r"arXiv[:\s]*(\d{2})(\d{2})\.(\d{4,5})", re.IGNORECASE)
+
+
+def _predates(row: dict, technique: str) -> bool:
+    ids = [tuple(int(g) for g in m) for m in _ARXIV_ID.findall(str(row.get("source", "")))]
+    return bool(ids) and max(ids) < INTRODUCED[technique]
+
+
+def _attention(row: dict) -> str:
+    """`layout.attention` (flash | unfused) when the row gives it, else by the source's date."""
+    given = (row.get("layout") or {}).get("attention")
+    if given is not None:
+        if given not in ("flash", "unfused"):
+            raise ValueError(f"layout.attention must be flash or unfused, got {given!r}")
+        return given
+    return "unfused" if _predates(row, "flash_attention") else "flash"
+
+
+def _sequence_parallel(row: dict, tp: int) -> bool:
+    given = (row.get("layout") or {}).get("sequence_parallel")
+    if given is not None:
+        return bool(given)
+    return tp > 1 and not _predates(row, "sequence_parallel")
+
+
 def _precision(row: dict) -> str:
     return "fp8" if row.get("precision") == "fp8" else "bf16"
 
@@ -108,7 +139,7 @@ def predict_train(row: dict) -> CaseResult:
     lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=int(lay_in.get("ep", 1)), vp=int(lay_in.get("vp") or 1),
                       zero_stage=int(lay_in.get("zero_stage", 1)), micro_batch=int(lay_in.get("micro_batch") or 1),
                       recompute=str(lay_in.get("recompute", "none")),
-                      sequence_parallel=bool(lay_in.get("sequence_parallel", tp > 1)))
+                      sequence_parallel=_sequence_parallel(row, tp), attention=_attention(row))
     if lay.gpus != gpus:
         return CaseResult(row["id"], "train", modelled=False,
                           note=f"tp*pp*cp*dp = {lay.gpus} does not match hardware.gpus = {gpus}")

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from rlsolve.hardware_db import find_gpu, find_network
-from rlsolve.models import find_model
+from rlsolve.models import find_model, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, length_quantiles, simulate_decode, _decode_all_admitted
 from rlsolve.perf.hw import Device
-from rlsolve.perf.train import TrainLayout, params_per_gpu, train_memory, train_time
+from rlsolve.perf.train import TrainLayout, params_per_gpu, stage_times, train_memory, train_time
 from rlsolve.resolve import PoolHW
 
 
@@ -143,3 +143,21 @@ def test_params_per_gpu_expert_parallel():
     assert dense1 == dense8
     assert exp8 == pytest.approx(exp1 / 8)
     assert dense1 + exp1 == pytest.approx(a.total_params - a.hidden, rel=1e-6)
+
+
+def test_unfused_attention_moves_the_score_matrix_and_stores_it():
+    """Pre-FlashAttention kernels write the s x s scores to HBM: slower, and (without
+    selective recompute) Korthikanti et al.'s 5as^2b bytes per layer are stored."""
+    arch = resolve_model({"layers": 24, "hidden": 2304, "heads": 24, "ffn": 9216, "vocab": 51200,
+                          "activation": "gelu"})
+    gpu = find_gpu("A100-SXM-80GB")
+    dev = Device(PoolHW("main", gpu, 1, 8, find_network("IB-HDR-200"), 8, gpu.price_per_gpu_hour_usd))
+    flash = TrainLayout(micro_batch=1)
+    unfused = TrainLayout(micro_batch=1, attention="unfused")
+    t_flash = stage_times(arch, dev, flash, 2048.0)
+    t_unfused = stage_times(arch, dev, unfused, 2048.0)
+    assert t_unfused["fwd_compute"] > 1.2 * t_flash["fwd_compute"]
+    extra = train_memory(arch, unfused, 2048.0).activations - train_memory(arch, flash, 2048.0).activations
+    assert extra == pytest.approx(5.0 * arch.heads * 2048 * 2048 * arch.layers, rel=1e-9)
+    sel = TrainLayout(micro_batch=1, attention="unfused", recompute="selective")
+    assert train_memory(arch, sel, 2048.0).activations == train_memory(arch, flash, 2048.0).activations

@@ -157,3 +157,15 @@ def test_generic_dense_name_and_bad_size():
 def test_non_dict_value_rejected():
     with pytest.raises(SpecError):
         resolve_model(42)
+
+
+def test_inline_shape_without_activation_takes_the_one_its_stated_size_implies():
+    """GPT shapes (ffn = 4h, gelu) are often given without `activation`; the default
+    swiglu would add a third MLP matrix. The stated size decides; without one, ffn = 4h."""
+    gpt = {"layers": 48, "hidden": 6144, "heads": 64, "ffn": 24576, "vocab": 51200}
+    assert resolve_model({**gpt, "params_b": 22}).activation == "gelu"
+    assert resolve_model(gpt).activation == "gelu"
+    llama = {"layers": 32, "hidden": 4096, "heads": 32, "ffn": 11008, "vocab": 32000}
+    assert resolve_model({**llama, "params_b": 6.7}).activation == "swiglu"
+    assert resolve_model(llama).activation == "swiglu"
+    assert resolve_model({**gpt, "activation": "swiglu"}).activation == "swiglu"  # stated wins

@@ -85,9 +85,25 @@ def resolve_model(value: Any, field: str = "model.policy") -> Architecture:
                         f"{', '.join(missing)} (or give a catalog name, or {{params_b: N}})",
                         field=f"{field}.{missing[0]}")
     try:
-        return Architecture.model_validate(value)
+        arch = Architecture.model_validate(value)
     except ValidationError as e:
         raise _spec_error(e, field) from None
+    if "activation" not in value:
+        arch = _infer_activation(arch)
+    return arch
+
+
+def _infer_activation(arch: Architecture) -> Architecture:
+    """An inline shape without `activation`: the MLP type whose parameter count matches the
+    stated size (a GPT 12h^2 layer and a swiglu 16h^2 layer at ffn = 4h differ by a third);
+    without a stated size, ffn = 4*hidden is the GPT convention (gelu)."""
+    if arch.ffn is None:
+        return arch
+    # validated afresh, not model_copy: a copy would carry the cached parameter counts
+    options = [arch, Architecture.model_validate({**arch.model_dump(exclude_defaults=True), "activation": "gelu"})]
+    if arch.params_b:
+        return min(options, key=lambda a: abs(a.total_params / 1e9 - arch.params_b))
+    return options[1] if arch.ffn == 4 * arch.hidden else arch
 
 
 def _spec_error(e: ValidationError, field: str) -> SpecError:

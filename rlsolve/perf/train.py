@@ -17,6 +17,12 @@ from rlsolve.perf.hw import GB, Device, constants
 BF16 = 2.0
 ADAM_BYTES = 12.0  # fp32 master + m + v
 FA_BWD_OVER_FWD = 2.5  # FlashAttention-2 backward runs 5 matmuls to the forward's 2 (Dao 2023)
+# Unfused (pre-FlashAttention) attention materialises the score matrix. Bytes moved per score
+# element, forward: QK^T writes it (2), the fused scale-mask-softmax reads and writes it (4),
+# dropout reads it and writes output and mask (5), the AV GEMM reads it (2); the backward
+# moves about twice that. The stored part is Korthikanti et al. 2022's 5as^2b term.
+UNFUSED_SCORE_BYTES_FWD = 13.0
+UNFUSED_SCORE_BYTES_STORED = 5.0
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,7 @@ class TrainLayout:
     micro_batch: int = 1
     recompute: str = "none"
     sequence_parallel: bool = True
+    attention: str = "flash"  # "flash" (fused kernel) or "unfused" (score matrix in HBM)
 
     @property
     def gpus(self) -> int:
@@ -159,6 +166,9 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
         per_tok_layer = repl + (per_tok_layer - repl) / lay.tp
     else:
         per_tok_layer /= lay.tp
+    if lay.attention == "unfused" and lay.recompute == "none":
+        # the score matrix, softmax output and dropout mask per token (selective recompute drops them)
+        per_tok_layer += UNFUSED_SCORE_BYTES_STORED * arch.heads * seq_len / lay.tp
     layers_stage = math.ceil(arch.layers / lay.pp)
     logits = tokens * arch.vocab / lay.tp * 4.0
     if forward_only:  # one layer's working set plus the logits
@@ -176,8 +186,8 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
 
 def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float, seq_len: float,
                moe: bool) -> tuple[float, float, float, float, float]:
-    """(gemm_s, attention_s, elementwise_fwd_s, elementwise_bwd_s, ep_comm_s) for one layer's
-    forward on one GPU (the backward's GEMMs and attention are scaled by the caller)."""
+    """(gemm_s, attention_fwd_s, attention_bwd_s, elementwise_fwd_s, elementwise_bwd_s, ep_comm_s)
+    for one layer on one GPU (the backward's GEMMs are scaled by the caller)."""
     h, tp = arch.hidden, lay.tp
     shard = tp if lay.sp else 1
     kvw = 2 * arch.n_kv_heads * arch.d_head if not arch.is_mla else (
@@ -218,9 +228,18 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         gemm_out += (w * (mats - 1) + h) / tp
         width_elem = w
         perm = 0.0
-    # flash attention (causal) over the full sequence; cp splits the queries
-    attn_flops = tokens * arch.attention_flops_per_token(seq_len, causal=True) / arch.layers / tp
-    attention = attn_flops / dev.attention_flops
+    if lay.attention == "unfused":
+        # batched GEMMs over the whole (masked, not skipped) square, plus the score traffic
+        attn_flops = tokens * arch.attention_flops_per_token(seq_len, causal=False) / arch.layers / tp
+        per_head = attn_flops / max(1.0, arch.heads * lay.micro_batch / tp) / 2
+        attention = dev.gemm_time(per_head, 2 * max(1.0, arch.heads * lay.micro_batch / tp))
+        attention += dev.stream_time(UNFUSED_SCORE_BYTES_FWD * tokens * seq_len * arch.heads / tp)
+        attention_bwd = 2.0 * attention
+    else:
+        # flash attention (causal) over the full sequence; cp splits the queries
+        attn_flops = tokens * arch.attention_flops_per_token(seq_len, causal=True) / arch.layers / tp
+        attention = attn_flops / dev.attention_flops
+        attention_bwd = FA_BWD_OVER_FWD * attention
     # elementwise traffic: 2 norms (read+write h), 2 residual adds (read 2h, write h), rotary
     # on q/k, the activation function (swiglu reads 2w, writes w)
     q_k = arch.q_width + kvw
@@ -231,8 +250,8 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         # an amax pass (read 2 B), the cast (read 2 B, write 1 B) and a transposed copy (1 B)
         fwd_bytes += FP8_CAST_BYTES * gemm_in
         bwd_bytes += FP8_CAST_BYTES * gemm_out
-    return (gemm, attention, dev.stream_time(tokens * fwd_bytes) + sync, dev.stream_time(tokens * bwd_bytes) + sync,
-            ep_comm)
+    return (gemm, attention, attention_bwd, dev.stream_time(tokens * fwd_bytes) + sync,
+            dev.stream_time(tokens * bwd_bytes) + sync, ep_comm)
 
 
 FP8_CAST_BYTES = 6.0
@@ -244,13 +263,10 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     tokens = lay.micro_batch * seq_len / lay.cp
     layers_stage = math.ceil(arch.layers / lay.pp)
     moe_frac = arch.moe_layers / arch.layers
-    g_d, a_d, e_d, eb_d, x_d = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
-    if arch.is_moe:
-        g_m, a_m, e_m, eb_m, x_m = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True)
-    else:
-        g_m = a_m = e_m = eb_m = x_m = 0.0
-    mix = lambda d, m: layers_stage * ((1 - moe_frac) * d + moe_frac * m)  # noqa: E731
-    gemm, attn, elem, elem_b, ep = mix(g_d, g_m), mix(a_d, a_m), mix(e_d, e_m), mix(eb_d, eb_m), mix(x_d, x_m)
+    dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
+    moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
+    gemm, attn, attn_b, elem, elem_b, ep = (layers_stage * ((1 - moe_frac) * d + moe_frac * m)
+                                            for d, m in zip(dense, moe))
     # the LM head stays in 16-bit under FP8 recipes (Transformer Engine keeps first/last layers in BF16)
     dev16 = replace(dev, precision="bf16")
     head = dev16.gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
@@ -265,8 +281,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     cp_exposed = attn_fwd_exposed - attn
     bwd_gemm = 1.0 if lora else 2.0  # frozen weights need no weight-gradient GEMM
     fwd = {"compute": gemm + attn + elem + head + head_elem, "tp": tp_fwd, "ep": ep, "cp": cp_exposed}
-    bwd = {"compute": bwd_gemm * (gemm + head) + FA_BWD_OVER_FWD * attn + elem_b + 2 * head_elem,
-           "tp": tp_fwd, "ep": ep, "cp": cp_exposed * FA_BWD_OVER_FWD}
+    bwd = {"compute": bwd_gemm * (gemm + head) + attn_b + elem_b + 2 * head_elem,
+           "tp": tp_fwd, "ep": ep, "cp": cp_exposed * attn_b / attn if attn else 0.0}
     if lay.recompute == "full":
         for k in ("compute", "tp", "ep", "cp"):
             bwd[k] += fwd[k] - (head + head_elem if k == "compute" else 0.0)
