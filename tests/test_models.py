@@ -33,7 +33,7 @@ KV_KIB_BF16 = {
 REQUIRED_IDS = """llama-3.1-8b llama-3.1-70b llama-3.1-405b llama-2-7b llama-2-70b llama-3-8b
 llama-3.3-70b qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b qwen2.5-7b qwen2.5-14b qwen2.5-32b qwen2.5-72b
 qwen3-8b qwen3-32b qwen3-30b-a3b qwen3-235b-a22b deepseek-v2 deepseek-v3 mixtral-8x7b
-mixtral-8x22b gpt3-175b deepseek-r1-distill-qwen-1.5b""".split()
+mixtral-8x22b gpt3-175b deepseek-r1-distill-qwen-1.5b gpt-oss-120b gpt-oss-20b""".split()
 
 
 def test_catalog_entries_valid_and_sourced():
