@@ -24,7 +24,10 @@ from rlsolve.perf.hw import GB, device
 from rlsolve.perf.train import TrainLayout, model_flops, train_time
 from rlsolve.resolve import PoolHW
 
-# Rows of kind rl_step give total sequence lengths only; the prompt's share is assumed.
+# Rows of kind rl_step give the mean generated length (NeMo-RL's "G-average seq len": its
+# tokens/s/GPU x step time x GPUs / samples exceeds it by the prompt, ~100 tokens) and the
+# maximum total length. The prompt length comes from the row (`prompt_len`), else from those
+# measured totals, else this assumption.
 DEFAULT_RL_PROMPT_LEN = 256
 KV_FREE_FRACTION = 0.9
 # Engines' default cap on concurrent sequences for >=70 GiB GPUs (vLLM get_batch_defaults).
@@ -208,6 +211,21 @@ def predict_generate(row: dict) -> CaseResult:
     return CaseResult(row["id"], "generate", modelled=False, note="no generation metric the model predicts")
 
 
+def _prompt_len(row: dict) -> int:
+    """Prompt tokens per sample: the row's, else what its measured token total implies
+    (tokens/s/GPU x step_s x GPUs = prompt + response tokens of all samples), else assumed."""
+    lay, meas = row.get("layout") or {}, row.get("measured") or {}
+    cap = int(lay["max_seq_len"]) - int(lay["avg_seq_len"]) - 1
+    if "prompt_len" in lay:
+        return int(lay["prompt_len"])
+    if "tokens_per_s_per_gpu" in meas and "step_s" in meas:
+        per_sample = meas["tokens_per_s_per_gpu"] * meas["step_s"] * row["hardware"]["gpus"] / lay["samples_per_step"]
+        implied = per_sample - lay["avg_seq_len"]
+        if implied >= 1:
+            return int(min(round(implied), cap))
+    return int(max(1, min(DEFAULT_RL_PROMPT_LEN, cap)))
+
+
 def rl_step_spec(row: dict) -> dict:
     """The spec and constraints a published RL step implies; decisions the row leaves open are
     left to the solver (its best plan under the row's fixed choices is the prediction)."""
@@ -216,7 +234,7 @@ def rl_step_spec(row: dict) -> dict:
     missing = [k for k in ("samples_per_step", "avg_seq_len", "max_seq_len") if k not in lay]
     if missing:
         raise ValueError(f"layout lacks {', '.join(missing)}: the step's token count and lengths are unknown")
-    prompt = int(lay.get("prompt_len", min(DEFAULT_RL_PROMPT_LEN, lay["avg_seq_len"] // 2)))
+    prompt = _prompt_len(row)
     samples = int(lay["samples_per_step"])
     tgb = int(lay.get("train_global_batch", samples))
     model = row["model"]
@@ -232,7 +250,7 @@ def rl_step_spec(row: dict) -> dict:
                   lay.get("algorithm", "grpo") == "grpo" else "policy", "precision": _precision(row)},
         "rl": {"algorithm": lay.get("algorithm", "grpo"), "prompts_per_step": samples, "samples_per_prompt": 1,
                "prompt_len": prompt, "response_len": {"max": int(lay["max_seq_len"]) - prompt,
-                                                      "mean": int(lay["avg_seq_len"]) - prompt},
+                                                      "mean": int(lay["avg_seq_len"])},
                "mini_batches": max(1, samples // tgb), "max_staleness": int(lay.get("staleness", 0))},
         "constraints": cons,
         "solver": {"top_k": 0, "time_limit_s": 10},

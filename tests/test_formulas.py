@@ -161,3 +161,25 @@ def test_unfused_attention_moves_the_score_matrix_and_stores_it():
     assert extra == pytest.approx(5.0 * arch.heads * 2048 * 2048 * arch.layers, rel=1e-9)
     sel = TrainLayout(micro_batch=1, attention="unfused", recompute="selective")
     assert train_memory(arch, sel, 2048.0).activations == train_memory(arch, flash, 2048.0).activations
+
+
+def test_moe_routed_block_runs_at_the_host_bound_efficiency():
+    """The routed block (expert GEMMs, router, permutes, all-to-all) takes 1/eff of its kernel
+    time in Megatron-Core's default stack; attention and the dense layers do not."""
+    from rlsolve.perf import train as T
+    from rlsolve.perf.hw import constants
+    arch = find_model("qwen3-30b-a3b")
+    dev = Device(h100_pool(2))
+    lay = TrainLayout(ep=8, dp=8, micro_batch=1)
+    with_host = T._layer_fwd(arch, dev, lay, 4096.0, 4096.0, moe=True)
+    eff = constants()["moe_block_host_efficiency"]
+    assert 0 < eff < 1
+    constants()["moe_block_host_efficiency"] = 1.0
+    try:
+        kernels_only = T._layer_fwd(arch, dev, lay, 4096.0, 4096.0, moe=True)
+    finally:
+        constants()["moe_block_host_efficiency"] = eff
+    gemm, attn, ep = with_host[0], with_host[1], with_host[5]
+    assert attn == kernels_only[1]
+    assert ep == pytest.approx(kernels_only[5] / eff)
+    assert gemm > kernels_only[0] * 1.3

@@ -204,16 +204,16 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         tok_expert = tokens * k / E * lay.ep  # tokens one local expert sees (balanced routing)
         local = E / lay.ep
         w = arch.d_moe_ffn
-        gemm += dev.gemm_time(2 * tok_expert * h * w * (mats - 1) / tp, local)
-        gemm += dev.gemm_time(2 * tok_expert * w * h / tp, local)
+        mlp = dev.gemm_time(2 * tok_expert * h * w * (mats - 1) / tp, local)
+        mlp += dev.gemm_time(2 * tok_expert * w * h / tp, local)
         gemm_in += k * (h + w) / tp
         gemm_out += k * (w * (mats - 1) + h) / tp
         if arch.shared_experts:
             sw = arch.shared_experts * w
-            gemm += dev.gemm_time(2 * tokens * h * sw * (mats - 1) / tp) + dev.gemm_time(2 * tokens * sw * h / tp)
+            mlp += dev.gemm_time(2 * tokens * h * sw * (mats - 1) / tp) + dev.gemm_time(2 * tokens * sw * h / tp)
             gemm_in += (h + sw) / tp
             gemm_out += (sw * (mats - 1) + h) / tp
-        gemm += dev.gemm_time(2 * tokens * h * E)  # router
+        mlp += dev.gemm_time(2 * tokens * h * E)  # router
         width_elem = k * w + arch.shared_experts * w
         # dispatch + combine all-to-all of the routed hidden states
         span = lay.tp * lay.cp * lay.ep
@@ -221,6 +221,12 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         perm = 2 * (k * h + h) / tp  # permute (read h, write k*h) and unpermute (the reverse)
         # the dispatcher needs each expert's token count on the host: one sync per pass
         sync = constants()["moe_host_sync_us"] * 1e-6
+        # the routed block runs host-bound in Megatron-Core's default stack (NCCL all-to-all
+        # dispatcher, no CUDA graphs): its kernels take 1/eff the time they would back to back
+        eff = constants()["moe_block_host_efficiency"]
+        gemm += mlp / eff
+        ep_comm /= eff
+        perm /= eff
     else:
         w = arch.d_ffn
         gemm += dev.gemm_time(2 * tokens * h * w * (mats - 1) / tp) + dev.gemm_time(2 * tokens * w * h / tp)
