@@ -183,3 +183,17 @@ def test_moe_routed_block_runs_at_the_host_bound_efficiency():
     assert attn == kernels_only[1]
     assert ep == pytest.approx(kernels_only[5] / eff)
     assert gemm > kernels_only[0] * 1.3
+
+
+def test_moe_decode_reads_every_touched_expert_once():
+    """At a batch that touches every expert the step streams all the weights (one GPU, no
+    sharding); at batch 1 only top-k experts plus the dense part."""
+    arch = find_model("qwen3-30b-a3b")
+    dev = Device(h100_pool())
+    sm = StepModel(arch, dev, GenLayout(tp=1, pp=1, dp=1), 2.0, 2.0)
+    all_bytes = 2.0 * arch.total_params
+    big = sm.scalar_step_time(4096.0, 1.0)
+    assert big >= all_bytes / dev.hbm_bytes_per_s
+    one = sm.scalar_step_time(1.0, 1.0) - sm.overhead
+    active = 2.0 * (arch.non_expert_params + arch.experts_per_token * arch.expert_params * arch.moe_layers)
+    assert one == pytest.approx(active / dev.hbm_bytes_per_s, rel=0.02)

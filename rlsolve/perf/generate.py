@@ -67,6 +67,7 @@ class StepModel:
         # With pp stages the batch moves as pp micro-batches and each re-reads its stage's
         # weights: per decode step every GPU reads its weights pp times (pp x W/(tp*pp)).
         self.dense_w = weight_bytes * arch.non_expert_params / lay.tp
+        # bytes of ONE routed expert (all MoE layers) on a GPU: sharded by tp, or whole on 1/ep of the GPUs
         self.expert_w = weight_bytes * arch.expert_params / max(lay.tp, lay.ep) * arch.moe_layers
         self.kv_tok = kv_bytes_per_token_per_gpu(arch, lay, kv_bytes)
         self.flops_tok = arch.matmul_flops_per_token / n
@@ -95,14 +96,14 @@ class StepModel:
         """step_time for one (batch, context) point, without numpy overhead."""
         a = self.arch
         touched = a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** (b / self.lay.pp)) if a.is_moe else 0.0
-        wbytes = self.dense_w + touched * self.expert_w / max(a.experts, 1)
+        wbytes = self.dense_w + touched * self.expert_w
         gemm = max(wbytes / self.hbm, b * self.flops_tok / self.gemm_rate)
         attn = max(b * ctx * self.kv_tok / self.hbm, b * ctx * self.attn_flops_ctx / self.attn_rate)
         return gemm + attn + (self.ar_fixed + self.ar_per_seq * b) * self.tp_ar_per_token + self.pp_hops + self.overhead
 
     def step_time(self, batch: np.ndarray, context: np.ndarray) -> np.ndarray:
         batch = np.asarray(batch, dtype=float)
-        wbytes = self.dense_w + self.experts_touched(batch) * self.expert_w / max(self.arch.experts, 1)
+        wbytes = self.dense_w + self.experts_touched(batch) * self.expert_w
         gemm = np.maximum(wbytes / self.hbm, batch * self.flops_tok / self.gemm_rate)
         attn = np.maximum(batch * context * self.kv_tok / self.hbm, batch * context * self.attn_flops_ctx / self.attn_rate)
         ar = (self.ar_fixed + self.ar_per_seq * batch) * self.tp_ar_per_token
