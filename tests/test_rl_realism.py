@@ -78,3 +78,23 @@ def test_full_space_oracle_agrees_with_pruned_cpsat():
     full_ms, _ = brute_force(p, enumerate_candidates(p, prune=False))
     plan = solve(small_spec(cluster={"nodes": 1}))
     assert round(plan.time_s.step * 1000) == pytest.approx(full_ms, abs=2)
+
+
+def test_colocated_refit_is_no_faster_than_the_measured_framework_rate():
+    """The in-HBM reshard physics is ~100x faster than what RL frameworks measure; the
+    colocated weight update takes at least engine-bytes-per-GPU / colocated_refit_gbps_per_gpu."""
+    from rlsolve.perf.generate import GenLayout, weight_bytes_per_gpu
+    from rlsolve.perf.hw import GB, constants
+    from rlsolve.perf.step import sync_time
+    from rlsolve.resolve import resolve
+    from rlsolve.spec import Spec
+    spec = Spec.model_validate({"cluster": {"gpu": "H100-SXM-80GB", "nodes": 1, "gpus_per_node": 8},
+                                "model": {"policy": "llama-3.1-8b"},
+                                "rl": {"prompts_per_step": 64, "samples_per_prompt": 8, "prompt_len": 256,
+                                       "response_len": {"max": 2048, "mean": 512}}})
+    prob = resolve(spec)
+    lay = GenLayout(tp=1, pp=1, dp=8)
+    t, exposed = sync_time(prob, prob.pool, prob.pool, lay, 8, colocated=True)
+    recv = weight_bytes_per_gpu(prob.policy, lay, 2.0)
+    assert t == exposed == pytest.approx(recv / (constants()["colocated_refit_gbps_per_gpu"] * GB))
+    assert 3.0 < t < 8.0  # 16 GB of BF16 Llama-3.1-8B per GPU at ~3 GB/s

@@ -9,7 +9,7 @@ from typing import Any
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import (GenLayout, StepModel, gen_other_bytes, kv_bytes_per_token_per_gpu,
                                    prefill_time, simulate_decode, weight_bytes_per_gpu)
-from rlsolve.perf.hw import GB, Device, device
+from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, model_flops,
                                 stage_times, train_memory, train_time)
 from rlsolve.resolve import PoolHW, Problem
@@ -340,13 +340,15 @@ def sync_time(problem: Problem, pool_train: PoolHW, pool_gen: PoolHW, gen: GenLa
               colocated: bool) -> tuple[float, float]:
     """(total, exposed-to-generation) seconds to move the new policy weights to every
     engine. Disaggregated: a pipelined broadcast bounded by what each engine GPU must
-    receive and by what the trainers can send. Colocated: a reshard in HBM over NVLink."""
+    receive and by what the trainers can send. Colocated: a reshard in HBM over NVLink, but
+    no faster than the frameworks' measured refit rate (gather, convert to the engine's
+    layout, hand over by CUDA IPC, load: constants.yaml colocated_refit_gbps_per_gpu)."""
     if colocated:
         dev = device(pool_gen, problem.spec.model.precision, problem.profile)
         share = weight_bytes_per_gpu(problem.policy, gen, 1.0) / problem.policy.total_params
         recv = _sync_bytes(problem) * share
         bw, lat = dev.link(min(pool_gen.scaleup_size, max(gen.tp * gen.pp, 2)))
-        t = recv / bw + lat + dev.stream_time(2 * recv)
+        t = max(recv / bw + lat + dev.stream_time(2 * recv), recv / (constants()["colocated_refit_gbps_per_gpu"] * GB))
         return t, t
     recv = recv_time(problem, pool_gen, gen)
     return max(recv, send_time(problem, pool_train, n_train)), recv
