@@ -164,8 +164,8 @@ def test_unfused_attention_moves_the_score_matrix_and_stores_it():
 
 
 def test_moe_routed_block_runs_at_the_host_bound_efficiency():
-    """The routed block (expert GEMMs, router, permutes, all-to-all) takes 1/eff of its kernel
-    time in Megatron-Core's default stack; attention and the dense layers do not."""
+    """The routed block (expert GEMMs, router, permutes, an all-to-all inside the NVLink domain)
+    takes 1/eff of its kernel time in Megatron-Core's default stack; attention does not."""
     from rlsolve.perf import train as T
     from rlsolve.perf.hw import constants
     arch = find_model("qwen3-30b-a3b")
@@ -181,7 +181,14 @@ def test_moe_routed_block_runs_at_the_host_bound_efficiency():
         constants()["moe_block_host_efficiency"] = eff
     gemm, attn, ep = with_host[0], with_host[1], with_host[5]
     assert attn == kernels_only[1]
-    assert ep == pytest.approx(kernels_only[5] / eff)
+    assert ep == pytest.approx(kernels_only[5] / eff)  # inside the NVLink domain: host-bound too
+    wide = TrainLayout(ep=16, dp=16, micro_batch=1)  # the all-to-all crosses nodes: bandwidth-bound
+    constants()["moe_block_host_efficiency"] = 1.0
+    try:
+        wide_kernels = T._layer_fwd(arch, dev, wide, 4096.0, 4096.0, moe=True)
+    finally:
+        constants()["moe_block_host_efficiency"] = eff
+    assert T._layer_fwd(arch, dev, wide, 4096.0, 4096.0, moe=True)[5] == wide_kernels[5]
     assert gemm > kernels_only[0] * 1.3
 
 

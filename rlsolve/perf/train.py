@@ -221,12 +221,15 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         perm = 2 * (k * h + h) / tp  # permute (read h, write k*h) and unpermute (the reverse)
         # the dispatcher needs each expert's token count on the host: one sync per pass
         sync = constants()["moe_host_sync_us"] * 1e-6
-        # the routed block runs host-bound in Megatron-Core's default stack (NCCL all-to-all
-        # dispatcher, no CUDA graphs): its kernels take 1/eff the time they would back to back
+        # the routed block runs host-bound in Megatron-Core's default stack (a host sync before
+        # the dispatch, no CUDA graphs, many small router/permute/quantize kernels): 1/eff the
+        # time of its kernels back to back. That includes an all-to-all inside the NVLink domain
+        # (short, issued right after the sync); one over the NICs is long and bandwidth-bound.
         eff = constants()["moe_block_host_efficiency"]
         gemm += mlp / eff
-        ep_comm /= eff
         perm /= eff
+        if span <= dev.pool.scaleup_size:
+            ep_comm /= eff
     else:
         w = arch.d_ffn
         gemm += dev.gemm_time(2 * tokens * h * w * (mats - 1) / tp) + dev.gemm_time(2 * tokens * w * h / tp)
