@@ -151,3 +151,24 @@ def test_plans_are_byte_identical_across_processes_and_hash_seeds(tmp_path):
         assert r.returncode == 0, r.stderr
         outs.add(r.stdout)
     assert len(outs) == 1
+
+
+def test_engine_tp_beyond_the_nvlink_domain_when_asked():
+    """TP inside the NVLink domain by default; a larger degree the constraints name is searched
+    (its all-reduces then run over the NICs)."""
+    spec = small_spec(cluster={"nodes": 4}, constraints={"generation": {"tp": 16}, "modes": ["colocated"]})
+    plan = solve(spec)
+    assert plan.parallelism.generation.tp == 16
+
+
+def test_infeasible_constraint_on_a_large_cluster_is_named_quickly():
+    """Every generation option breaks the constraint: the answer names it without building the
+    joint diagnosis model (which was millions of clauses at 256 GPUs)."""
+    import time
+    spec = small_spec(cluster={"nodes": 32}, model={"policy": "qwen3-30b-a3b"},
+                      constraints={"generation": {"tp": 3}})
+    t0 = time.perf_counter()
+    with pytest.raises(InfeasibleError) as e:
+        solve(spec)
+    assert "constraints.generation" in " ".join(e.value.reasons)
+    assert time.perf_counter() - t0 < 60  # a hang guard, not a performance target

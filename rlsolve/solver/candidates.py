@@ -125,9 +125,14 @@ def role_gpu_counts(pool: PoolHW, exclusive: bool) -> list[int]:
 
 
 def tp_choices(problem: Problem, pool: PoolHW, n: int, *, training: bool) -> list[int]:
+    """TP degrees inside the NVLink domain; a degree beyond it only when the constraints name
+    it (engines spanning nodes exist: NeMo-RL runs DeepSeek-V3 rollouts at TP32)."""
     a = problem.policy
+    cons = problem.spec.constraints.training if training else problem.spec.constraints.generation
+    asked = cons.get("tp", [])
+    asked = asked if isinstance(asked, list) else [asked]
     out = []
-    for t in divisors(min(n, pool.scaleup_size)):
+    for t in sorted(set(divisors(min(n, pool.scaleup_size))) | {t for t in asked if n % t == 0}):
         if a.heads % t:
             continue
         if training and not a.is_mla and a.n_kv_heads % t and t % a.n_kv_heads:

@@ -120,6 +120,14 @@ def diagnose(problem: Problem) -> list[str]:
     gens, trains = _gen_options(problem), _train_options(problem)
     if not gens or not trains:
         return ["no legal degrees at all: the policy's heads and layers admit no tensor/pipeline split on these GPUs"]
+    # A role none of whose options is clean, with groups every option violates, is a reason
+    # on its own: answer without the joint model (which is large on large clusters).
+    blocked: set[str] = set()
+    for opts in (gens, trains):
+        if all(o.violates for o in opts):
+            blocked |= set.intersection(*(o.violates for o in opts))
+    if blocked:
+        return [_words(problem, k, gens, trains) for k in GROUPS if k in blocked]
     m = cp_model.CpModel()
     A = {k: m.new_bool_var(k) for k in GROUPS}
     x = [m.new_bool_var(f"g{i}") for i in range(len(gens))]
@@ -139,13 +147,13 @@ def diagnose(problem: Problem) -> list[str]:
         for o, v in zip(opts, vs):
             for group in sorted(o.violates):
                 m.add_implication(v, A[group].Not())
-    # colocated: same pool and count; what training keeps must fit the engines' spare room
-    for (i, g) in enumerate(gens):
-        if g.mode != "colocated":
-            continue
-        for (j, t) in enumerate(trains):
-            if t.mode == "colocated" and (t.pool != g.pool or t.gpus != g.gpus):
-                m.add_bool_or([x[i].Not(), y[j].Not()])
+    # colocated: same pool and count (one equality per (pool, count), not one clause per pair:
+    # thousands of options on large clusters made the pairwise form millions of clauses);
+    # what training keeps must fit the engines' spare room
+    keys = sorted({(o.pool, o.gpus) for o in gens + trains if o.mode == "colocated"})
+    for key in keys:
+        m.add(sum(v for g, v in zip(gens, x) if g.mode == "colocated" and (g.pool, g.gpus) == key)
+              == sum(v for t, v in zip(trains, y) if t.mode == "colocated" and (t.pool, t.gpus) == key))
     held = sum(int(t.held / 1e6) * v for t, v in zip(trains, y) if t.mode == "colocated")
     room = sum(int(g.room / 1e6) * v for g, v in zip(gens, x) if g.mode == "colocated")
     m.add(held <= room).only_enforce_if(A["memory.colocated"])
@@ -165,6 +173,10 @@ def diagnose(problem: Problem) -> list[str]:
     solver.parameters.num_workers = 1  # assumption cores need the single-thread search
     solver.parameters.max_time_in_seconds = 10
     status = solver.solve(m)
+    if status == cp_model.UNKNOWN:
+        return [f"no plan fits, and the diagnosis of why did not finish in "
+                f"{solver.parameters.max_time_in_seconds:.0f} s ({len(gens):,} generation and {len(trains):,} "
+                f"training options); relax constraints or memory settings one at a time to find the binding one"]
     if status != cp_model.INFEASIBLE:
         return ["the combination of the chosen options (reward quantization, placements, memory settings) leaves "
                 "no plan; every constraint group alone can be met"]
