@@ -57,7 +57,8 @@ class TrainParallel(_Out):
     pp: int = Field(1, gt=0, description="Pipeline parallel degree.")
     dp: int = Field(1, gt=0, description="Data parallel degree.")
     cp: int = Field(1, gt=0, description="Context parallel degree.")
-    ep: int = Field(1, gt=0, description="Expert parallel degree; carves the dp*cp ranks (Megatron).")
+    ep: int = Field(1, gt=0, description="Expert parallel degree; carves the dp*cp ranks (Megatron), or folds over "
+                    "the TP ranks too when larger (expert tensor parallelism 1).")
     vp: int = Field(1, gt=0, description="Virtual pipeline stages per rank (interleaved 1F1B).")
     zero_stage: int = Field(1, ge=0, le=3, description="0 none, 1 optimizer (Megatron distributed optimizer), "
                             "2 +gradients, 3 +parameters (FSDP).")

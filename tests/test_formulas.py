@@ -204,3 +204,17 @@ def test_moe_decode_reads_every_touched_expert_once():
     one = sm.scalar_step_time(1.0, 1.0) - sm.overhead
     active = 2.0 * (arch.non_expert_params + arch.experts_per_token * arch.expert_params * arch.moe_layers)
     assert one == pytest.approx(active / dev.hbm_bytes_per_s, rel=0.02)
+
+
+def test_expert_parallel_folds_over_tp_when_larger_than_dp_cp():
+    """ep beyond dp*cp folds over the TP ranks (MoE parallel folding): experts stay whole
+    (expert TP 1), each GPU holds E/ep of them, and tp*dp*cp/ep ranks share each shard."""
+    from rlsolve.perf.train import expert_tp
+    arch = find_model("qwen3-235b-a22b")
+    classic = TrainLayout(tp=2, pp=8, dp=8, cp=1, ep=8)
+    folded = TrainLayout(tp=2, pp=8, dp=4, cp=2, ep=16)
+    assert expert_tp(2, 8, 1, 8) == 2 and classic.expert_dp == 1
+    assert folded.etp == 1 and folded.expert_dp == 1
+    _, e_classic = params_per_gpu(arch, 2, 8, 8, classic.etp)
+    _, e_folded = params_per_gpu(arch, 2, 8, 16, folded.etp)
+    assert e_folded == pytest.approx(e_classic)  # E/16 whole experts = E/8 experts split in two

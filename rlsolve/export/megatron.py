@@ -11,6 +11,8 @@ inference inside the training processes (colocated), so the rollout layout maps 
 """
 from __future__ import annotations
 
+from rlsolve.perf.train import expert_tp
+
 from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_block, header_lines, render_array,
                                    warning_lines)
 
@@ -72,6 +74,8 @@ def sections(job: Job) -> list[Section]:
         s.add("--num-virtual-stages-per-pipeline-rank", t.vp, "interleaved 1F1B")
     s.add("--context-parallel-size", t.cp)
     s.add("--expert-model-parallel-size", t.ep, "carves the dp*cp ranks")
+    if t.ep > 1 and expert_tp(t.tp, t.dp, t.cp, t.ep) != t.tp:
+        s.add("--expert-tensor-parallel-size", 1, "EP folds over the TP ranks: experts stay whole")
     s.flag("--sequence-parallel", t.sequence_parallel and t.tp > 1)
     out.append(s)
 

@@ -12,6 +12,8 @@ Every key exists in verl 0.9.1's `_generated_ppo_trainer.yaml` (FSDP engine) or
 """
 from __future__ import annotations
 
+from rlsolve.perf.train import expert_tp
+
 from typing import Any
 
 from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_block, dump_yaml, header_lines,
@@ -33,6 +35,8 @@ def _megatron_layout(job: Job, s: Section, prefix: str, offload: bool) -> None:
     s.add(f"{prefix}.virtual_pipeline_model_parallel_size", t.vp if t.vp > 1 else None)
     s.add(f"{prefix}.context_parallel_size", t.cp)
     s.add(f"{prefix}.expert_model_parallel_size", t.ep)
+    if t.ep > 1 and expert_tp(t.tp, t.dp, t.cp, t.ep) != t.tp:
+        s.add(f"{prefix}.expert_tensor_parallel_size", 1, "EP folds over the TP ranks: experts stay whole")
     s.add(f"{prefix}.sequence_parallel", bool(t.sequence_parallel and t.tp > 1))
     s.add(f"{prefix}.use_distributed_optimizer", t.zero_stage >= 1, "ZeRO-1: Megatron's distributed optimizer")
     s.add(f"{prefix}.use_megatron_fsdp", t.zero_stage >= 2)

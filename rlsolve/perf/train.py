@@ -47,6 +47,22 @@ class TrainLayout:
     def sp(self) -> bool:
         return self.sequence_parallel and self.tp > 1
 
+    @property
+    def etp(self) -> int:
+        return expert_tp(self.tp, self.dp, self.cp, self.ep)
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks holding the same expert shard (they reduce its gradients)."""
+        return max(1, self.tp * self.dp * self.cp // (self.etp * self.ep))
+
+
+def expert_tp(tp: int, dp: int, cp: int, ep: int) -> int:
+    """Expert tensor parallelism: Megatron's default (= tp) while ep divides dp*cp; an EP
+    group larger than that folds over the TP ranks (MoE parallel folding, arXiv 2504.14960)
+    and each expert stays whole on its rank (expert_tensor_parallel_size = 1)."""
+    return tp if (dp * cp) % ep == 0 else 1
+
 
 @dataclass
 class TrainTime:
@@ -88,7 +104,7 @@ def lora_params(arch: Architecture, rank: int) -> float:
 
 # --- per-GPU parameter shares -------------------------------------------------------------
 
-def params_per_gpu(arch: Architecture, tp: int, pp: int, ep: int) -> tuple[float, float]:
+def params_per_gpu(arch: Architecture, tp: int, pp: int, ep: int, etp: int | None = None) -> tuple[float, float]:
     """(non-expert, routed-expert) parameters held by the busiest GPU before ZeRO sharding.
 
     Layers split evenly over pp (ceil); the embedding and the LM head sit on the first and
@@ -99,7 +115,7 @@ def params_per_gpu(arch: Architecture, tp: int, pp: int, ep: int) -> tuple[float
     emb = arch.vocab * arch.hidden * (1 if (pp > 1 and not arch.tied_embeddings) else
                                       (1 if arch.tied_embeddings else 2))
     dense = (layer_params * stage_frac + emb) / tp
-    expert = arch.routed_expert_params_total * stage_frac / (tp * ep)
+    expert = arch.routed_expert_params_total * stage_frac / ((tp if etp is None else etp) * ep)
     return dense, expert
 
 
@@ -126,9 +142,9 @@ class TrainMem:
 def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, trainable: bool = True,
                  lora_rank: int = 0, weight_bytes: float = BF16) -> TrainMem:
     """Peak bytes per GPU on the busiest pipeline stage."""
-    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep)
+    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
     shard_dense = lay.dp * lay.cp
-    shard_expert = max(1, lay.dp * lay.cp // lay.ep)
+    shard_expert = lay.expert_dp
     z = lay.zero_stage
     weights = weight_bytes * (dense / (shard_dense if z >= 3 else 1) + expert / (shard_expert if z >= 3 else 1))
     if not trainable:
@@ -216,7 +232,7 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         mlp += dev.gemm_time(2 * tokens * h * E)  # router
         width_elem = k * w + arch.shared_experts * w
         # dispatch + combine all-to-all of the routed hidden states
-        span = lay.tp * lay.cp * lay.ep
+        span = lay.tp * lay.cp * lay.ep if lay.etp == lay.tp else lay.ep  # folded: EP spans the TP ranks
         ep_comm = 2 * dev.all_to_all(tokens * k * h * BF16 / tp, lay.ep, span)
         perm = 2 * (k * h + h) / tp  # permute (read h, write k*h) and unpermute (the reverse)
         # the dispatcher needs each expert's token count on the host: one sync per pass
@@ -315,11 +331,11 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
     per_mb = st["fwd"] + st["bwd"]
     p2p = m * 2 * lay.vp * st["p2p"]
     bubble = (lay.pp - 1) / lay.vp * per_mb
-    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep)
+    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
     if lora_rank > 0:
         dense, expert = lora_params(arch, lora_rank) / (lay.tp * lay.pp), 0.0
     span = lay.tp * lay.cp * lay.dp
-    n_d, n_e = lay.dp * lay.cp, max(1, lay.dp * lay.cp // lay.ep)
+    n_d, n_e = lay.dp * lay.cp, lay.expert_dp
     grad_bytes_d, grad_bytes_e = BF16 * dense, BF16 * expert
     if lay.zero_stage == 0:
         comm = dev.all_reduce(grad_bytes_d, n_d, span) + dev.all_reduce(grad_bytes_e, n_e, span)

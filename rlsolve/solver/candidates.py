@@ -141,6 +141,14 @@ def tp_choices(problem: Problem, pool: PoolHW, n: int, *, training: bool) -> lis
     return out
 
 
+def expert_degrees(a, tp: int, dp: int, cp: int) -> list[int]:
+    """EP degrees dividing the experts: inside dp*cp (experts TP-sharded like the dense
+    layers), or folded over the TP ranks too (experts whole, expert TP = 1)."""
+    if not a.is_moe:
+        return [1]
+    return [e for e in divisors(tp * dp * cp) if a.experts % e == 0]
+
+
 def pp_choices(problem: Problem, n_over_tp: int, limit: int = 16) -> list[int]:
     """Pipeline degrees: powers of two up to `limit` (uneven last stage allowed, as Megatron's
     decoder-first/last options do), at least two layers per stage."""
@@ -172,8 +180,7 @@ def train_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[TrainLayou
                 if (n // tp // pp) % cp or (cp > 1 and seq_max / cp < 2048):
                     continue
                 dp = n // (tp * pp * cp)
-                eps = [e for e in divisors(dp * cp) if a.is_moe and a.experts % e == 0] if a.is_moe else [1]
-                for ep in eps:
+                for ep in expert_degrees(a, tp, dp, cp):
                     vps = [1] + ([v for v in (2, 4) if a.layers % (pp * v) == 0] if pp > 1 else [])
                     for vp in vps:
                         for zero in zero_choices(pp, cons):

@@ -17,7 +17,7 @@ from rlsolve.perf.hw import GB
 from rlsolve.perf.step import capacity_bytes, gen_dtype_bytes, policy_memory, train_aux
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import Problem
-from rlsolve.solver.candidates import (_allowed, divisors, pp_choices, role_gpu_counts,
+from rlsolve.solver.candidates import (_allowed, expert_degrees, pp_choices, role_gpu_counts,
                                        tp_choices)
 
 GROUPS = {
@@ -62,8 +62,7 @@ def _train_options(problem: Problem) -> list[Option]:
                             continue
                         dp = n // (tp * pp * cp)
                         a = problem.policy
-                        eps = [e for e in divisors(dp * cp) if a.experts % e == 0] if a.is_moe else [1]
-                        for ep in eps:
+                        for ep in expert_degrees(a, tp, dp, cp):
                             for zero in ((0, 1, 2, 3) if pp == 1 else (0, 1)):
                                 lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero_stage=zero, micro_batch=1,
                                                   recompute="full", sequence_parallel=tp > 1)

@@ -59,8 +59,8 @@ def check_layout(problem: Problem, lay: Layout) -> None:
                             field=f"layout.parallelism.{role}.tp")
     if t.pp > a.layers:
         raise SpecError(f"pp={t.pp} exceeds the {a.layers} layers", field="layout.parallelism.training.pp")
-    if t.ep > 1 and (not a.is_moe or a.experts % t.ep or (t.dp * t.cp) % t.ep):
-        raise SpecError(f"ep={t.ep} must divide the experts ({a.experts}) and dp*cp ({t.dp * t.cp})",
+    if t.ep > 1 and (not a.is_moe or a.experts % t.ep or (t.tp * t.dp * t.cp) % t.ep):
+        raise SpecError(f"ep={t.ep} must divide the experts ({a.experts}) and tp*dp*cp ({t.tp * t.dp * t.cp})",
                         field="layout.parallelism.training.ep")
     if t.vp > 1 and a.layers % (t.pp * t.vp):
         raise SpecError(f"vp={t.vp} needs layers ({a.layers}) divisible by pp*vp", field="layout.parallelism.training.vp")

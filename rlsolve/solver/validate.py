@@ -24,8 +24,8 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
             bad.append(f"{role} tp={tp} does not divide {a.heads} heads")
         if tp > max(pool.scaleup_size, 1) and tp > 1:
             bad.append(f"{role} tp={tp} spans beyond the NVLink domain of {pool.scaleup_size}")
-    if t.ep > 1 and (a.experts % t.ep or (t.dp * t.cp) % t.ep):
-        bad.append(f"training ep={t.ep} must divide experts {a.experts} and dp*cp {t.dp * t.cp}")
+    if t.ep > 1 and (a.experts % t.ep or (t.tp * t.dp * t.cp) % t.ep):
+        bad.append(f"training ep={t.ep} must divide experts {a.experts} and tp*dp*cp {t.tp * t.dp * t.cp}")
     if t.pp > a.layers:
         bad.append(f"pp={t.pp} > layers {a.layers}")
     gb = problem.spec.rl.samples // problem.spec.rl.mini_batches
