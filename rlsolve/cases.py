@@ -155,11 +155,17 @@ def predict_train(row: dict) -> CaseResult:
         return _result(row, "iteration_s", meas["iteration_s"], t)
     if "tokens_per_s_per_gpu" in meas:
         return _result(row, "tokens_per_s_per_gpu", meas["tokens_per_s_per_gpu"], tokens / t / gpus)
-    if "tflops_per_gpu" in meas:
+    if "tokens_per_s" in meas:
+        return _result(row, "tokens_per_s", meas["tokens_per_s"], tokens / t)
+    if "tflops_per_gpu" in meas or "mfu" in meas:
         hardware = meas.get("flops_convention") == "hardware" and lay.recompute == "full"
-        flops = model_flops(arch, tokens, seq, recompute=hardware)
-        return _result(row, "tflops_per_gpu", meas["tflops_per_gpu"], flops / t / gpus / 1e12)
-    return CaseResult(row["id"], "train", modelled=False, note="no train metric the model predicts in `measured`")
+        per_gpu = model_flops(arch, tokens, seq, recompute=hardware) / t / gpus
+        if "tflops_per_gpu" in meas:
+            return _result(row, "tflops_per_gpu", meas["tflops_per_gpu"], per_gpu / 1e12)
+        # MFU against the dense peak of the row's precision
+        return _result(row, "mfu", meas["mfu"], per_gpu / dev.peak_flops)
+    return CaseResult(row["id"], "train", modelled=False, note="no train metric the model predicts in `measured` "
+                      "(iteration_s, tokens_per_s_per_gpu, tokens_per_s, tflops_per_gpu, mfu)")
 
 
 def _gen_setup(row: dict):
@@ -198,7 +204,8 @@ def predict_generate(row: dict) -> CaseResult:
         steps = np.linspace(0, out, 65)
         mid = (steps[:-1] + steps[1:]) / 2
         decode = float(np.sum(np.diff(steps) * step.step_time(np.full(64, b), inp + mid)))
-        t = prefill_time(arch, dev, lay, b * inp, inp / 2) + decode
+        ttft = prefill_time(arch, dev, lay, b * inp, inp / 2)
+        t = ttft + decode
         total_out = b * out
         if "itl_ms" in meas and "output_tokens_per_s" not in meas and "output_tokens_per_s_per_gpu" not in meas:
             return _result(row, "itl_ms", meas["itl_ms"], decode / out * 1e3)
@@ -208,7 +215,10 @@ def predict_generate(row: dict) -> CaseResult:
         return _result(row, "output_tokens_per_s", meas["output_tokens_per_s"], total_out / t)
     if "itl_ms" in meas:
         return _result(row, "itl_ms", meas["itl_ms"], (t / out) * 1e3)
-    return CaseResult(row["id"], "generate", modelled=False, note="no generation metric the model predicts")
+    if "ttft_ms" in meas and batch != "auto":
+        return _result(row, "ttft_ms", meas["ttft_ms"], ttft * 1e3)
+    return CaseResult(row["id"], "generate", modelled=False, note="no generation metric the model predicts "
+                      "(output_tokens_per_s_per_gpu, output_tokens_per_s, itl_ms, ttft_ms)")
 
 
 def _prompt_len(row: dict) -> int:
@@ -272,8 +282,13 @@ def predict_rl_step(row: dict) -> CaseResult:
     extra = {"mode": plan.pipeline.mode, "decode_s": plan.time_s.decode, "train_s": plan.time_s.train}
     if "step_s" in meas:
         r = _result(row, "step_s", meas["step_s"], plan.time_s.step)
-    else:
+    elif "tokens_per_s_per_gpu" in meas:
         r = _result(row, "tokens_per_s_per_gpu", meas["tokens_per_s_per_gpu"], plan.throughput.tokens_per_s / gpus)
+    elif "tokens_per_s" in meas:
+        r = _result(row, "tokens_per_s", meas["tokens_per_s"], plan.throughput.tokens_per_s)
+    else:
+        return CaseResult(row["id"], "rl_step", modelled=False,
+                          note="no RL-step metric the model predicts (step_s, tokens_per_s_per_gpu, tokens_per_s)")
     r.extra = extra
     return r
 

@@ -94,3 +94,24 @@ def test_rl_prompt_length_from_the_rows_token_total():
     assert _prompt_len(row) == round(1100 * 128 * 16 / 2048 - 1000)
     assert _prompt_len({**row, "layout": {**row["layout"], "prompt_len": 300}}) == 300
     assert _prompt_len({**row, "measured": {"step_s": 128.0}}) == DEFAULT_RL_PROMPT_LEN
+
+
+def test_every_metric_of_the_format_the_model_can_predict_is_scored():
+    """mfu and tokens_per_s (train), ttft_ms (generate) are scored like the others, and agree
+    with the metrics they derive from."""
+    base = {"kind": "train", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 8, "gpus_per_node": 8,
+                                          "network": "IB-NDR-400"},
+            "model": {"name": "llama-3.1-8b"}, "precision": "bf16",
+            "layout": {"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64, "seq_len": 4096}}
+    rows = [{**base, "id": "per-gpu", "measured": {"tokens_per_s_per_gpu": 8000}},
+            {**base, "id": "total", "measured": {"tokens_per_s": 64000}},
+            {**base, "id": "mfu", "measured": {"mfu": 0.4}}]
+    gen = {"id": "ttft", "kind": "generate", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 1},
+           "model": {"name": "llama-3.1-8b"}, "layout": {"tp": 1, "batch": 1, "input_len": 4000, "output_len": 10},
+           "measured": {"ttft_ms": 300}}
+    rep = score_cases({"cases": rows + [gen]})
+    per_gpu, total, mfu, ttft = rep.rows
+    assert [r.metric for r in rep.rows] == ["tokens_per_s_per_gpu", "tokens_per_s", "mfu", "ttft_ms"]
+    assert total.predicted == pytest.approx(8 * per_gpu.predicted)
+    assert 0.2 < mfu.predicted < 0.9
+    assert 10 < ttft.predicted < 1000
