@@ -30,7 +30,9 @@ class Architecture(BaseModel):
     ffn: int | None = Field(None, gt=0, le=10_000_000, description="Dense MLP width; default 4*hidden (gelu) or "
                             "the Llama rule 8/3*hidden rounded to 256 (swiglu).")
     vocab: int = Field(32000, gt=0, le=100_000_000, description="Vocabulary size (padded as in the checkpoint).")
-    activation: Activation = Field("swiglu", description="MLP type: swiglu has 3 matrices, others 2.")
+    activation: Activation = Field("swiglu", description="MLP type: swiglu has 3 matrices, others 2. An inline "
+                                   "shape without it takes the type whose parameter count matches params_b, "
+                                   "else gelu when ffn = 4*hidden (the GPT convention), else swiglu.")
     tied_embeddings: bool = Field(False, description="Input embedding shared with the LM head.")
     qkv_bias: bool = Field(False, description="Biases on the q/k/v projections (Qwen2/2.5).")
     experts: int = Field(0, ge=0, le=1_000_000, description="Routed experts per MoE layer; 0 = dense model.")
