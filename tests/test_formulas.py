@@ -218,3 +218,18 @@ def test_expert_parallel_folds_over_tp_when_larger_than_dp_cp():
     _, e_classic = params_per_gpu(arch, 2, 8, 8, classic.etp)
     _, e_folded = params_per_gpu(arch, 2, 8, 16, folded.etp)
     assert e_folded == pytest.approx(e_classic)  # E/16 whole experts = E/8 experts split in two
+
+
+def test_backward_pays_the_fp32_main_grad_accumulation_per_micro_batch():
+    """Each micro-batch's weight gradients are added into fp32 main_grad: 8 bytes per
+    parameter on the GPU, at HBM speed; LoRA (frozen weights) pays none."""
+    from rlsolve.perf.train import MAIN_GRAD_BYTES
+    arch = find_model("llama-3.1-8b")
+    dev = Device(h100_pool())
+    lay = TrainLayout(micro_batch=1)
+    full = stage_times(arch, dev, lay, 1024.0)["bwd_compute"]
+    lora = stage_times(arch, dev, lay, 1024.0, lora=True)["bwd_compute"]
+    dense, expert = params_per_gpu(arch, 1, 1, 1)
+    accum = MAIN_GRAD_BYTES * (dense + expert) / dev.hbm_bytes_per_s
+    assert accum > 0.005  # ~64 GB of fp32 traffic for 8B on one GPU
+    assert full - lora > accum  # full also pays the weight-gradient GEMMs

@@ -280,6 +280,10 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
 
 
 FP8_CAST_BYTES = 6.0
+# Megatron accumulates every micro-batch's weight gradients into fp32 main_grad buffers (the
+# wgrad GEMM adds into them: gradient_accumulation_fusion): read + write 4 bytes per parameter
+# per micro-batch, a memory-bound pass that grows with FLOP:byte (FP8, newer GPUs).
+MAIN_GRAD_BYTES = 8.0
 
 
 def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float, *,
@@ -308,6 +312,9 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     fwd = {"compute": gemm + attn + elem + head + head_elem, "tp": tp_fwd, "ep": ep, "cp": cp_exposed}
     bwd = {"compute": bwd_gemm * (gemm + head) + attn_b + elem_b + 2 * head_elem,
            "tp": tp_fwd, "ep": ep, "cp": cp_exposed * attn_b / attn if attn else 0.0}
+    if not lora:  # frozen weights have no gradients to accumulate
+        dense_p, expert_p = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+        bwd["compute"] += dev.stream_time(MAIN_GRAD_BYTES * (dense_p + expert_p))
     if lay.recompute == "full":
         for k in ("compute", "tp", "ep", "cp"):
             bwd[k] += fwd[k] - (head + head_elem if k == "compute" else 0.0)
