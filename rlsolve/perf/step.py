@@ -151,13 +151,16 @@ class TrainSide:
 def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float, lora: bool,
                        cache: dict | None) -> dict:
     """stage_times memoized by what it depends on: the data-parallel degree enters only
-    through the tier the pipeline neighbours talk over, so layouts that differ in dp alone
+    through the tier the pipeline neighbours talk over, the expert TP it implies, and (ZeRO-2/3)
+    the gradient shard each rank accumulates, so layouts that differ in dp alone otherwise
     (the same degrees on more nodes) share one evaluation."""
     if cache is None:
         return stage_times(arch, dev, lay, seq_len, lora=lora)
     pp_link = dev.link(2 * lay.tp * lay.cp * lay.dp) if lay.pp > 1 else None
+    grad_shard = (lay.dp, lay.expert_dp) if lay.zero_stage >= 2 else None
     key = ("stage", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp,
-           lay.micro_batch, lay.recompute, lay.sequence_parallel, pp_link, seq_len, lora)
+           lay.micro_batch, lay.recompute, lay.sequence_parallel, lay.attention, lay.etp, grad_shard, pp_link,
+           seq_len, lora)
     if key not in cache:
         cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora)
     return cache[key]

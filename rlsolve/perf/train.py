@@ -314,6 +314,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
            "tp": tp_fwd, "ep": ep, "cp": cp_exposed * attn_b / attn if attn else 0.0}
     if not lora:  # frozen weights have no gradients to accumulate
         dense_p, expert_p = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+        if lay.zero_stage >= 2:  # gradients sharded: each rank accumulates only its shard
+            dense_p, expert_p = dense_p / (lay.dp * lay.cp), expert_p / lay.expert_dp
         bwd["compute"] += dev.stream_time(MAIN_GRAD_BYTES * (dense_p + expert_p))
     if lay.recompute == "full":
         for k in ("compute", "tp", "ep", "cp"):
