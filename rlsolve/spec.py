@@ -45,7 +45,8 @@ class Cluster(_Strict):
     gpus_per_node: int | None = Field(None, gt=0, le=1024, description="GPUs per node; default: the GPU's usual server size.")
     network: Union[str, InlineNetwork] = Field("IB-NDR-400", description="Inter-node fabric per GPU (catalog name or {gbps: N}).")
     nics_per_node: int | None = Field(None, gt=0, le=1024, description="NICs per node; default one per GPU.")
-    price_per_gpu_hour_usd: float | None = Field(None, gt=0, description="Override the catalog price per GPU-hour.")
+    price_per_gpu_hour_usd: float | None = Field(None, gt=0, le=1_000_000, description="Override the catalog price "
+                                                 "per GPU-hour (the same bound as a pool's).")
     pools: list[Pool] | None = Field(None, description="Heterogeneous cluster: one entry per pool "
                                      "(instead of gpu/nodes at this level).")
 

@@ -638,3 +638,15 @@ def test_fuzzing_reached_every_endpoint_and_no_request_failed(api):
     assert per_path["/v1/gpus"] >= 1 and per_path["/v1/models"] >= 1
     assert statuses[("/v1/solve", 200)] >= 1 and statuses[("/v1/solve", 422)] >= 1
     assert not [x for x in lines if x["status"] >= 500], [x for x in lines if x["status"] >= 500][:3]
+
+
+def test_single_pool_price_past_the_pool_bound_is_a_spec_error():
+    """Found by the property test: the single-pool form accepted a price the Pool it builds
+    rejects, so a raw pydantic error escaped instead of a SpecError naming the field."""
+    spec = {"cluster": {"gpu": "H200-SXM-141GB", "nodes": 2, "price_per_gpu_hour_usd": 1e9},
+            "model": {"policy": "llama-3.1-8b"},
+            "rl": {"prompts_per_step": 8, "samples_per_prompt": 4, "prompt_len": 16,
+                   "response_len": {"max": 64, "mean": 32}}}
+    with pytest.raises(rlsolve.SpecError) as e:
+        rlsolve.load_spec(spec)
+    assert "price_per_gpu_hour_usd" in str(e.value)
