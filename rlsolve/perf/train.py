@@ -256,8 +256,8 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
     if lay.attention == "unfused":
         # batched GEMMs over the whole (masked, not skipped) square, plus the score traffic
         attn_flops = tokens * arch.attention_flops_per_token(seq_len, causal=False) / arch.layers / tp
-        per_head = attn_flops / max(1.0, arch.heads * lay.micro_batch / tp) / 2
-        attention = dev.gemm_time(per_head, 2 * max(1.0, arch.heads * lay.micro_batch / tp))
+        matrices = max(1.0, arch.heads * lay.micro_batch / tp)  # (head, sequence) pairs on this rank
+        attention = dev.gemm_time(attn_flops / (2 * matrices), 2 * matrices)  # QK^T and AV for each
         attention += dev.stream_time(UNFUSED_SCORE_BYTES_FWD * tokens * seq_len * arch.heads / tp)
         attention_bwd = 2.0 * attention
     else:

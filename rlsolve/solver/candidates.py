@@ -12,6 +12,7 @@ from itertools import combinations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from rlsolve.models import Architecture
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, gen_side,
@@ -141,7 +142,7 @@ def tp_choices(problem: Problem, pool: PoolHW, n: int, *, training: bool) -> lis
     return out
 
 
-def expert_degrees(a, tp: int, dp: int, cp: int) -> list[int]:
+def expert_degrees(a: Architecture, tp: int, dp: int, cp: int) -> list[int]:
     """EP degrees dividing the experts: inside dp*cp (experts TP-sharded like the dense
     layers), or folded over the TP ranks too (experts whole, expert TP = 1)."""
     if not a.is_moe:
