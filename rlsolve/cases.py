@@ -32,6 +32,10 @@ DEFAULT_RL_PROMPT_LEN = 256
 KV_FREE_FRACTION = 0.9
 # Engines' default cap on concurrent sequences for >=70 GiB GPUs (vLLM get_batch_defaults).
 DEFAULT_MAX_NUM_SEQS = 1024
+# A colocated engine's share of GPU memory when the row does not state it: the RL frameworks'
+# default (NeMo-RL examples/configs/grpo_math_1B.yaml vllm_cfg.gpu_memory_utilization 0.6, which
+# every performance recipe inherits; verl's example scripts pass rollout.gpu_memory_utilization=0.6).
+DEFAULT_COLOCATED_GPU_MEMORY_UTILIZATION = 0.6
 
 
 @dataclass
@@ -249,8 +253,11 @@ def rl_step_spec(row: dict) -> dict:
     tgb = int(lay.get("train_global_batch", samples))
     model = row["model"]
     policy: Any = model["name"] if set(model) <= {"name", "params_b"} else {k: v for k, v in model.items()}
-    cons: dict[str, Any] = {"modes": [lay.get("mode", "colocated")], "min_headroom": 0.05,
-                            "generation": {k: lay["generation"][k] for k in ("tp", "pp") if k in (lay.get("generation") or {})},
+    mode = lay.get("mode", "colocated")
+    gen = {k: lay["generation"][k] for k in ("tp", "pp") if k in (lay.get("generation") or {})}
+    if mode == "colocated" or "gpu_memory_utilization" in lay:
+        gen["gpu_memory_utilization"] = lay.get("gpu_memory_utilization", DEFAULT_COLOCATED_GPU_MEMORY_UTILIZATION)
+    cons: dict[str, Any] = {"modes": [mode], "min_headroom": 0.05, "generation": gen,
                             "training": {k: v for k, v in (lay.get("training") or {}).items() if k in ("tp", "pp", "cp", "ep", "vp")}}
     return {
         "cluster": {"gpu": hw["gpu"], "nodes": max(1, math.ceil(hw["gpus"] / hw.get("gpus_per_node", 8))),

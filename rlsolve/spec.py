@@ -145,9 +145,17 @@ def _recompute(x: Any) -> bool:
     return x in ("none", "selective", "full")
 
 
-_HINTS = {_pos_int: "a positive integer", _zero: "a ZeRO stage 0-3", _recompute: "none, selective or full"}
+def _fraction(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0.05 <= x <= 1
+
+
+_HINTS = {_pos_int: "a positive integer", _zero: "a ZeRO stage 0-3", _recompute: "none, selective or full",
+          _fraction: "a fraction of GPU memory from 0.05 to 1"}
+# settings that take one value, not a list of allowed ones
+SCALAR_CONSTRAINTS = ("max_gpus", "gpu_memory_utilization")
 ROLE_CONSTRAINTS = {
-    "generation": {k: _pos_int for k in ("tp", "pp", "dp", "ep", "gpus", "max_gpus")},
+    "generation": {**{k: _pos_int for k in ("tp", "pp", "dp", "ep", "gpus", "max_gpus")},
+                   "gpu_memory_utilization": _fraction},
     "training": {**{k: _pos_int for k in ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "gpus", "max_gpus")},
                  "zero_stage": _zero, "recompute": _recompute},
 }
@@ -157,7 +165,8 @@ class Constraints(_Strict):
     modes: list[Mode] | None = Field(None, description="Pipeline modes allowed (default all).")
     min_headroom: float = Field(0.05, ge=0, lt=0.9, description="Fraction of each GPU's memory kept free.")
     generation: dict[str, Any] = Field(default_factory=dict, description="Fixed or allowed generation degrees, "
-                                       "e.g. {tp: 4} or {tp: [2, 4]}; also max_gpus.")
+                                       "e.g. {tp: 4} or {tp: [2, 4]}; also max_gpus, and gpu_memory_utilization "
+                                       "(the engine's share of GPU memory, as vLLM's flag; default: what fits).")
     training: dict[str, Any] = Field(default_factory=dict, description="Fixed or allowed training settings, "
                                      "e.g. {tp: [4, 8], zero_stage: 1}; also max_gpus.")
     max_price_per_hour_usd: float | None = Field(None, gt=0, le=1e12, description="Budget for the GPUs used, $/hour.")
@@ -172,10 +181,10 @@ class Constraints(_Strict):
             if key not in kinds:
                 raise ValueError(f"unknown key {key!r}; allowed: {', '.join(sorted(kinds))}")
             check = kinds[key]
-            vals = val if isinstance(val, list) and key != "max_gpus" else [val]
+            scalar = key in SCALAR_CONSTRAINTS
+            vals = val if isinstance(val, list) and not scalar else [val]
             if not vals or not all(check(x) for x in vals):
-                raise ValueError(f"{key}: {val!r} is not {_HINTS[check]} (or a list of them)" if key != "max_gpus"
-                                 else f"max_gpus: {val!r} is not a positive integer")
+                raise ValueError(f"{key}: {val!r} is not {_HINTS[check]}" + ("" if scalar else " (or a list of them)"))
             out[key] = val
         return out
 

@@ -125,3 +125,19 @@ def test_the_extra_rows_are_all_scored_or_explained():
     assert len(rep.rows) == len(data["cases"]) >= 180
     assert all(r.error is not None or r.note for r in rep.rows)
     assert sum(r.error is not None for r in rep.rows) >= 0.95 * len(rep.rows)
+
+
+def test_colocated_rows_run_the_engine_at_the_frameworks_default_share():
+    """A colocated RL row that does not state its engine's memory share is read with the
+    frameworks' default gpu_memory_utilization; a row may state its own; disaggregated rows
+    are left to the solver."""
+    from rlsolve.cases import DEFAULT_COLOCATED_GPU_MEMORY_UTILIZATION, rl_step_spec
+    row = {"id": "r", "kind": "rl_step", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 16, "gpus_per_node": 8},
+           "model": {"name": "llama-3.1-8b"},
+           "layout": {"mode": "colocated", "samples_per_step": 512, "avg_seq_len": 1000, "max_seq_len": 4096}}
+    gen = rl_step_spec(row)["constraints"]["generation"]
+    assert gen["gpu_memory_utilization"] == DEFAULT_COLOCATED_GPU_MEMORY_UTILIZATION == 0.6
+    own = rl_step_spec({**row, "layout": {**row["layout"], "gpu_memory_utilization": 0.8}})
+    assert own["constraints"]["generation"]["gpu_memory_utilization"] == 0.8
+    disagg = rl_step_spec({**row, "layout": {**row["layout"], "mode": "async", "staleness": 1}})
+    assert "gpu_memory_utilization" not in disagg["constraints"]["generation"]

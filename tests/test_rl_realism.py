@@ -98,3 +98,44 @@ def test_colocated_refit_is_no_faster_than_the_measured_framework_rate():
     recv = weight_bytes_per_gpu(prob.policy, lay, 2.0)
     assert t == exposed == pytest.approx(recv / (constants()["colocated_refit_gbps_per_gpu"] * GB))
     assert 3.0 < t < 8.0  # 16 GB of BF16 Llama-3.1-8B per GPU at ~3 GB/s
+
+
+def test_colocated_engines_pay_their_sleep_every_step():
+    """Colocated frameworks sleep the engine at level 1 after the rollout: its weights go to
+    host memory at the measured rate. The switch term carries it; disaggregated engines keep
+    their GPUs and pay nothing."""
+    from rlsolve.perf.hw import GB, constants
+    p = problem()
+    g = gen_side(p, p.pool, GenLayout(tp=1, dp=16))
+    t = train_side(p, p.pool, TrainLayout(dp=16, zero_stage=3))
+    sleep = g.weights / (constants()["engine_sleep_offload_gbps_per_gpu"] * GB)
+    assert 5.0 < sleep < 10.0  # 16 GB of BF16 Llama-3.1-8B per GPU at ~2.4 GB/s
+    colo = combine(p, "colocated", g, t)
+    assert colo.switch == pytest.approx(sleep)
+    assert colo.step == pytest.approx(g.time + t.time + colo.sync + sleep)
+    assert combine(p, "sync", g, t).switch == 0.0
+    plan = solve(small_spec(constraints={"modes": ["colocated"]}))
+    assert plan.time_s.switch >= plan.memory_gb_per_gpu.generation.weights / constants()["engine_sleep_offload_gbps_per_gpu"]
+
+
+def test_engine_memory_share_caps_the_kv_cache():
+    """constraints.generation.gpu_memory_utilization is vLLM's flag: weights, KV cache and
+    workspace stay within that share of the GPU, so less KV means a smaller running batch."""
+    free = problem()
+    capped = problem(constraints={"generation": {"gpu_memory_utilization": 0.4}})
+    lay = GenLayout(tp=1, dp=16)
+    a, b = gen_side(free, free.pool, lay), gen_side(capped, capped.pool, lay)
+    assert b.weights + b.kv_cache + b.other == pytest.approx(0.4 * capped.pool.gpu.memory_gb * 1e9)
+    assert b.kv_cache < a.kv_cache and b.decode >= a.decode
+    plan = solve(small_spec(constraints={"modes": ["colocated"], "generation": {"gpu_memory_utilization": 0.4}}))
+    assert plan.optimization.gpu_memory_utilization <= 0.4 + 1e-3
+    g = plan.memory_gb_per_gpu.generation
+    assert g.total - g.colocated_training <= 0.4 * 80.0 + 0.011
+
+
+def test_engine_memory_share_too_small_is_infeasible_and_named():
+    from rlsolve.errors import InfeasibleError
+    with pytest.raises(InfeasibleError) as e:
+        # 70B at TP 8 holds 17.6 GB of weights per GPU; a 0.1 share of 80 GB is 8 GB
+        solve(small_spec(model={"policy": "llama-3.1-70b"}, constraints={"generation": {"gpu_memory_utilization": 0.1}}))
+    assert "gpu_memory_utilization 0.1" in str(e.value)

@@ -26,6 +26,13 @@ def capacity_bytes(pool: PoolHW, headroom: float) -> float:
     return pool.gpu.memory_gb * GB * (1.0 - headroom)
 
 
+def engine_cap_bytes(problem: Problem, pool: PoolHW) -> float:
+    """What the engine may take per GPU (weights, KV cache, workspace): the user's
+    gpu_memory_utilization share of the GPU's memory, else no limit beyond capacity."""
+    util = problem.spec.constraints.generation.get("gpu_memory_utilization")
+    return float("inf") if util is None else util * pool.gpu.memory_gb * GB
+
+
 # --- generation side ----------------------------------------------------------------------
 
 @dataclass
@@ -78,7 +85,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     other = gen_other_bytes(arch, lay)
     aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
     cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
-    free = cap - weights - other - reserved - aux_bytes
+    free = min(cap - reserved, engine_cap_bytes(problem, pool)) - weights - other - aux_bytes
     kv = free if kv_cache_gb is None else min(kv_cache_gb * GB, max(free, 0.0))
     fits = free > 0 and (kv_cache_gb is None or kv_cache_gb * GB <= free + 1.0)  # 1 byte: float round trip
     kv_tok_gpu = kv_bytes_per_token_per_gpu(arch, lay, wb)
@@ -357,6 +364,13 @@ def sync_time(problem: Problem, pool_train: PoolHW, pool_gen: PoolHW, gen: GenLa
     return max(recv, send_time(problem, pool_train, n_train)), recv
 
 
+def engine_release_time(gen: GenSide) -> float:
+    """Seconds for colocated engines to give their GPUs to training after the rollout: the
+    frameworks sleep the engine at level 1, copying its weights to host memory at the measured
+    rate (constants.yaml engine_sleep_offload_gbps_per_gpu); the KV cache is dropped."""
+    return gen.weights / (constants()["engine_sleep_offload_gbps_per_gpu"] * GB)
+
+
 @dataclass
 class StepEstimate:
     mode: str
@@ -402,9 +416,10 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
     switch = 0.0
     t_aux = aux.time if aux is not None else 0.0
     if colocated:
+        switch = engine_release_time(gen)
         if offload_states:  # out to host before rollout, back after
             dev = device(pool_train, problem.spec.model.precision, problem.profile)
-            switch = 2 * dev.pcie_time(train.states)
+            switch += 2 * dev.pcie_time(train.states)
         step = gen.time + t_aux + train.time + sync + switch
         used = max(gen.gpus, train.gpus)
     elif mode == "sync":

@@ -15,8 +15,9 @@ from typing import Any, Iterable
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
-from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, gen_side,
-                               policy_memory, recv_time, send_time, sync_time, train_aux, train_core)
+from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes,
+                               engine_release_time, gen_side, policy_memory, recv_time, send_time, sync_time,
+                               train_aux, train_core)
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.scale import mem_units_up, time_units
@@ -47,7 +48,10 @@ class GenCand(_OnGPUs):
 
     @property
     def time(self) -> float:
-        return self.side.time + (self.sync if self.mode == "colocated" else 0.0)
+        """Colocated: the rollout, the engine's sleep that frees the GPUs, and the reshard."""
+        if self.mode == "colocated":
+            return self.side.time + engine_release_time(self.side) + self.sync
+        return self.side.time
 
 
 @dataclass

@@ -14,7 +14,7 @@ from ortools.sat.python import cp_model
 
 from rlsolve.perf.generate import GenLayout, gen_other_bytes, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from rlsolve.perf.hw import GB
-from rlsolve.perf.step import capacity_bytes, gen_dtype_bytes, policy_memory, train_aux
+from rlsolve.perf.step import capacity_bytes, engine_cap_bytes, gen_dtype_bytes, policy_memory, train_aux
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import Problem
 from rlsolve.solver.candidates import (_allowed, expert_degrees, pp_choices, role_gpu_counts,
@@ -95,7 +95,7 @@ def _gen_options(problem: Problem) -> list[Option]:
     single = len(problem.pools) == 1
     out = []
     for p, pool in enumerate(problem.pools):
-        cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+        cap = min(capacity_bytes(pool, problem.spec.constraints.min_headroom), engine_cap_bytes(problem, pool))
         for n in sorted(set(role_gpu_counts(pool, exclusive=single)) | {pool.n_gpus}):
             for tp in tp_choices(problem, pool, n, training=False):
                 for pp in pp_choices(problem, n // tp, limit=8):
@@ -198,8 +198,10 @@ def _words(problem: Problem, group: str, gens: list[Option], trains: list[Option
     if group == "memory.generation":
         best = min(gens, key=lambda g: g.need / g.cap)
         seq = problem.spec.rl.prompt_len + problem.spec.rl.response_len.max
+        util = problem.spec.constraints.generation.get("gpu_memory_utilization")
+        why = f" (constraints.generation.gpu_memory_utilization {util}; raise it)" if util is not None else ""
         return (f"generation memory: even {best.what} needs {best.need / GB:,.1f} GB per GPU for the weights and one "
-                f"{seq:,}-token sequence's KV cache where {best.cap / GB:,.1f} GB is allowed")
+                f"{seq:,}-token sequence's KV cache where {best.cap / GB:,.1f} GB is allowed{why}")
     if group == "memory.colocated":
         t = min((t for t in trains if t.mode == "colocated"), key=lambda t: t.held, default=None)
         g = max((g for g in gens if g.mode == "colocated"), key=lambda g: g.room, default=None)

@@ -60,6 +60,10 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
         cap = pool.gpu.memory_gb * (1 - problem.spec.constraints.min_headroom) + 0.011
         if m.total > cap:
             bad.append(f"{role} memory {m.total} GB > {cap:.2f} GB allowed")
+    util = problem.spec.constraints.generation.get("gpu_memory_utilization")
+    engine_g = mem.generation.total - mem.generation.colocated_training
+    if util is not None and engine_g > util * pg.gpu.memory_gb + 0.011:
+        bad.append(f"engine memory {engine_g:.2f} GB > gpu_memory_utilization {util} x {pg.gpu.memory_gb} GB")
     parts_g = mem.generation.weights + mem.generation.kv_cache + mem.generation.activations + \
         mem.generation.other + mem.generation.colocated_training
     if abs(parts_g - mem.generation.total) > 0.05:
@@ -71,6 +75,11 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
     side_t = ts.train + ts.old_logprob + ts.value + sum(getattr(ts, k) for k in ("reference", "reward") if k not in on_gen)
     if ts.step + 0.01 < max(side_g, side_t):
         bad.append(f"step {ts.step} s shorter than a side ({side_g:.2f} / {side_t:.2f} s)")
+    if mode == "colocated":
+        from rlsolve.perf.hw import constants
+        sleep = mem.generation.weights / constants()["engine_sleep_offload_gbps_per_gpu"]
+        if ts.switch + 0.01 < sleep:
+            bad.append(f"colocated switch {ts.switch} s < the engine's sleep {sleep:.2f} s")
     if mode != "async" and ts.step + 0.01 < side_g + side_t:
         bad.append(f"{mode} step {ts.step} s shorter than generation + training {side_g + side_t:.2f} s")
     tok = problem.spec.rl.tokens_per_step
