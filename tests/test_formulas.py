@@ -73,6 +73,21 @@ def test_tiers_nvlink_inside_node_network_across():
     assert nv > 5 * net
 
 
+def test_rings_across_nodes_aggregate_the_nics_all_to_all_does_not():
+    """NCCL runs a ring channel per NIC: a group with 8 ranks in each of 2 nodes crosses the
+    node boundary through 8 NICs at once (bus bandwidth capped by NVLink), one with a rank
+    per node through one NIC; an all-to-all gets one NIC whatever the group."""
+    dev = Device(h100_pool(nodes=2))
+    nv, _ = dev.link(8)
+    net, lat = dev.link(16)
+    assert dev.ring_link(16, 16) == (pytest.approx(min(nv, 8 * net)), lat)   # TP 1: 8 ranks per node
+    assert dev.ring_link(4, 16) == (pytest.approx(2 * net), lat)             # TP 4: 2 ranks per node
+    assert dev.ring_link(2, 16) == (pytest.approx(net), lat)                 # TP 8: 1 rank per node
+    n, nbytes = 16, 1e9
+    assert dev.all_reduce(nbytes, n, 16) == pytest.approx(2 * (n - 1) / n * nbytes / min(nv, 8 * net) + 4 * lat)
+    assert dev.all_to_all(nbytes, n, 16) == pytest.approx((n - 1) / n * nbytes / net + 4 * lat)
+
+
 def test_kv_bytes_gqa_and_mla():
     assert find_model("llama-3.1-70b").kv_bytes_per_token(2) == 2 * 80 * 8 * 128 * 2  # 320 KiB
     ds = find_model("deepseek-v3")

@@ -92,6 +92,22 @@ class Device:
         frac = self._ov("network_busbw_fraction", net.busbw_fraction.value)
         return self.pool.nic_gbytes_per_gpu * GB * frac, net.latency_us * 1e-6
 
+    def ring_link(self, n: int, span: int) -> tuple[float, float]:
+        """Bus bandwidth and latency of a ring collective (all-reduce, all-gather,
+        reduce-scatter) of `n` ranks spread evenly over `span` consecutive GPUs. Beyond the
+        server / NVLink domain NCCL runs a channel per NIC, so the ranks the group has in each
+        domain cross it through that many NICs at once: the ring's bus bandwidth is the
+        group's share of the domain's NICs, capped by the links inside the domain
+        (NVIDIA/nccl-tests#267: all-reduce aggregates the NICs, all-to-all cannot; #119: 4 x
+        HDR per 8 A100s gives 85-96 GB/s busbw, the node's 100 GB/s, not 12.5 GB/s per GPU)."""
+        bw, lat = self.link(span)
+        domain = max(self.pool.scaleup_size, self.pool.gpus_per_node)
+        if span <= domain or n <= 1:
+            return bw, lat
+        per_domain = max(1, min(n, round(n * domain / span)))
+        inside, _ = self.link(domain)
+        return min(inside, per_domain * bw), lat
+
     @staticmethod
     def _steps(n: int) -> int:
         """Latency steps of a small collective: NCCL switches to tree/LL algorithms whose
@@ -102,14 +118,14 @@ class Device:
         """Ring all-reduce bandwidth term 2(n-1)/n * bytes / busbw, plus the latency term."""
         if n <= 1 or nbytes <= 0:
             return 0.0
-        bw, lat = self.link(span)
+        bw, lat = self.ring_link(n, span)
         return 2 * (n - 1) / n * nbytes / bw + self._steps(n) * lat
 
     def all_gather(self, nbytes: float, n: int, span: int) -> float:
         """All-gather (or reduce-scatter) of a `nbytes` result: (n-1)/n * bytes."""
         if n <= 1 or nbytes <= 0:
             return 0.0
-        bw, lat = self.link(span)
+        bw, lat = self.ring_link(n, span)
         return (n - 1) / n * nbytes / bw + self._steps(n) * lat
 
     reduce_scatter = all_gather
