@@ -286,7 +286,9 @@ def predict_rl_step(row: dict) -> CaseResult:
         return CaseResult(row["id"], "rl_step", modelled=False, note="no layout fits: " + "; ".join(e.reasons))
     meas = row.get("measured") or {}
     gpus = row["hardware"]["gpus"]
-    extra = {"mode": plan.pipeline.mode, "decode_s": plan.time_s.decode, "train_s": plan.time_s.train}
+    # every phase, so a row can be set beside a framework's own timing breakdown
+    extra = {"mode": plan.pipeline.mode, "phases_s": plan.time_s.model_dump(),
+             "generation": plan.parallelism.generation.model_dump(), "training": plan.parallelism.training.model_dump()}
     if "step_s" in meas:
         r = _result(row, "step_s", meas["step_s"], plan.time_s.step)
     elif "tokens_per_s_per_gpu" in meas:

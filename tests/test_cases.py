@@ -72,6 +72,20 @@ def test_cli_prints_rows_and_medians():
     assert "median |error|" in r.output and "megatron21-t1-1p7b" in r.output
 
 
+def test_rl_rows_carry_their_phases_so_they_can_be_set_beside_a_frameworks_timings(report):
+    """A colocated step is its phases one after another; the JSON row lists each of them and
+    the layout the solver chose for what the row left open."""
+    rows = [r for r in report.rows if r.kind == "rl_step" and r.error is not None]
+    assert rows
+    for r in rows:
+        ph = r.extra["phases_s"]
+        assert r.extra["mode"] == "colocated"
+        parts = sum(v for k, v in ph.items() if k != "step")
+        assert ph["step"] == pytest.approx(parts, abs=0.01)
+        assert ph["switch"] > 0  # the engine's sleep
+        assert {"tp", "pp", "dp"} <= set(r.extra["generation"]) and "recompute" in r.extra["training"]
+
+
 def test_techniques_newer_than_the_cited_paper_are_off_unless_the_row_says_so():
     """A row whose cited arXiv papers predate FlashAttention / sequence parallelism cannot
     have used them; rows citing framework docs (no arXiv id) use both; the row's own field wins."""
