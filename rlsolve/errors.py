@@ -5,19 +5,26 @@ import difflib
 from typing import Iterable
 
 
+def printable(text: str) -> str:
+    """User text (a field name, a pool name) escaped where it is not printable, so a message
+    stays the one line it is meant to be: a record separator or newline in a key must not
+    split it."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class SpecError(ValueError):
     """Invalid input: names the field and the fix. CLI exit code 2."""
 
     def __init__(self, message: str, field: str | None = None):
         self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
+        super().__init__(printable(f"{field}: {message}" if field else message))
 
 
 class InfeasibleError(RuntimeError):
     """No layout satisfies the constraints. `reasons` says which, with numbers. CLI exit code 3."""
 
     def __init__(self, reasons: list[str]):
-        self.reasons = list(reasons)
+        self.reasons = [printable(r) for r in reasons]
         super().__init__("infeasible: " + "; ".join(self.reasons))
 
 

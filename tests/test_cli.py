@@ -81,6 +81,7 @@ BAD = {
     "negative count": (small_spec(rl={"samples_per_prompt": -4}), "rl.samples_per_prompt", "greater than 0"),
     "unknown network": (small_spec(cluster={"network": "IB-NDR-4000"}), "cluster.network", "did you mean"),
     "mean above max": (small_spec(rl={"response_len": {"max": 100, "mean": 200}}), "rl.response_len", "exceed"),
+    "control character in a key": (small_spec(solver={"top_k": 1, "x\x1ey": 1}), "solver.x\\x1ey", "unknown field"),
     "engine share above 1": (small_spec(constraints={"generation": {"gpu_memory_utilization": 1.5}}),
                              "constraints.generation", "a fraction of GPU memory from 0.05 to 1"),
     "engine share as a list": (small_spec(constraints={"generation": {"gpu_memory_utilization": [0.5, 0.6]}}),
