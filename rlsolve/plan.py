@@ -137,7 +137,8 @@ class TimeSection(_Out):
     old_logprob: float = Field(0.0, description='Policy forward recomputing the behaviour log-probs, s.')
     train: float = Field(description='Policy update: all epochs and mini-batches, s.')
     weight_sync: float = Field(description='New weights from trainer to engines, s.')
-    switch: float = Field(0.0, description='Colocated: training state to the host and back around rollout, s.')
+    switch: float = Field(0.0, description="Colocated: the engine's sleep after the rollout, plus the training state "
+                         "to the host and back when it is offloaded, s.")
 
 
 class Throughput(_Out):

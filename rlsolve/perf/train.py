@@ -201,7 +201,7 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
 # --- time ---------------------------------------------------------------------------------
 
 def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float, seq_len: float,
-               moe: bool) -> tuple[float, float, float, float, float]:
+               moe: bool) -> tuple[float, float, float, float, float, float]:
     """(gemm_s, attention_fwd_s, attention_bwd_s, elementwise_fwd_s, elementwise_bwd_s, ep_comm_s)
     for one layer on one GPU (the backward's GEMMs are scaled by the caller)."""
     h, tp = arch.hidden, lay.tp

@@ -2,6 +2,7 @@
 plan's own numbers, without calling the solver. Returns the list of violations."""
 from __future__ import annotations
 
+from rlsolve.perf.hw import constants
 from rlsolve.plan import Plan
 from rlsolve.resolve import Problem
 
@@ -76,7 +77,6 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
     if ts.step + 0.01 < max(side_g, side_t):
         bad.append(f"step {ts.step} s shorter than a side ({side_g:.2f} / {side_t:.2f} s)")
     if mode == "colocated":
-        from rlsolve.perf.hw import constants
         sleep = mem.generation.weights / constants()["engine_sleep_offload_gbps_per_gpu"]
         if ts.switch + 0.01 < sleep:
             bad.append(f"colocated switch {ts.switch} s < the engine's sleep {sleep:.2f} s")
