@@ -1,5 +1,5 @@
 """rlsolve: plan the GPU layout of an LLM reinforcement-learning job with CP-SAT."""
-from rlsolve.errors import InfeasibleError, SpecError
+from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
 from rlsolve.spec import Spec, load_spec
 
 __version__ = "0.1.0"
@@ -17,4 +17,4 @@ def estimate(spec, layout):
     return _estimate(spec, layout)
 
 
-__all__ = ["InfeasibleError", "SpecError", "Spec", "load_spec", "solve", "estimate", "__version__"]
+__all__ = ["InfeasibleError", "NoAnswerError", "SpecError", "Spec", "load_spec", "solve", "estimate", "__version__"]

@@ -1,4 +1,5 @@
-"""The two errors the public API raises. The CLI maps them to exit codes 2 and 3."""
+"""The errors the public API raises. The CLI maps them to exit codes 2 (SpecError),
+3 (InfeasibleError, proven) and 4 (NoAnswerError: no answer within the time limit)."""
 from __future__ import annotations
 
 import difflib
@@ -26,6 +27,17 @@ class InfeasibleError(RuntimeError):
     def __init__(self, reasons: list[str]):
         self.reasons = [printable(r) for r in reasons]
         super().__init__("infeasible: " + "; ".join(self.reasons))
+
+
+class NoAnswerError(RuntimeError):
+    """No plan was found within the time limit, and none was proven impossible either
+    (status `unknown`). Never to be read or cached as infeasibility. CLI exit code 4, HTTP 504.
+    `limit_s` is the limit that stopped the search; `stage` says where it stopped."""
+
+    def __init__(self, limit_s: float, stage: str):
+        self.limit_s, self.stage = limit_s, stage
+        super().__init__(f"no answer within the time limit of {limit_s:g} s (stopped during {stage}); "
+                         f"raise --time-limit (solver.time_limit_s) to search longer")
 
 
 def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> str:
