@@ -336,56 +336,15 @@ def seed_plan(spec: Any) -> tuple[Plan | None, str]:
 # --- is the seed's layout inside the solver's search space? ----------------------------------
 
 def search_space_escapes(problem: Problem, lay: Layout) -> list[str]:
-    """Where `lay` lies outside the candidate space the solver enumerates (empty: inside).
-    Each entry names the decision and whether the model scores it the same as, or no better
-    than, a layout inside the space."""
-    from rlsolve.perf.generate import GenLayout
-    from rlsolve.perf.train import TrainLayout
-    from rlsolve.solver.candidates import _count_ok, gen_layouts, modes_allowed, role_gpu_counts, train_layouts
+    """Where `lay` lies outside the space the solver searches (empty: inside): the rule
+    table's violations of the layout, the user's constraints included. The one choice the
+    space fixes is sequence parallelism (on whenever tp > 1: off moves the same TP bytes and
+    leaves norms, residuals and activations unsharded, never faster, never smaller)."""
+    from rlsolve.solver.rules import layout_violations
 
-    out: list[str] = []
-    pool: PoolHW = problem.pool
-    cons = problem.spec.constraints
-    mode = lay.pipeline.mode
-    if mode not in modes_allowed(problem):
-        out.append(f"mode {mode} is not among the modes the solver tries ({modes_allowed(problem)})")
-    ra = lay.resource_allocation
-    counts = role_gpu_counts(pool, exclusive=mode != "colocated")
-    for role, n, c in (("generation", ra.generation.gpus, cons.generation), ("training", ra.training.gpus,
-                                                                              cons.training)):
-        if mode != "colocated" and (n not in counts or not _count_ok(c, n)):
-            out.append(f"{role} GPU count {n} is not a candidate count {counts}")
-    g = lay.parallelism.generation
-    g_lay = GenLayout(tp=g.tp, pp=g.pp, dp=g.dp, ep=g.ep)
-    g_space = set(gen_layouts(problem, pool, ra.generation.gpus))
-    if g_lay not in g_space:
-        same = GenLayout(tp=g.tp, pp=g.pp, dp=g.dp, ep=1)
-        if g.ep > 1 and g.ep <= g.tp and same in g_space:
-            out.append(f"generation ep={g.ep}: the solver only tries ep=1; with ep <= tp={g.tp} the model "
-                       "scores it the same as ep=1 (experts already split by tp), so nothing is lost")
-        else:
-            out.append(f"generation tp={g.tp} pp={g.pp} dp={g.dp} ep={g.ep} is not a candidate")
+    out = [str(v) for v in layout_violations(problem, lay, user=True)]
     t = lay.parallelism.training
-    t_lay = TrainLayout(tp=t.tp, pp=t.pp, dp=t.dp, cp=t.cp, ep=t.ep, vp=t.vp, zero_stage=t.zero_stage,
-                        micro_batch=t.micro_batch, recompute=t.recompute, sequence_parallel=t.sequence_parallel)
-    t_space = set(train_layouts(problem, pool, ra.training.gpus))
-    if t_lay not in t_space:
-        # map each dominated choice to the one the solver scores in its place
-        repl = {"sequence_parallel": t.tp > 1}
-        why = []
-        if t.tp > 1 and not t.sequence_parallel:
-            why.append(f"sequence_parallel=False with tp={t.tp} (SP off moves the same TP bytes but leaves norms, "
-                       "residuals and activations unsharded: never faster, never smaller)")
-        if t.zero_stage == 1 and t.pp == 1:
-            repl["zero_stage"] = 2
-            why.append("ZeRO-1 with pp=1 (ZeRO-2 takes the same time and shards the gradients too)")
-        if t.recompute == "selective":
-            repl["recompute"] = "none"
-            why.append("selective recompute (with flash attention it saves no memory and costs time)")
-        if why and TrainLayout(**{**t_lay.__dict__, **repl}) in t_space:
-            out.append("training " + "; ".join(why) + ": the solver scores the better choice instead (dominated)")
-        else:
-            out.append(f"training tp={t.tp} pp={t.pp} cp={t.cp} dp={t.dp} ep={t.ep} vp={t.vp} "
-                       f"ZeRO-{t.zero_stage} mb{t.micro_batch} recompute={t.recompute} "
-                       f"sp={t.sequence_parallel} is not a candidate")
+    if t.tp > 1 and not t.sequence_parallel:
+        out.append(f"training sequence_parallel=False with tp={t.tp}: the solver scores sequence parallelism on "
+                   "instead (dominated)")
     return out

@@ -160,12 +160,16 @@ class Metrics(_Out):
 class SolverInfo(_Out):
     wall_s: float | None = Field(description="Solve time; null in deterministic mode, whose output must not "
                                  "depend on the clock (time it from outside, e.g. benchmarks/solve_examples.py).")
-    proven_optimal: bool = Field(description='True only when CP-SAT returned OPTIMAL.')
+    proven_optimal: bool = Field(description="True only when CP-SAT proved the plan optimal over the whole legal "
+                                 "space of layouts (every candidate the rule table allows, less only those a "
+                                 "dominance rule shows cannot win).")
     gap: float = Field(description='Relative gap between the plan and the best bound (0 when optimal).')
     variables: int = Field(description='Variables of the CP-SAT program.')
     candidates: int = Field(description="Non-dominated candidates the program chose among.")
     layouts_scored: int = Field(0, description="Layouts the performance model scored during enumeration.")
     status_name: str = Field("", description="CP-SAT's status.")
+    stopped_by: str | None = Field(None, description="What stopped the search before a proof (the time limit), "
+                                   "when the status is feasible; null when proven optimal.")
 
 
 class Alternative(_Out):

@@ -4,12 +4,16 @@ Kept apart from spec.py so the schema stays pure data and catalog look-ups happe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from rlsolve.errors import SpecError
 from rlsolve.hardware_db import GPU, Network, find_gpu, find_network, inline_network
 from rlsolve.models import Architecture, resolve_model
-from rlsolve.spec import InlineNetwork, Pool, Spec
+from rlsolve.workload import Workload, workload_of
+
+if TYPE_CHECKING:  # spec.py imports this module to check catalog names while loading
+    from rlsolve.spec import Pool, Spec
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class PoolHW:
         """Inter-node bandwidth per GPU per direction, GB/s (line rate)."""
         return self.network.gbytes_per_s * self.nics_per_node / self.gpus_per_node
 
-    @property
+    @cached_property
     def scaleup_size(self) -> int:
         """GPUs that reach each other over NVLink: the node, or the rack for NVL72."""
         if self.gpu.nvlink_gbps_per_dir <= 0:
@@ -51,6 +55,7 @@ class Problem:
     reference: Architecture | None
     reward: Architecture | None  # None = rule-based reward on the CPU
     value: Architecture | None
+    workload: Workload
     profile: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -59,7 +64,7 @@ class Problem:
 
 
 def _network(value: Any, field_name: str) -> Network:
-    if isinstance(value, InlineNetwork):
+    if not isinstance(value, str):  # an inline {gbps, latency_us}
         return inline_network(value.gbps, value.latency_us)
     return find_network(value, field=field_name)
 
@@ -96,5 +101,6 @@ def resolve(spec: Spec, profile: dict[str, Any] | None = None) -> Problem:
         reference=_aux(spec.model.reference, policy, "model.reference"),
         reward=_aux(spec.model.reward, policy, "model.reward", allow_rule=True),
         value=_aux(spec.model.value, policy, "model.value"),
+        workload=workload_of(spec),
         profile=dict(profile or {}),
     )

@@ -15,6 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rlsolve.errors import SpecError
+from rlsolve.linear import parse_linear
+from rlsolve.resolve import resolve
 
 
 class _Strict(BaseModel):
@@ -170,6 +172,17 @@ class Constraints(_Strict):
     training: dict[str, Any] = Field(default_factory=dict, description="Fixed or allowed training settings, "
                                      "e.g. {tp: [4, 8], zero_stage: 1}; also max_gpus.")
     max_price_per_hour_usd: float | None = Field(None, gt=0, le=1e12, description="Budget for the GPUs used, $/hour.")
+    linear: list[str] = Field(default_factory=list, max_length=64, description="Linear constraints over the plan's "
+                              "integer decisions, e.g. 'generation.gpus >= 2 * training.gpus' or 'training.tp <= 4'; "
+                              "variables: generation.{gpus,tp,pp,dp,ep}, training.{gpus,tp,pp,dp,cp,ep,vp,zero_stage,"
+                              "micro_batch}, gpus (all used).")
+
+    @field_validator("linear")
+    @classmethod
+    def _linear(cls, v: list[str]) -> list[str]:
+        for text in v:
+            parse_linear(text)  # ValueError names the term and the fix
+        return v
 
     @field_validator("generation", "training")
     @classmethod
@@ -284,6 +297,5 @@ def load_spec(source: "str | os.PathLike | dict | Spec") -> Spec:
             spec = Spec.model_validate(data)
         except ValidationError as e:
             raise format_validation_error(e) from None
-    from rlsolve.resolve import resolve  # late import: catalogs load lazily
     resolve(spec)  # raises SpecError on unknown names
     return spec

@@ -8,9 +8,10 @@ import pytest
 import rlsolve
 from rlsolve.errors import InfeasibleError
 from rlsolve.resolve import resolve
-from rlsolve.solver import make_program, solve
-from rlsolve.solver.brute import brute_force, combine_step
-from rlsolve.solver.candidates import enumerate_candidates, modes_allowed
+from rlsolve.solver import make_program, search, solve
+from rlsolve.solver.candidates import enumerate_candidates
+from rlsolve.solver.oracle import oracle
+from rlsolve.solver.rules import modes_allowed
 from rlsolve.solver.estimate import estimate, evaluate_layout
 from rlsolve.solver.program import Program, run
 from rlsolve.solver.validate import plan_violations
@@ -30,18 +31,14 @@ SMALL = [
 
 
 @pytest.mark.parametrize("spec", SMALL, ids=["8b-h100", "ppo-1.5b-a100", "onpolicy", "moe", "l40s"])
-def test_cpsat_matches_brute_force(spec):
+def test_cpsat_matches_the_exhaustive_oracle(spec):
     problem = resolve(load_spec(spec))
-    cands = enumerate_candidates(problem)
-    prog = make_program(problem, cands, modes_allowed(problem))
-    solver, status = run(prog, 30, 2, True)
-    assert solver.status_name(status) == "OPTIMAL"
-    best_ms, triple = brute_force(problem, cands)
-    assert solver.value(prog.v.step) == best_ms
-    # and the integer terms agree with the float model's combine() on the chosen pair
-    g = next(c for c in cands.gen if c.id == triple[0])
-    t = next(c for c in cands.train if c.id == triple[1])
-    assert combine_step(problem, triple[2], g, t) == pytest.approx(best_ms / 1000, abs=0.004)
+    found = search(problem)
+    assert found.solver.status_name(found.status) == "OPTIMAL"
+    best_ms = found.solver.value(found.program.v.step)
+    assert best_ms == oracle(problem)
+    # and the integer terms agree with the float model's combine() on the chosen plan
+    assert solve(spec).time_s.step == pytest.approx(best_ms / 1000, abs=0.004)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

@@ -7,10 +7,9 @@ import pytest
 
 from rlsolve.errors import InfeasibleError
 from rlsolve.resolve import resolve
-from rlsolve.solver import make_program, solve
-from rlsolve.solver.brute import brute_force
-from rlsolve.solver.candidates import enumerate_candidates, modes_allowed
-from rlsolve.solver.program import run
+from rlsolve.solver import search, solve
+from rlsolve.solver.candidates import enumerate_candidates
+from rlsolve.solver.oracle import oracle
 from rlsolve.solver.validate import plan_violations
 from rlsolve.spec import load_spec
 
@@ -22,13 +21,12 @@ POOLS = small_spec(cluster={"gpu": None, "nodes": None, "pools": [
 POOLS["cluster"] = {"pools": POOLS["cluster"]["pools"]}
 
 
-def test_heterogeneous_pools_match_brute_force_and_validate():
+def test_heterogeneous_pools_match_the_oracle_and_validate():
     problem = resolve(load_spec(POOLS))
-    cands = enumerate_candidates(problem)
+    cands = enumerate_candidates(problem, all_counts=True)
     assert {c.pool for c in cands.gen} == {0, 1} and {c.pool for c in cands.train} == {0, 1}
-    prog = make_program(problem, cands, modes_allowed(problem))
-    solver, status = run(prog, 30, 2, True)
-    assert solver.value(prog.v.step) == brute_force(problem, cands)[0]
+    found = search(problem)
+    assert found.solver.value(found.program.v.step) == oracle(problem)
     plan = solve(POOLS)
     assert plan_violations(problem, plan) == []
     pools = {plan.resource_allocation.generation.pool, plan.resource_allocation.training.pool}
@@ -46,13 +44,11 @@ def test_cost_objective_may_leave_gpus_idle_and_beats_throughput_plan_on_cost():
     assert fast.throughput.tokens_per_s >= cheap.throughput.tokens_per_s - 0.1
 
 
-def test_cost_objective_matches_a_brute_force_over_the_same_candidates():
+def test_cost_objective_matches_the_oracle():
     spec = small_spec(cluster={"nodes": 1})
     problem = resolve(load_spec(spec))
-    cands = enumerate_candidates(problem, all_counts=True)
-    prog = make_program(problem, cands, modes_allowed(problem), "cost")
-    solver, status = run(prog, 30, 2, True)
-    assert solver.value(prog.v.extra["cost"]) == brute_force(problem, cands, "cost")[0]
+    found = search(problem, "cost")
+    assert found.solver.value(found.program.v.extra["cost"]) == oracle(problem, "cost")
 
 
 def test_price_budget_is_honoured():
@@ -107,13 +103,12 @@ AUX = {"cluster": {"pools": [
     "solver": {"top_k": 2}}
 
 
-def test_auxiliary_pool_for_reference_and_reward_matches_brute_force():
+def test_auxiliary_pool_for_reference_and_reward_matches_the_oracle():
     problem = resolve(load_spec(AUX))
     cands = enumerate_candidates(problem)
     assert cands.aux and {a.pool for a in cands.aux} == {0, 1, 2}
-    prog = make_program(problem, cands, modes_allowed(problem))
-    solver, status = run(prog, 30, 2, True)
-    assert solver.value(prog.v.step) == brute_force(problem, cands)[0]
+    found = search(problem)
+    assert found.solver.value(found.program.v.step) == oracle(problem)
     plan = solve(AUX)
     assert plan_violations(problem, plan) == []
     if plan.resource_allocation.auxiliary is not None:

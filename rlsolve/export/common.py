@@ -282,7 +282,7 @@ class Job:
 
 
 def build_job(lay: Layout, spec: Spec, problem: Problem) -> Job:
-    from rlsolve.solver.estimate import pool_named
+    from rlsolve.solver.rules import pool_named
     ra = lay.resource_allocation
     roles = []
     for name, r in (("generation", ra.generation), ("training", ra.training)):

@@ -92,11 +92,15 @@ class StepModel:
             return np.zeros_like(batch)
         return a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** (batch / self.lay.pp))
 
-    def scalar_step_time(self, b: float, ctx: float) -> float:
-        """step_time for one (batch, context) point, without numpy overhead."""
+    def weight_bytes(self, b: float) -> float:
+        """Weight bytes one decode step reads at batch b (the touched experts of MoE layers)."""
         a = self.arch
         touched = a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** (b / self.lay.pp)) if a.is_moe else 0.0
-        wbytes = self.dense_w + touched * self.expert_w
+        return self.dense_w + touched * self.expert_w
+
+    def scalar_step_time(self, b: float, ctx: float) -> float:
+        """step_time for one (batch, context) point, without numpy overhead."""
+        wbytes = self.weight_bytes(b)
         gemm = max(wbytes / self.hbm, b * self.flops_tok / self.gemm_rate)
         attn = max(b * ctx * self.kv_tok / self.hbm, b * ctx * self.attn_flops_ctx / self.attn_rate)
         return gemm + attn + (self.ar_fixed + self.ar_per_seq * b) * self.tp_ar_per_token + self.pp_hops + self.overhead
@@ -237,6 +241,43 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
             break
     return DecodeResult(time=t, steps=steps, peak_batch=peak, mean_batch=area / steps if steps else 0.0,
                         kv_limited=limited, reprefill_tokens=reprefill)
+
+
+def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
+                       kv_capacity_tokens: float, n_total: float, groups: int = 32) -> float:
+    """A lower bound on `simulate_decode`'s time (any max_num_seqs), in O(1), for pruning.
+
+    With the same representative requests, a step costs at least the dense weights (or the
+    batch's GEMM FLOPs), the KV reads of the batch's contexts, the all-reduces and the fixed
+    overheads, each a sum over steps that is known without simulating: the tokens decoded
+    and the context tokens read are fixed by the lengths (a request at position k reads
+    prompt + k tokens, preempted ones resume where they stopped), and there are at least as
+    many steps as the longest response, as the tokens over the largest batch the KV memory
+    admits (each running request holds its prompt; an empty batch admits one request), and
+    as the context tokens read over the KV tokens a step can hold."""
+    g = max(2, min(groups, int(n_requests)))
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g)
+    present = weight > 0
+    tokens = float(np.dot(lengths, weight))
+    kv_reads = float(np.dot(weight, prompt_len * lengths + lengths * lengths / 2))
+    b_max = min(max(kv_capacity_tokens / prompt_len, float(weight[present].max())), float(weight.sum()))
+    # the KV tokens in use during a step stay within the capacity (or one representative
+    # request admitted into an empty batch), plus one token per running request (the
+    # simulation's smallest step), so the context tokens read take at least kv_reads / that
+    w_max = float(weight[present].max())
+    kv_in_use = max(kv_capacity_tokens * 1.0001, w_max * (prompt_len + max_len)) + b_max
+    steps = max(float(lengths[present].max()), tokens / b_max, kv_reads / kv_in_use)
+    b_min = min(1.0, float(weight[present].min()))
+    # weight bytes per step grow with the batch, concavely for MoE (distinct experts touched):
+    # above the chord between the smallest and the largest batch, so summed over the steps at
+    # least steps x (chord at 0) + tokens x slope
+    w_lo, w_hi = step.weight_bytes(b_min), step.weight_bytes(b_max)
+    slope = (w_hi - w_lo) / (b_max - b_min) if b_max > b_min else 0.0
+    weights_read = steps * (w_lo - b_min * slope) + tokens * slope
+    gemm = max(weights_read / step.hbm, tokens * step.flops_tok / step.gemm_rate)
+    attn = kv_reads * max(step.kv_tok / step.hbm, step.attn_flops_ctx / step.attn_rate)
+    ar = (steps * step.ar_fixed + tokens * step.ar_per_seq) * step.tp_ar_per_token
+    return gemm + attn + ar + steps * (step.pp_hops + step.overhead)
 
 
 def _representatives(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int):

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlsolve.models import Architecture
-from rlsolve.perf.generate import (GenLayout, StepModel, gen_other_bytes, kv_bytes_per_token_per_gpu,
-                                   prefill_time, simulate_decode, weight_bytes_per_gpu)
+from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, gen_other_bytes,
+                                   kv_bytes_per_token_per_gpu, prefill_time, simulate_decode, weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, model_flops,
                                 stage_times, train_memory, train_time)
@@ -19,7 +19,7 @@ QUANT_BYTES = {"none": 2.0, "int8": 1.0, "int4": 0.5}
 
 def gen_dtype_bytes(problem: Problem) -> float:
     """Rollout weights and KV cache in FP8 when the spec asks for fp8, else 16-bit."""
-    return 1.0 if problem.spec.model.precision == "fp8" else 2.0
+    return problem.workload.gen_bytes
 
 
 def capacity_bytes(pool: PoolHW, headroom: float) -> float:
@@ -29,7 +29,7 @@ def capacity_bytes(pool: PoolHW, headroom: float) -> float:
 def engine_cap_bytes(problem: Problem, pool: PoolHW) -> float:
     """What the engine may take per GPU (weights, KV cache, workspace): the user's
     gpu_memory_utilization share of the GPU's memory, else no limit beyond capacity."""
-    util = problem.spec.constraints.generation.get("gpu_memory_utilization")
+    util = problem.workload.engine_share
     return float("inf") if util is None else util * pool.gpu.memory_gb * GB
 
 
@@ -71,46 +71,50 @@ def aux_forward_on_gen(arch: Architecture, dev: Device, lay: GenLayout, sequence
 
 def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,
              aux_models: tuple[tuple[str, Architecture, float], ...] = (), kv_cache_gb: float | None = None,
-             max_num_seqs: float | None = None) -> GenSide:
+             max_num_seqs: float | None = None, lower_bound: bool = False) -> GenSide:
     """Time and memory of generating one step's samples on `lay.dp` replicas.
 
     `reserved`: bytes per GPU held by other roles while generating (colocated training
     states). `aux_models`: (role, architecture, bytes per parameter) run on these GPUs after
-    decoding (reference, reward)."""
-    rl = problem.spec.rl
+    decoding (reference, reward). `lower_bound`: the decode time is `decode_lower_bound`'s
+    instead of the simulation's (the search prunes with it; the rest is exact)."""
+    wl = problem.workload
     arch = problem.policy
-    dev = device(pool, problem.spec.model.precision, problem.profile)
+    dev = device(pool, problem.workload.precision, problem.profile)
     wb = gen_dtype_bytes(problem)
     weights = weight_bytes_per_gpu(arch, lay, wb)
     other = gen_other_bytes(arch, lay)
     aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
-    cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+    cap = capacity_bytes(pool, problem.workload.headroom)
     free = min(cap - reserved, engine_cap_bytes(problem, pool)) - weights - other - aux_bytes
     kv = free if kv_cache_gb is None else min(kv_cache_gb * GB, max(free, 0.0))
     fits = free > 0 and (kv_cache_gb is None or kv_cache_gb * GB <= free + 1.0)  # 1 byte: float round trip
     kv_tok_gpu = kv_bytes_per_token_per_gpu(arch, lay, wb)
     kv_tokens = max(kv, 0.0) / kv_tok_gpu
-    resp = rl.response_len
     # a replica must hold at least one full-length sequence
-    fits = fits and kv_tokens >= rl.prompt_len + resp.max
-    n_req = rl.samples / lay.dp
-    prompts = rl.prompts_per_step / lay.dp
+    fits = fits and kv_tokens >= wl.seq_max
+    n_req = wl.samples / lay.dp
+    prompts = wl.prompts / lay.dp
     step = StepModel(arch, dev, lay, wb, wb)
     chosen_cap = max_num_seqs
-    prompt_tokens = prompts * rl.prompt_len
-    ctx = rl.prompt_len / 2
+    prompt_tokens = prompts * wl.prompt_len
+    ctx = wl.prompt_len / 2
 
     def run(cap: float) -> tuple[float, Any]:
-        r = simulate_decode(step, n_req, rl.prompt_len, resp.mean_tokens, resp.max, kv_tokens, cap, rl.samples)
+        r = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, kv_tokens, cap,
+                            wl.samples)
         return r.time + prefill_time(arch, dev, lay, prompt_tokens + r.reprefill_tokens, ctx), r
 
-    if fits:
+    if fits and lower_bound:
+        decode, peak, limited, rep = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max,
+                                                        kv_tokens, wl.samples), 0.0, False, 0.0
+    elif fits:
         total, res = run(max_num_seqs or float("inf"))
         if max_num_seqs is None and res.kv_limited:
             # Oversubscribed KV memory makes the engine preempt and re-prefill; a cap on
             # concurrent sequences (max_num_seqs) trades batch for fewer preemptions.
-            for cap in sorted({int(kv_tokens / (rl.prompt_len + x)) for x in (resp.max, resp.mean_tokens,
-                                                                               (resp.max + resp.mean_tokens) / 2)}):
+            for cap in sorted({int(kv_tokens / (wl.prompt_len + x)) for x in (wl.response_max, wl.response_mean,
+                                                                               (wl.response_max + wl.response_mean) / 2)}):
                 if cap >= 1:
                     t_alt, alt = run(float(cap))
                     if t_alt + 1e-9 < total:
@@ -120,8 +124,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         decode, peak, limited, rep = float("inf"), 0.0, True, 0.0
     # prefix caching: each prompt is prefilled once for its samples_per_prompt responses
     prefill = prefill_time(arch, dev, lay, prompt_tokens + rep, ctx)
-    seq = rl.prompt_len + resp.mean_tokens
-    aux_times = {role: aux_forward_on_gen(a, dev, lay, rl.samples, seq) for role, a, _ in aux_models}
+    aux_times = {role: aux_forward_on_gen(a, dev, lay, wl.samples, wl.seq_mean) for role, a, _ in aux_models}
     return GenSide(layout=lay, gpus=lay.tp * lay.pp * lay.dp, prefill=prefill, decode=decode,
                    aux=sum(aux_times.values()), aux_times=aux_times,
                    weights=weights + aux_bytes, kv_cache=max(kv, 0.0), activations=0.0, other=other,
@@ -176,26 +179,24 @@ def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float
 def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem | None = None,
                cache: dict | None = None) -> tuple[TrainTime, TrainMem, float]:
     """The policy's own work on the training GPUs: (update time, memory, old log-prob pass)."""
-    rl = problem.spec.rl
+    wl = problem.workload
     arch = problem.policy
-    dev = device(pool, problem.spec.model.precision, problem.profile)
-    lora = problem.spec.model.lora_rank
-    seq_mean = rl.prompt_len + rl.response_len.mean_tokens
-    gb = max(1, rl.samples // rl.mini_batches)
-    steps = rl.mini_batches * rl.ppo_epochs
+    dev = device(pool, problem.workload.precision, problem.profile)
+    lora = problem.workload.lora_rank
+    seq_mean, gb, steps = wl.seq_mean, wl.global_batch, wl.optimizer_steps
     st = cached_stage_times(arch, dev, lay, seq_mean, lora > 0, cache)
     t = train_time(arch, dev, lay, gb, seq_mean, optimizer_steps=steps, lora_rank=lora, st=st)
     if lora:  # the old log-prob pass is a plain forward
         st = cached_stage_times(arch, dev, lay, seq_mean, False, cache)
-    old = forward_time(arch, dev, lay, rl.samples, seq_mean, st=st)
+    old = forward_time(arch, dev, lay, wl.samples, seq_mean, st=st)
     return t, mem or policy_memory(problem, lay), old
 
 
 def policy_memory(problem: Problem, lay: TrainLayout) -> TrainMem:
     """Peak training memory of the policy; sized for micro-batches of max-length sequences."""
-    rl = problem.spec.rl
-    return train_memory(problem.policy, lay, rl.prompt_len + rl.response_len.max,
-                        lora_rank=problem.spec.model.lora_rank)
+    wl = problem.workload
+    return train_memory(problem.policy, lay, wl.seq_max,
+                        lora_rank=problem.workload.lora_rank)
 
 
 def _aux_layout(a: Architecture, lay: TrainLayout) -> TrainLayout:
@@ -211,10 +212,9 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     the training GPUs. `reference`: training (resident) | cpu_offload (streamed over PCIe
     each step) | elsewhere. `reward`: training | elsewhere (rule reward: CPU). `cache`
     memoizes each model's pass by the degrees it depends on (the solver scores thousands)."""
-    rl = problem.spec.rl
-    dev = device(pool, problem.spec.model.precision, problem.profile)
-    seq_mean = rl.prompt_len + rl.response_len.mean_tokens
-    seq_max = rl.prompt_len + rl.response_len.max
+    wl = problem.workload
+    dev = device(pool, problem.workload.precision, problem.profile)
+    seq_mean, seq_max = wl.seq_mean, wl.seq_max
     cache = {} if cache is None else cache
     dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch)
 
@@ -223,7 +223,7 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
         if key not in cache:
             al = _aux_layout(a, lay)
             st = cached_stage_times(a, dev, al, seq_mean, False, cache)
-            cache[key] = (forward_time(a, dev, al, rl.samples, seq_mean, st=st),
+            cache[key] = (forward_time(a, dev, al, wl.samples, seq_mean, st=st),
                           train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
         return cache[key]
 
@@ -243,9 +243,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             a = problem.value
             vl = TrainLayout(**{**_aux_layout(a, lay).__dict__, "zero_stage": lay.zero_stage,
                                 "recompute": lay.recompute})
-            gb = max(1, rl.samples // rl.mini_batches)
-            cache[key] = (forward_time(a, dev, vl, rl.samples, seq_mean) + train_time(
-                a, dev, vl, gb, seq_mean, optimizer_steps=rl.mini_batches * rl.ppo_epochs).total,
+            cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean) + train_time(
+                a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps).total,
                 train_memory(a, vl, seq_max).states)
         val_t, states = cache[key]
         resident += states
@@ -258,7 +257,7 @@ def train_side(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: s
     t, mem, old = core or train_core(problem, pool, lay)
     ref_t, rew_t, val_t, resident = train_aux(problem, pool, lay, reference=reference, reward=reward,
                                               reward_quant=reward_quant)
-    cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+    cap = capacity_bytes(pool, problem.workload.headroom)
     return TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
                      value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                      fits=mem.total + resident <= cap, states=mem.states + resident)
@@ -286,11 +285,10 @@ class AuxSide:
 def aux_side(problem: Problem, pool: PoolHW, gpus: int, hosts: frozenset, reward_quant: str = "none") -> AuxSide:
     """The hosted models run one after the other, data parallel over the GPUs, each with the
     smallest tensor-parallel degree (inside the NVLink domain) at which it fits."""
-    rl = problem.spec.rl
-    dev = device(pool, problem.spec.model.precision, problem.profile)
-    seq_mean = rl.prompt_len + rl.response_len.mean_tokens
-    seq_max = rl.prompt_len + rl.response_len.max
-    cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
+    wl = problem.workload
+    dev = device(pool, problem.workload.precision, problem.profile)
+    seq_mean, seq_max = wl.seq_mean, wl.seq_max
+    cap = capacity_bytes(pool, problem.workload.headroom)
     times: dict = {}
     weights, tp_used, fits = 0.0, 1, True
     for role in sorted(hosts):
@@ -309,7 +307,7 @@ def aux_side(problem: Problem, pool: PoolHW, gpus: int, hosts: frozenset, reward
             times[role] = float("inf")
             continue
         lay, mem = best
-        times[role] = forward_time(a, dev, lay, rl.samples, seq_mean)
+        times[role] = forward_time(a, dev, lay, wl.samples, seq_mean)
         weights = max(weights, mem.weights)
         tp_used = max(tp_used, lay.tp)
     return AuxSide(pool=pool, gpus=gpus, times=times, weights=weights, capacity=cap, tp=tp_used, fits=fits)
@@ -319,7 +317,7 @@ def aux_side(problem: Problem, pool: PoolHW, gpus: int, hosts: frozenset, reward
 
 def _sync_bytes(problem: Problem) -> float:
     """Bytes of one weight update: the whole policy in the rollout dtype, or the LoRA adapters."""
-    lora = problem.spec.model.lora_rank
+    lora = problem.workload.lora_rank
     if lora:
         return lora_params(problem.policy, lora) * 2.0
     return problem.policy.total_params * gen_dtype_bytes(problem)
@@ -354,7 +352,7 @@ def sync_time(problem: Problem, pool_train: PoolHW, pool_gen: PoolHW, gen: GenLa
     no faster than the frameworks' measured refit rate (gather, convert to the engine's
     layout, hand over by CUDA IPC, load: constants.yaml colocated_refit_gbps_per_gpu)."""
     if colocated:
-        dev = device(pool_gen, problem.spec.model.precision, problem.profile)
+        dev = device(pool_gen, problem.workload.precision, problem.profile)
         share = weight_bytes_per_gpu(problem.policy, gen, 1.0) / problem.policy.total_params
         recv = _sync_bytes(problem) * share
         bw, lat = dev.link(min(pool_gen.scaleup_size, max(gen.tp * gen.pp, 2)))
@@ -369,6 +367,23 @@ def engine_release_time(gen: GenSide) -> float:
     frameworks sleep the engine at level 1, copying its weights to host memory at the measured
     rate (constants.yaml engine_sleep_offload_gbps_per_gpu); the KV cache is dropped."""
     return gen.weights / (constants()["engine_sleep_offload_gbps_per_gpu"] * GB)
+
+
+def compose_step(mode: str, gen, train, recv, send, maximum=max):
+    """The step of a pipeline mode from its terms (SPEC section 6): the one composition the
+    performance model (floats), the CP-SAT program (linear expressions, `maximum` building a
+    max-equality) and the exhaustive oracle (integer milliseconds) share.
+
+    gen: the generation side (colocated: with the engine's sleep and the reshard);
+    train: the training side (forwards on an auxiliary group, the colocated offload switch);
+    recv / send: the disaggregated weight sync, what each engine GPU receives and what the
+    trainers send (the broadcast takes the longer; engines pause only to receive)."""
+    if mode == "colocated":
+        return gen + train
+    if mode == "sync":
+        return gen + maximum(recv, send) + train
+    # async: generation of step k+1 overlaps training of step k
+    return maximum(gen + recv, train + maximum(recv, send) - recv)
 
 
 @dataclass
@@ -410,45 +425,44 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
     (they need the samples; training needs their log-probs and rewards)."""
     pool_train = pool_train or problem.pool
     pool_gen = pool_gen or problem.pool
-    rl = problem.spec.rl
+    wl = problem.workload
     colocated = mode == "colocated"
     sync, exposed = sync_time(problem, pool_train, pool_gen, gen.layout, train.gpus, colocated)
     switch = 0.0
     t_aux = aux.time if aux is not None else 0.0
     if colocated:
-        switch = engine_release_time(gen)
+        release = engine_release_time(gen)
+        offload = 0.0
         if offload_states:  # out to host before rollout, back after
-            dev = device(pool_train, problem.spec.model.precision, problem.profile)
-            switch += 2 * dev.pcie_time(train.states)
-        step = gen.time + t_aux + train.time + sync + switch
+            dev = device(pool_train, problem.workload.precision, problem.profile)
+            offload = 2 * dev.pcie_time(train.states)
+        switch = release + offload
+        step = compose_step(mode, gen.time + release + sync, t_aux + train.time + offload, 0.0, 0.0)
         used = max(gen.gpus, train.gpus)
-    elif mode == "sync":
-        step = gen.time + sync + t_aux + train.time
-        used = gen.gpus + train.gpus
-    else:  # async: generation of step k+1 overlaps training of step k; engines pause to load weights
-        step = max(gen.time + exposed, t_aux + train.time + (sync - exposed))
+    else:
+        step = compose_step(mode, gen.time, t_aux + train.time, exposed, send_time(problem, pool_train, train.gpus))
         used = gen.gpus + train.gpus
     used += aux.gpus if aux is not None else 0
     total = sum(p.n_gpus for p in problem.pools)
     return StepEstimate(mode=mode, gen=gen, train=train, sync=sync, sync_exposed=exposed, switch=switch,
-                        step=step, tokens_per_step=rl.tokens_per_step, n_gpus_used=used, n_gpus_total=total,
+                        step=step, tokens_per_step=wl.tokens_per_step, n_gpus_used=used, n_gpus_total=total,
                         pool_gen=pool_gen, pool_train=pool_train, aux=aux)
 
 
 def step_flops(problem: Problem) -> tuple[float, float]:
     """(training-side FLOPs, generation FLOPs) of one step by the model-FLOPs convention."""
-    rl = problem.spec.rl
+    wl = problem.workload
     arch = problem.policy
-    seq = rl.prompt_len + rl.response_len.mean_tokens
-    tokens = rl.samples * seq
-    train = model_flops(arch, tokens, seq) * rl.ppo_epochs
+    seq = wl.seq_mean
+    tokens = wl.samples * seq
+    train = model_flops(arch, tokens, seq) * wl.ppo_epochs
     fwd = lambda a: model_flops(a, tokens, seq) / 3  # noqa: E731
     train += fwd(arch)  # old log-probs
     for a in (problem.reference, problem.reward):
         if a is not None:
             train += fwd(a)
     if problem.value is not None:
-        train += fwd(problem.value) + model_flops(problem.value, tokens, seq) * rl.ppo_epochs
-    gen = rl.samples * rl.response_len.mean_tokens * arch.matmul_flops_per_token + \
-        rl.prompts_per_step * rl.prompt_len * arch.matmul_flops_per_token
+        train += fwd(problem.value) + model_flops(problem.value, tokens, seq) * wl.ppo_epochs
+    gen = wl.samples * wl.response_mean * arch.matmul_flops_per_token + \
+        wl.prompts * wl.prompt_len * arch.matmul_flops_per_token
     return train, gen

@@ -4,23 +4,29 @@ Pure: prints nothing, writes nothing, does not mutate its input."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ortools.sat.python import cp_model
 
-from rlsolve.errors import InfeasibleError, SpecError
+from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
 from rlsolve.perf.hw import GB
 from rlsolve.plan import (Alternative, GenParallel, Layout, Optimization, Parallelism, Pipeline, PlacementSection,
                           Plan, ResourceAllocation, RoleGPUs, SolverInfo, TrainParallel)
 from rlsolve.resolve import Problem, resolve
-from rlsolve.solver.candidates import AuxCand, Candidates, GenCand, TrainCand, enumerate_candidates, modes_allowed
+from rlsolve.linear import parse_linear
+from rlsolve.solver.budget import Deadline
+from rlsolve.solver.candidates import AuxCand, Candidates, GenCand, TrainCand, enumerate_candidates
 from rlsolve.solver.diagnose import diagnose
 from rlsolve.solver.estimate import evaluate_layout
 from rlsolve.solver.program import Program, run
 from rlsolve.solver.report import build_plan
+from rlsolve.solver.rules import aux_models, modes_allowed
 from rlsolve.spec import Spec, load_spec
 
 SOLVER_KEYS = {"time_limit_s", "workers", "deterministic", "top_k"}
+# CP-SAT's deterministic time units for one runner-up solve: reproducible under any load
+ALT_DETERMINISTIC_TIME = 5.0
 
 
 def framework_for(t: TrainCand) -> str:
@@ -30,12 +36,15 @@ def framework_for(t: TrainCand) -> str:
     return "megatron"
 
 
-def make_program(problem: Problem, cands: Candidates, modes: list[str], objective: str = "throughput") -> Program:
+def make_program(problem: Problem, cands: Candidates, modes: list[str], objective: str = "throughput",
+                 linear: list | None = None) -> Program:
     """The CP-SAT program for these candidates, with its objective set."""
     budget = problem.spec.constraints.max_price_per_hour_usd
-    prog = Program(cands, modes, [p.n_gpus for p in problem.pools], _aux_names(problem),
+    if linear is None:
+        linear = [parse_linear(t) for t in problem.spec.constraints.linear]
+    prog = Program(cands, modes, [p.n_gpus for p in problem.pools], aux_models(problem),
                    [round(p.price_per_gpu_hour_usd * 1000) for p in problem.pools],
-                   None if budget is None else int(budget * 1000))
+                   None if budget is None else int(budget * 1000), linear)
     if objective == "cost":
         prog.minimize_cost()
     else:
@@ -65,7 +74,7 @@ def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand, ac: Aux
                        gpu_memory_utilization=round(min(0.99, engine_bytes / (problem.pools[gc.pool].gpu.memory_gb * GB)),
                                                     3))
     return Layout(
-        pipeline=Pipeline(mode=mode, staleness=problem.spec.rl.max_staleness if mode == "async" else 0),
+        pipeline=Pipeline(mode=mode, staleness=problem.workload.max_staleness if mode == "async" else 0),
         resource_allocation=ResourceAllocation(
             generation=RoleGPUs(pool=problem.pools[gc.pool].name, gpus=gc.gpus, engine="vllm"),
             training=RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.gpus, framework=framework_for(tc)),
@@ -75,14 +84,9 @@ def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand, ac: Aux
             generation=GenParallel(tp=g.tp, pp=g.pp, dp=g.dp, ep=g.ep),
             training=TrainParallel(tp=t.tp, pp=t.pp, dp=t.dp, cp=t.cp, ep=t.ep, vp=t.vp, zero_stage=t.zero_stage,
                                    micro_batch=t.micro_batch,
-                                   grad_accum=max(1, problem.spec.rl.samples // problem.spec.rl.mini_batches
-                                                  // (t.dp * t.micro_batch)),
+                                   grad_accum=max(1, problem.workload.global_batch // (t.dp * t.micro_batch)),
                                    recompute=t.recompute, sequence_parallel=t.sequence_parallel)),
         optimization=opt)
-
-
-def _aux_names(problem: Problem) -> list[str]:
-    return [n for n in ("reference", "reward") if getattr(problem, n) is not None]
 
 
 def _summary(lay: Layout) -> str:
@@ -98,7 +102,8 @@ def _why(best: Plan, alt: Plan) -> str:
         d = getattr(alt.time_s, k) - getattr(best.time_s, k)
         if abs(d) >= 0.05 * best.time_s.step:
             terms.append(f"{k} {'+' if d > 0 else ''}{d:.1f} s")
-    base = f"step {alt.time_s.step:.1f} s vs {best.time_s.step:.1f} s"
+    digits = 1 if abs(alt.time_s.step - best.time_s.step) >= 0.05 else 3  # never "31.1 s vs 31.1 s"
+    base = f"step {alt.time_s.step:.{digits}f} s vs {best.time_s.step:.{digits}f} s"
     if alt.time_s.step - best.time_s.step < 0.0015:
         return base + ": a tie within the 1 ms resolution, lost on the tie-break (fewer GPUs, simpler layout)"
     return base + (" (" + ", ".join(terms) + ")" if terms else "")
@@ -106,7 +111,11 @@ def _why(best: Plan, alt: Plan) -> str:
 
 def solve(spec: "Spec | dict | str", objective: str | None = None, profile: dict | None = None,
           **solver_options: Any) -> Plan:
-    """Return the throughput-optimal plan for `spec` (raises SpecError / InfeasibleError)."""
+    """Return the best plan for `spec`: status `optimal` when CP-SAT proves it over the whole
+    legal space, `feasible` (with the gap) when the time limit stopped the search first.
+
+    Raises SpecError (bad input), InfeasibleError (proven: no plan exists) or NoAnswerError
+    (no plan found within solver.time_limit_s, which bounds the whole call)."""
     t0 = time.perf_counter()
     spec = load_spec(spec)
     unknown = set(solver_options) - SOLVER_KEYS
@@ -116,34 +125,67 @@ def solve(spec: "Spec | dict | str", objective: str | None = None, profile: dict
     objective = objective or spec.objective
     if objective not in ("throughput", "cost"):
         raise SpecError(f"unknown objective {objective!r}; use throughput or cost", field="objective")
+    deadline = Deadline(opts.time_limit_s)
     problem = resolve(spec, profile)
-    # with a cost objective or a price cap, fewer GPUs can be better: score every count
-    all_counts = objective == "cost" or spec.constraints.max_price_per_hour_usd is not None
-    cands = enumerate_candidates(problem, all_counts=all_counts)
-    if not cands.gen or not cands.train:
-        raise InfeasibleError(diagnose(problem))
-    modes = modes_allowed(problem)
-    program = make_program(problem, cands, modes, objective)
-    solver, status = run(program, opts.time_limit_s, opts.workers, opts.deterministic)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise InfeasibleError(diagnose(problem))
+    found = search(problem, objective, opts.workers, opts.deterministic, deadline)
+    program, solver, status, cands, modes = found.program, found.solver, found.status, found.cands, found.modes
     gc, tc, mode, ac = _chosen(program, solver, cands)
     lay = cand_layout(problem, mode, gc, tc, ac)
     est = evaluate_layout(problem, lay)
     bound = solver.best_objective_bound
     val = solver.objective_value
-    gap = 0.0 if status == cp_model.OPTIMAL else (abs(val - bound) / max(abs(val), 1.0))
-    info = SolverInfo(wall_s=None, proven_optimal=status == cp_model.OPTIMAL, gap=round(gap, 6),
+    proven = status == cp_model.OPTIMAL
+    gap = 0.0 if proven else (abs(val - bound) / max(abs(val), 1.0))
+    info = SolverInfo(wall_s=None, proven_optimal=proven, gap=round(gap, 6),
                       variables=len(program.m.proto.variables), candidates=len(cands.gen) + len(cands.train),
-                      layouts_scored=cands.evaluated,
-                      status_name=solver.status_name(status))
-    plan = build_plan(problem, lay, est, status="optimal" if status == cp_model.OPTIMAL else "feasible",
-                      solver=info, objective=objective)
-    alts = _alternatives(problem, cands, modes, plan, (gc.id, tc.id, mode), opts, objective)
-    plan.alternatives = alts
+                      layouts_scored=cands.evaluated, status_name=solver.status_name(status),
+                      stopped_by=None if proven else f"the time limit of {opts.time_limit_s:g} s (solver.time_limit_s)")
+    plan = build_plan(problem, lay, est, status="optimal" if proven else "feasible", solver=info, objective=objective)
+    plan.alternatives = _alternatives(problem, program, cands, modes, plan, (gc.id, tc.id, mode), opts, objective,
+                                      deadline)
     # a clock reading would break byte-identical output in deterministic mode
     plan.solver.wall_s = None if opts.deterministic else round(time.perf_counter() - t0, 3)
     return plan
+
+
+@dataclass
+class Search:
+    program: Program
+    solver: Any
+    status: int
+    cands: Candidates
+    modes: list[str]
+
+
+def search(problem: Problem, objective: str = "throughput", workers: int = 2, deterministic: bool = True,
+           deadline: Deadline | None = None) -> Search:
+    """Enumerate, build and solve: the optimum in the program's units (`program.v.step` for
+    throughput, `v.extra["cost"]` for cost), which the oracle tests compare with brute force.
+    Raises InfeasibleError (proven) or NoAnswerError (out of time)."""
+    deadline = deadline or Deadline(None)
+    linear = [parse_linear(t) for t in problem.spec.constraints.linear]
+    # with a cost objective, a price cap or a linear constraint, fewer GPUs can be better
+    all_counts = objective == "cost" or problem.spec.constraints.max_price_per_hour_usd is not None or bool(linear)
+    cands = enumerate_candidates(problem, all_counts=all_counts, deadline=deadline, keep_apart=_mentioned(linear),
+                                 bounded=not all_counts)
+    if not cands.gen or not cands.train:
+        raise InfeasibleError(diagnose(problem, deadline))
+    modes = modes_allowed(problem)
+    program = make_program(problem, cands, modes, objective, linear)
+    deadline.check("building the program", now=True)
+    limit = deadline.left() if deadline.limit_s is not None else 3600.0
+    solver, status = run(program, limit, workers, deterministic)
+    if status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
+        raise InfeasibleError(diagnose(problem, deadline))
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise NoAnswerError(deadline.limit_s or limit, "the CP-SAT search")
+    return Search(program, solver, status, cands, modes)
+
+
+def _mentioned(linear: list) -> frozenset:
+    """Degree names the user's linear constraints mention: candidates that differ in them
+    are not compared for dominance."""
+    return frozenset(name for lc in linear for name in lc.terms)
 
 
 def _chosen(program: Program, solver: cp_model.CpSolver, cands: Candidates
@@ -155,28 +197,32 @@ def _chosen(program: Program, solver: cp_model.CpSolver, cands: Candidates
     return gc, tc, mode, ac
 
 
-def _alternatives(problem: Problem, cands: Candidates, modes: list[str], best: Plan, chosen, opts, objective) -> list[Alternative]:
-    """Runner-ups: the best plan of every other mode, then the next distinct plans."""
+def _alternatives(problem: Problem, program: Program, cands: Candidates, modes: list[str], best: Plan, chosen,
+                  opts, objective, deadline: Deadline) -> list[Alternative]:
+    """Runner-ups from the same program: the best plan of every other mode, then the next
+    distinct plans, each excluding the pairs already shown by a cut added to the one model
+    (no model is rebuilt). One search thread and a deterministic-time limit keep them
+    reproducible; whatever the deadline leaves no time for is left out."""
     out: list[Alternative] = []
     if opts.top_k <= 0:
         return out
     seen = {chosen}
     shown = {_summary(best.layout())}
-    tries: list[tuple[str | None, bool]] = [(m, False) for m in modes if m != chosen[2]] + [(None, True)] * (2 * opts.top_k)
-    for mode, exclude in tries:
-        if len(out) >= opts.top_k:
+    program.forbid(chosen[0], chosen[1])
+    tries: list[str | None] = [m for m in modes if m != chosen[2]] + [None] * (2 * opts.top_k)
+    for mode in tries:
+        if len(out) >= opts.top_k or deadline.left() < 0.05:
             break
-        prog = make_program(problem, cands, modes, objective)
+        program.m.clear_assumptions()
         if mode:
-            prog.m.add(prog.v.mode[mode] == 1)
-        for g_id, t_id, _ in seen:
-            prog.forbid(g_id, t_id)
-        # one search thread: reproducible without the tie-break solve the main plan needs
-        solver, status = run(prog, opts.time_limit_s, 1, False)
+            program.m.add_assumptions([program.v.mode[mode]])
+        solver, status = run(program, min(deadline.left(), opts.time_limit_s), 1, False,
+                             deterministic_time=ALT_DETERMINISTIC_TIME)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             continue
-        gc, tc, m, ac = _chosen(prog, solver, cands)
+        gc, tc, m, ac = _chosen(program, solver, cands)
         seen.add((gc.id, tc.id, m))
+        program.forbid(gc.id, tc.id)
         lay = cand_layout(problem, m, gc, tc, ac)
         if _summary(lay) in shown:  # same degrees, differing only in a detail: not a distinct plan
             continue
@@ -191,4 +237,5 @@ def _alternatives(problem: Problem, cands: Candidates, modes: list[str], best: P
             gap = 1.0 - alt.throughput.tokens_per_s / best.throughput.tokens_per_s
         out.append(Alternative(summary=_summary(lay), tokens_per_s=alt.throughput.tokens_per_s, gap=round(gap, 4),
                                why=_why(best, alt)))
+    program.m.clear_assumptions()
     return out

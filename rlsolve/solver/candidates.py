@@ -1,27 +1,42 @@
-"""Enumerate the legal layouts of each role and score them with the performance model.
+"""Score every legal layout of each role: the per-role tables the CP-SAT program picks from.
 
-Each candidate is one side of a plan (generation or training) with every decision of that
-side fixed; the CP-SAT program then picks one of each. Dominated candidates are dropped
-here (same mode, GPUs and hosted models, no faster and no smaller), which keeps the
-program small without changing its optimum."""
+The layouts come from the rule table (`rules.py`: the universe of each role, filtered by its
+violations); each is scored once by the performance model. A candidate is one side of a
+plan (generation, training, or an auxiliary group) with every decision of that side fixed.
+
+Only dominated candidates are dropped, each by a rule that cannot change the optimum (and
+each has a property test in tests/test_solver_space.py):
+- training, per (pool, mode, GPUs, hosted models, reference placement, quantization): the
+  Pareto front of (time, memory held during rollout); nothing else of a training candidate
+  enters the program;
+- disaggregated training across GPU counts, per (pool, hosted models, placement,
+  quantization): the front of (time, send time, GPUs); fewer GPUs leave more to the others;
+- generation: the engines' time never grows with more replicas, so for throughput a
+  disaggregated engine layout takes the largest legal count that each combination of the
+  other roles leaves free in its pool (the cost objective scores every count);
+- auxiliary groups: the front of (GPUs, time);
+- a micro-batch larger than one that does not fit does not fit either."""
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from dataclasses import dataclass, field, replace
 from itertools import combinations
-from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-from rlsolve.models import Architecture
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
-from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes,
+from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, compose_step,
                                engine_release_time, gen_side, policy_memory, recv_time, send_time, sync_time,
                                train_aux, train_core)
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
-from rlsolve.solver.scale import mem_units_up, time_units
+from rlsolve.solver.budget import Deadline
+from rlsolve.solver.rules import (RECOMPUTE, aux_models, count_user_violations, gen_universe, gen_violations, micro_batches,
+                                  modes_allowed, role_counts, train_bases, train_layout_violations,
+                                  train_shape_violations, train_shapes)
+from rlsolve.solver.scale import INF_TIME, mem_units_up, time_units
 
+__all__ = ["AuxCand", "Candidates", "GenCand", "TrainCand", "enumerate_candidates", "modes_allowed"]
 
 
 class _OnGPUs:
@@ -100,136 +115,6 @@ class Candidates:
     evaluated: int = 0
 
 
-# --- user constraints ---------------------------------------------------------------------
-
-def _allowed(cons: dict[str, Any], key: str, value: Any) -> bool:
-    if key not in cons:
-        return True
-    want = cons[key]
-    return value in want if isinstance(want, (list, tuple, set)) else value == want
-
-
-# --- GPU counts and degrees ---------------------------------------------------------------
-
-@lru_cache(maxsize=4096)
-def divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-def role_gpu_counts(pool: PoolHW, exclusive: bool) -> list[int]:
-    """Legal GPU counts for one role: whole nodes, or a power of two inside one node."""
-    g = pool.gpus_per_node
-    total = pool.n_gpus
-    sub = [d for d in divisors(g) if d < g]
-    whole = [k * g for k in range(1, pool.nodes + 1)]
-    counts = sub + whole
-    if exclusive:  # the other role needs at least one GPU
-        counts = [c for c in counts if c < total]
-    return counts
-
-
-def tp_choices(problem: Problem, pool: PoolHW, n: int, *, training: bool) -> list[int]:
-    """TP degrees inside the NVLink domain; a degree beyond it only when the constraints name
-    it (engines spanning nodes exist: NeMo-RL runs DeepSeek-V3 rollouts at TP32)."""
-    a = problem.policy
-    cons = problem.spec.constraints.training if training else problem.spec.constraints.generation
-    asked = cons.get("tp", [])
-    asked = asked if isinstance(asked, list) else [asked]
-    out = []
-    for t in sorted(set(divisors(min(n, pool.scaleup_size))) | {t for t in asked if n % t == 0}):
-        if a.heads % t:
-            continue
-        if training and not a.is_mla and a.n_kv_heads % t and t % a.n_kv_heads:
-            continue  # Megatron needs query groups divisible by tp (or tp a multiple of them)
-        out.append(t)
-    return out
-
-
-def expert_degrees(a: Architecture, tp: int, dp: int, cp: int) -> list[int]:
-    """EP degrees dividing the experts: inside dp*cp (experts TP-sharded like the dense
-    layers), or folded over the TP ranks too (experts whole, expert TP = 1)."""
-    if not a.is_moe:
-        return [1]
-    return [e for e in divisors(tp * dp * cp) if a.experts % e == 0]
-
-
-def pp_choices(problem: Problem, n_over_tp: int, limit: int = 16) -> list[int]:
-    """Pipeline degrees: powers of two up to `limit` (uneven last stage allowed, as Megatron's
-    decoder-first/last options do), at least two layers per stage."""
-    L = problem.policy.layers
-    return [p for p in divisors(n_over_tp) if p <= min(limit, max(1, L // 2)) and p & (p - 1) == 0]
-
-
-def gen_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[GenLayout]:
-    cons = problem.spec.constraints.generation
-    for tp in tp_choices(problem, pool, n, training=False):
-        for pp in pp_choices(problem, n // tp, limit=8):
-            if pp > 1 and tp < min(pool.scaleup_size, n):
-                continue  # engines add pipeline stages only once TP fills the NVLink domain
-            dp = n // (tp * pp)
-            lay = GenLayout(tp=tp, pp=pp, dp=dp, ep=1)
-            if all(_allowed(cons, k, getattr(lay, k)) for k in ("tp", "pp", "dp", "ep")):
-                yield lay
-
-
-def train_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[TrainLayout]:
-    cons = problem.spec.constraints.training
-    a = problem.policy
-    rl = problem.spec.rl
-    seq_max = rl.prompt_len + rl.response_len.max
-    gb = max(1, rl.samples // rl.mini_batches)
-    for tp in tp_choices(problem, pool, n, training=True):
-        for pp in pp_choices(problem, n // tp):
-            for cp in (1, 2, 4, 8):
-                if (n // tp // pp) % cp or (cp > 1 and seq_max / cp < 2048):
-                    continue
-                dp = n // (tp * pp * cp)
-                for ep in expert_degrees(a, tp, dp, cp):
-                    vps = [1] + ([v for v in (2, 4) if a.layers % (pp * v) == 0] if pp > 1 else [])
-                    for vp in vps:
-                        for zero in zero_choices(pp, cons):
-                            for rec in recompute_choices(cons):
-                                for mb in (1, 2, 4, 8):
-                                    if gb % (dp * mb):
-                                        continue
-                                    lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
-                                                      micro_batch=mb, recompute=rec, sequence_parallel=tp > 1)
-                                    if not cons or all(_allowed(cons, k, getattr(lay, k)) for k in
-                                                       ("tp", "pp", "dp", "cp", "ep", "vp", "zero_stage",
-                                                        "micro_batch", "recompute")):
-                                        # the caller stops the mb loop when memory runs out
-                                        if (yield lay) is False:
-                                            break
-
-
-def zero_choices(pp: int, cons: dict[str, Any]) -> tuple[int, ...]:
-    """ZeRO stages worth scoring. With pp == 1, stage 1 takes exactly stage 2's time (same
-    reduce-scatter + all-gather, same sharded optimizer step) and never less memory, so it is
-    dominated unless the user asks for it; with pipelines Megatron offers 0 and 1."""
-    stages = (0, 2, 3) if pp == 1 else (0, 1)
-    if "zero_stage" in cons:
-        want = cons["zero_stage"]
-        stages = tuple(sorted(set(want) if isinstance(want, (list, tuple, set)) else {want}))
-        stages = tuple(z for z in stages if pp == 1 or z <= 1)
-    return stages
-
-
-def recompute_choices(cons: dict[str, Any]) -> tuple[str, ...]:
-    """Selective recompute re-runs the attention core to drop its activations; with flash
-    attention those are not stored, so it costs time and saves nothing: scored only when asked."""
-    if "recompute" in cons:
-        want = cons["recompute"]
-        return tuple(want) if isinstance(want, (list, tuple)) else (want,)
-    return ("none", "full")
-
-
-def _count_ok(cons: dict[str, Any], n: int) -> bool:
-    if "max_gpus" in cons and n > cons["max_gpus"]:
-        return False
-    return _allowed(cons, "gpus", n)
-
-
 # --- the enumeration ----------------------------------------------------------------------
 
 def _aux_variants(problem: Problem, elsewhere: bool):
@@ -243,159 +128,275 @@ def _aux_variants(problem: Problem, elsewhere: bool):
             for q in quants:
                 train_hosts = frozenset(x for x, p in (("reference", r), ("reward", w))
                                         if p in ("training", "cpu_offload"))
+                if problem.reward is not None and "reward" not in train_hosts and q != "none":
+                    continue  # the quantization belongs to the reward's host
                 yield train_hosts, r, q
 
 
-def modes_allowed(problem: Problem) -> list[str]:
-    allowed = problem.spec.constraints.modes or ["colocated", "sync", "async"]
-    if problem.spec.rl.max_staleness == 0:
-        allowed = [m for m in allowed if m != "async"]
-    return allowed
-
-
-def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool = True) -> Candidates:
-    """All scored candidates of every pool. `all_counts`: every legal GPU count for each role
-    (the cost objective may leave GPUs idle); otherwise generation takes the largest count
-    that training leaves free, and colocation takes the whole pool. `prune=False` keeps
-    dominated training candidates and every generation count (the oracle's full space)."""
+def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool = True,
+                         deadline: Deadline | None = None, keep_apart: frozenset = frozenset(),
+                         bounded: bool = False) -> Candidates:
+    """All scored candidates of every pool. `all_counts`: every legal GPU count for the
+    engines (the cost objective may leave GPUs idle); otherwise a disaggregated engine takes
+    the largest count the other roles leave free. `prune=False` keeps every scored training
+    candidate (dominated ones too). `keep_apart`: degree names ("training.tp", "gpus") that
+    user constraints mention; candidates differing in them are never compared. `bounded`:
+    skip engine candidates whose lower bound cannot beat a plan already found (only valid
+    for the throughput objective without a price cap or linear constraints)."""
+    deadline = deadline or Deadline(None)
     modes = modes_allowed(problem)
     out = Candidates(gen=[], train=[])
     for p in range(len(problem.pools)):
-        out.train += _train_candidates(problem, p, modes, all_counts, out)
+        out.train += _train_candidates(problem, p, modes, out, deadline)
     if prune:
-        out.train = _prune_train(out.train)
-    for p in range(len(problem.pools)):
-        out.gen += _gen_candidates(problem, p, modes, all_counts or not prune, out)
+        out.train = _prune_train(out.train, keep_apart)
     if len(problem.pools) > 1:
-        out.aux = _aux_candidates(problem, out, all_counts)
+        out.aux = _aux_candidates(problem)
+    for p in range(len(problem.pools)):
+        out.gen += _gen_candidates(problem, p, modes, all_counts, out, deadline, bounded)
+    if prune:
+        out.gen = _prune_gen(out.gen, keep_apart)
     for cands in (out.gen, out.train, out.aux):
         for i, c in enumerate(cands):
             c.id = i
     return out
 
 
-def _aux_candidates(problem: Problem, out: Candidates, all_counts: bool) -> list[AuxCand]:
-    """Auxiliary pools for the reference/reward forwards: per pool, hosted set and
-    quantization, the GPU counts on the (GPUs, time) Pareto front. More GPUs never slow the
-    forwards down, so for throughput an auxiliary set takes the largest legal count the
-    other roles leave in its pool; the cost objective tries the whole pool and power-of-two
-    node counts."""
+def _aux_candidates(problem: Problem) -> list[AuxCand]:
+    """Auxiliary groups for the reference/reward forwards: per pool, hosted set and
+    quantization, the GPU counts on the (GPUs, time) front (more GPUs never slow the
+    forwards down, so only a count that is faster than every smaller one can be chosen)."""
     names = [n for n in ("reference", "reward") if getattr(problem, n) is not None]
     subsets = [frozenset(c) for k in range(1, len(names) + 1) for c in combinations(names, k)]
     found: list[AuxCand] = []
     for p, pool in enumerate(problem.pools):
-        legal = sorted(set(role_gpu_counts(pool, exclusive=False)))
-        if all_counts:
-            g = pool.gpus_per_node
-            counts = {n for n in legal if n <= g or (n // g) & (n // g - 1) == 0} | {pool.n_gpus}
-        else:
-            left = {pool.n_gpus} | {pool.n_gpus - c.gpus for c in out.gen + out.train if c.pool == p}
-            counts = {max((n for n in legal if n <= r), default=0) for r in left} - {0}
         for hosts in subsets:
             for q in (("none", "int8", "int4") if "reward" in hosts else ("none",)):
                 best = math.inf
-                for n in sorted(counts):
+                for n in role_counts(pool):
                     side = aux_side(problem, pool, n, hosts, q)
-                    if side.fits and side.time < best - 1e-9:
-                        best = side.time
+                    if side.fits and time_units(side.time) < best:
+                        best = time_units(side.time)
                         found.append(AuxCand(side, hosts, q, p))
     return found
 
 
-def _role_counts(problem: Problem, pool: PoolHW, cons: dict[str, Any]) -> list[int]:
-    single = len(problem.pools) == 1  # with one pool the other role needs a GPU too
-    return [n for n in role_gpu_counts(pool, exclusive=single) if _count_ok(cons, n)]
-
-
-def _train_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool, out: Candidates) -> list[TrainCand]:
+def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidates, deadline: Deadline
+                      ) -> list[TrainCand]:
     pool = problem.pools[p]
-    gen_c, train_c = problem.spec.constraints.generation, problem.spec.constraints.training
-    dev = device(pool, problem.spec.model.precision, problem.profile)
-    cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
-    aux_cache: dict[tuple, tuple] = {}
-    counts: list[tuple[str, int]] = []
-    if "colocated" in modes:
-        coloc = _role_counts(problem, pool, train_c) + [pool.n_gpus] if all_counts else [pool.n_gpus]
-        counts += [("colocated", n) for n in sorted(set(coloc)) if _count_ok(train_c, n) and _count_ok(gen_c, n)]
-    if any(m in modes for m in ("sync", "async")):
-        counts += [("disagg", n) for n in _role_counts(problem, pool, train_c)]
+    dev = device(pool, problem.workload.precision, problem.profile)
+    cap = capacity_bytes(pool, problem.workload.headroom)
+    single = len(problem.pools) == 1
+    colocated_ok = "colocated" in modes
+    disagg_ok = any(m in modes for m in ("sync", "async"))
+    cache: dict[tuple, Any] = {}
     found: list[TrainCand] = []
     best_disagg: dict[tuple, float] = {}
-    for mode, n in counts:
-        variants = [v for v in _aux_variants(problem, mode == "disagg" or len(problem.pools) > 1)
-                    if not (problem.reward is not None and "reward" not in v[0] and v[2] != "none")]
-        layouts = train_layouts(problem, pool, n)
-        verdict = None
-        while True:
-            try:
-                lay = layouts.send(verdict)
-            except StopIteration:
-                break
-            mem = policy_memory(problem, lay)
-            verdict = mem.total <= cap  # False: a larger micro-batch cannot fit either
-            if not verdict:
-                continue
-            t, _, old = train_core(problem, pool, lay, mem, cache=aux_cache)
-            out.evaluated += 1
-            core_time = t.total + old
-            for hosts, ref, quant in variants:
-                ref_t, rew_t, val_t, resident = train_aux(
-                    problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
-                    reward_quant=quant, cache=aux_cache)
-                if mem.total + resident > cap:
+    variants = {kind: list(_aux_variants(problem, kind == "disagg" or not single)) for kind in ("colocated", "disagg")}
+    for n, tp, pp, cp, dp in train_shapes(problem, pool):
+        deadline.check("enumerating training layouts")
+        kinds = []
+        # colocated: the engines share these GPUs, so their count must be legal for them too
+        if colocated_ok and not count_user_violations(problem, "generation", n):
+            kinds.append("colocated")
+        if disagg_ok and not (single and n >= pool.n_gpus):  # one pool: the engines need a GPU too
+            kinds.append("disagg")
+        if not kinds:
+            continue
+        if train_shape_violations(problem, pool, n, tp, pp, cp, dp):
+            continue
+        for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+            mbs = micro_batches(problem, dp)
+            if not mbs or policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
+                                                             micro_batch=mbs[0], recompute="full",
+                                                             sequence_parallel=tp > 1)).total > cap:
+                continue  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
+            for mb in mbs:
+                scored = _score_least_recompute(problem, pool, n, TrainLayout(
+                    tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
+                    sequence_parallel=tp > 1), cap, cache)
+                if scored is None:
+                    break  # no recompute fits: a larger micro-batch needs more memory still
+                if scored is False:
                     continue
-                if mode == "disagg":  # only the fastest of a group can be chosen: skip the rest early
-                    key = (n, hosts, ref, quant)
-                    total = core_time + ref_t + rew_t + val_t
-                    if total >= best_disagg.get(key, math.inf):
-                        continue
-                    best_disagg[key] = total
-                side = TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
-                                 value=val_t, mem=mem, aux_resident=resident, capacity=cap, fits=True,
-                                 states=mem.states + resident)
-                for off in ((False, True) if mode == "colocated" else (False,)):
-                    switch = 2 * dev.pcie_time(side.states) if off else 0.0
-                    send = send_time(problem, pool, n) if mode == "disagg" else 0.0
-                    found.append(TrainCand(mode=mode, layout=lay, hosts=hosts, reference=ref, reward_quant=quant,
-                                           offload_states=off, side=side, switch=switch, send=send, pool=p))
+                lay, mem, t, old = scored
+                out.evaluated += 1
+                for kind in kinds:
+                    for hosts, ref, quant in variants[kind]:
+                        ref_t, rew_t, val_t, resident = train_aux(
+                            problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
+                            reward_quant=quant, cache=cache)
+                        if mem.total + resident > cap:
+                            continue
+                        if kind == "disagg":  # only the fastest of a group survives the front: skip the rest early
+                            key = (n, hosts, ref, quant)
+                            total = t.total + old + ref_t + rew_t + val_t
+                            if total >= best_disagg.get(key, math.inf):
+                                continue
+                            best_disagg[key] = total
+                        side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t,
+                                         reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
+                                         fits=True, states=mem.states + resident)
+                        for off in ((False, True) if kind == "colocated" else (False,)):
+                            switch = 2 * dev.pcie_time(side.states) if off else 0.0
+                            send = send_time(problem, pool, n) if kind == "disagg" else 0.0
+                            found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
+                                                   reward_quant=quant, offload_states=off, side=side, switch=switch,
+                                                   send=send, pool=p))
     return found
 
 
-def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool, out: Candidates) -> list[GenCand]:
+def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict):
+    """The least recompute that the rules allow and memory fits, scored: (layout, memory,
+    update time, old log-prob time). More recompute keeps the same states (what colocation
+    holds) and is never faster, so it is dominated once a lesser one fits. None: nothing
+    fits; False: nothing is allowed."""
+    allowed_any = False
+    for rec in RECOMPUTE:
+        lay = replace(base, recompute=rec)
+        if train_layout_violations(problem, lay):
+            continue
+        allowed_any = True
+        mem = policy_memory(problem, lay)
+        if mem.total <= cap:
+            t, _, old = train_core(problem, pool, lay, mem, cache=cache)
+            return lay, mem, t, old
+    return None if allowed_any else False
+
+
+def _largest_count(pool: PoolHW, left: int, per_replica: int) -> int:
+    """The largest legal count <= left that whole replicas of `per_replica` GPUs fill (0: none)."""
+    g = pool.gpus_per_node
+    if left >= g:
+        step = g * per_replica // math.gcd(g, per_replica)  # whole nodes holding whole replicas
+        c = left // step * step
+        if c >= g:
+            return c
+    for d in sorted((d for d in range(1, min(left, g - 1) + 1) if g % d == 0), reverse=True):
+        if d % per_replica == 0:
+            return d
+    return 0
+
+
+def _gen_counts(problem: Problem, p: int, all_counts: bool, out: Candidates) -> list[int]:
+    """Engine GPU counts to score in pool p (disaggregated)."""
     pool = problem.pools[p]
-    gen_c = problem.spec.constraints.generation
-    found: list[GenCand] = []
-    g_counts: list[tuple[str, int]] = []
+    single = len(problem.pools) == 1
+    legal = [n for n in role_counts(pool) if not (single and n >= pool.n_gpus)]
+    if all_counts:
+        return legal
+    taken_t = {0} | {c.gpus for c in out.train if c.pool == p and c.mode == "disagg"}
+    taken_a = {0} | {a.gpus for a in out.aux if a.pool == p}
+    lefts = {pool.n_gpus - t - a for t in taken_t for a in taken_a if pool.n_gpus - t - a > 0}
+    if single:  # the trainers take at least one GPU of the pool
+        lefts = {x for x in lefts if x < pool.n_gpus}
+    per_replica = {lay.tp * lay.pp for lay in gen_universe(problem, pool, max(legal, default=1))} | {1}
+    counts = {_largest_count(pool, x, r) for x in lefts for r in per_replica}
+    return sorted(c for c in counts if c > 0)
+
+
+def _lb_units(seconds: float) -> int:
+    """A time bound in the program's units, rounded down (the bound must not overstate)."""
+    return int(math.floor(seconds / 1e-3 * (1 - 1e-9))) if math.isfinite(seconds) else INF_TIME
+
+
+class _TrainIndex:
+    """The trainers an engine candidate can pair with, for bounds and incumbents: the
+    fastest that fits beside it, and the fastest that also hosts what the engines do not."""
+
+    def __init__(self, problem: Problem, out: Candidates, mode: str):
+        self.problem = problem
+        self.models = frozenset(aux_models(problem))
+        self.cands = sorted((c for c in out.train if c.mode == mode), key=lambda c: time_units(c.time))
+
+    def fastest(self, fits, hosts: frozenset | None = None) -> TrainCand | None:
+        """The fastest candidate for which fits(c) holds (and, with `hosts`, that hosts
+        exactly the models the engines leave)."""
+        for c in self.cands:
+            if (hosts is None or c.hosts == self.models - hosts) and fits(c):
+                return c
+        return None
+
+
+def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool, out: Candidates,
+                    deadline: Deadline, bounded: bool) -> list[GenCand]:
+    """Engine candidates of pool p. `bounded` (throughput, no price cap, no linear
+    constraint): best first by a lower bound of the best plan each can be part of
+    (`gen_side(lower_bound=True)` and the fastest trainer it can pair with); one whose bound
+    exceeds the best plan already found in every mode it serves is not simulated, since it
+    cannot be part of an optimal plan."""
+    pool = problem.pools[p]
+    tasks: list[tuple] = []   # (bound ms per mode, order, mode, n, layout, level or hosts, quant)
+    coloc = _TrainIndex(problem, out, "colocated")
+    disagg = _TrainIndex(problem, out, "disagg")
+    d_modes = [m for m in modes if m in ("sync", "async")]
+    order = 0
     coloc_counts = sorted({c.gpus for c in out.train if c.mode == "colocated" and c.pool == p})
-    g_counts += [("colocated", n) for n in coloc_counts]
-    if any(m in modes for m in ("sync", "async")):
-        legal = _role_counts(problem, pool, gen_c)
-        if not all_counts:
-            # Throughput: more engine replicas never slow generation down, so generation takes
-            # the largest legal count that each training choice leaves free in this pool.
-            left = {pool.n_gpus - (c.gpus if c.pool == p else 0) for c in out.train if c.mode == "disagg"}
-            legal = sorted({max((n for n in legal if n <= r), default=0) for r in left} - {0})
-        g_counts += [("disagg", n) for n in legal]
-    for mode, n in g_counts:
+    for n in coloc_counts:
         levels = sorted({c.reserved_gb for c in out.train if c.mode == "colocated" and c.pool == p and c.gpus == n})
-        for lay in gen_layouts(problem, pool, n):
-            if mode == "colocated":
-                for lv in levels:
-                    side = gen_side(problem, pool, lay, reserved=lv * 1e9)
-                    out.evaluated += 1
-                    if not side.fits:
-                        break  # more reserved memory fits even less
-                    sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
-                    found.append(GenCand(mode, lay, frozenset(), "none", lv, side, sync, pool=p))
-            else:
+        for lay in gen_universe(problem, pool, n):
+            deadline.check("enumerating engine layouts")
+            if gen_violations(problem, pool, n, lay):
+                continue
+            sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
+            for lv in levels:
+                lb = gen_side(problem, pool, lay, reserved=lv * 1e9, lower_bound=True)
+                if not lb.fits:
+                    break  # more reserved memory fits even less
+                t = coloc.fastest(lambda c: c.pool == p and c.gpus == n and c.reserved_gb <= lv)
+                bound = _lb_units(lb.time + engine_release_time(lb) + sync) + time_units(t.time)
+                tasks.append(({"colocated": bound}, order, "colocated", n, lay, lv, "none"))
+                order += 1
+    if d_modes:
+        for n in _gen_counts(problem, p, all_counts, out):
+            for lay in gen_universe(problem, pool, n):
+                deadline.check("enumerating engine layouts")
+                if gen_violations(problem, pool, n, lay):
+                    continue
+                recv = time_units(recv_time(problem, pool, lay))
                 for hosts, q in _gen_host_variants(problem):
-                    aux = tuple((h, getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
-                    side = gen_side(problem, pool, lay, aux_models=aux)
-                    out.evaluated += 1
-                    if not side.fits:
+                    aux = _aux_on_gen(problem, hosts, q)
+                    lb = gen_side(problem, pool, lay, aux_models=aux, lower_bound=True)
+                    if not lb.fits:
                         continue
-                    found.append(GenCand(mode, lay, hosts, q, 0, side, recv_time(problem, pool, lay), pool=p))
+                    t = disagg.fastest(lambda c: c.pool != p or c.gpus + n <= pool.n_gpus)
+                    if t is None:
+                        continue
+                    tg = _lb_units(lb.time)
+                    bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in d_modes}
+                    tasks.append((bound, order, "disagg", n, lay, hosts, q))
+                    order += 1
+    incumbent = {m: INF_TIME for m in modes}
+    found: list[GenCand] = []
+    for bound, _, mode, n, lay, extra, q in sorted(tasks, key=lambda x: (min(x[0].values()), x[1])):
+        if bounded and all(b > incumbent[m] for m, b in bound.items()):
+            continue
+        deadline.check("simulating engine layouts")
+        if mode == "colocated":
+            side = gen_side(problem, pool, lay, reserved=extra * 1e9)
+            out.evaluated += 1
+            sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
+            g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
+            t = coloc.fastest(lambda c: c.pool == p and c.gpus == n and c.reserved_gb <= extra, frozenset())
+            if t is not None:
+                incumbent["colocated"] = min(incumbent["colocated"], time_units(g.time) + time_units(t.time))
+        else:
+            side = gen_side(problem, pool, lay, aux_models=_aux_on_gen(problem, extra, q))
+            out.evaluated += 1
+            g = GenCand(mode, lay, extra, q, 0, side, recv_time(problem, pool, lay), pool=p)
+            t = disagg.fastest(lambda c: c.pool != p or c.gpus + n <= pool.n_gpus, extra)
+            if t is not None:
+                for m in d_modes:
+                    step = compose_step(m, time_units(g.time), time_units(t.time), time_units(g.sync),
+                                        time_units(t.send))
+                    incumbent[m] = min(incumbent[m], step)
+        if side.fits:
+            found.append(g)
     return found
+
+
+def _aux_on_gen(problem: Problem, hosts: frozenset, quant: str) -> tuple:
+    return tuple((h, getattr(problem, h), QUANT_BYTES[quant] if h == "reward" else 2.0) for h in sorted(hosts))
 
 
 def _gen_host_variants(problem: Problem):
@@ -409,24 +410,61 @@ def _gen_host_variants(problem: Problem):
                 yield frozenset({"reference", "reward"}), q
 
 
-def _prune_train(cands: list[TrainCand]) -> list[TrainCand]:
-    """Keep, per (mode, GPUs, hosted models, reference placement, quantization), the
-    candidates on the Pareto front of (time, memory held during rollout). Nothing else of a
-    training candidate enters the program, so the optimum is unchanged; disaggregated
-    candidates hold nothing during rollout, so only the fastest survives."""
+def _prune_train(cands: list[TrainCand], keep_apart: frozenset = frozenset()) -> list[TrainCand]:
+    """Keep the fronts described in the module docstring."""
+    apart = sorted(k.split(".", 1)[1] for k in keep_apart if k.startswith("training.") and k != "training.gpus")
     groups: dict[tuple, list[TrainCand]] = {}
     for c in cands:
-        key = (c.pool, c.mode, c.gpus, c.hosts, c.reference, c.reward_quant)
+        key = (c.pool, c.mode, c.gpus, c.hosts, c.reference, c.reward_quant) + tuple(getattr(c.layout, k) for k in apart)
         groups.setdefault(key, []).append(c)
-    out = []
-    for key, cs in groups.items():
+    kept: list[TrainCand] = []
+    for cs in groups.values():
         cs.sort(key=lambda c: (time_units(c.time), c.reserved_gb if c.mode == "colocated" else 0, _simplicity(c)))
         best_mem = math.inf
         for c in cs:
             mem = c.reserved_gb if c.mode == "colocated" else 0
             if mem < best_mem:
-                out.append(c)
+                kept.append(c)
                 best_mem = mem
+    if keep_apart & {"training.gpus", "gpus"}:
+        return kept
+    # across GPU counts (disaggregated): fewer GPUs, no slower, no slower to send the weights
+    fronts: dict[tuple, list[TrainCand]] = {}
+    out = [c for c in kept if c.mode == "colocated"]
+    for c in sorted((c for c in kept if c.mode == "disagg"),
+                    key=lambda c: (time_units(c.time), time_units(c.send), c.gpus, _simplicity(c))):
+        front = fronts.setdefault((c.pool, c.hosts, c.reference, c.reward_quant)
+                                  + tuple(getattr(c.layout, k) for k in apart), [])
+        if any(time_units(k.send) <= time_units(c.send) and k.gpus <= c.gpus for k in front):
+            continue
+        front.append(c)
+        out.append(c)
+    return out
+
+
+def _prune_gen(cands: list[GenCand], keep_apart: frozenset = frozenset()) -> list[GenCand]:
+    """Engine fronts. A colocated engine enters the program only through its pool, count,
+    time and the memory it spares; a disaggregated one through its pool, count, time,
+    receive time and hosted models. Keep, per colocated (pool, count), the front of (time,
+    memory spared); per disaggregated (pool, hosted models, quantization), the front of
+    (time, receive time, GPUs)."""
+    apart = sorted(k.split(".", 1)[1] for k in keep_apart if k.startswith("generation."))
+    key_of = (lambda c: tuple(c.gpus if k == "gpus" else getattr(c.layout, k) for k in apart))
+    fronts: dict[tuple, list[GenCand]] = {}
+    out: list[GenCand] = []
+    order = sorted(cands, key=lambda c: (time_units(c.time), -c.reserved_gb, time_units(c.sync), c.gpus,
+                                         c.layout.ep, c.layout.pp, c.layout.tp))
+    for c in order:
+        if c.mode == "colocated":
+            front = fronts.setdefault(("colocated", c.pool, c.gpus) + key_of(c), [])
+            if any(k.reserved_gb >= c.reserved_gb for k in front):
+                continue
+        else:
+            front = fronts.setdefault(("disagg", c.pool, c.hosts, c.reward_quant) + key_of(c), [])
+            if any(time_units(k.sync) <= time_units(c.sync) and k.gpus <= c.gpus for k in front):
+                continue
+        front.append(c)
+        out.append(c)
     return out
 
 

@@ -12,22 +12,25 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from rlsolve.perf.generate import GenLayout, gen_other_bytes, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+from rlsolve.errors import NoAnswerError
+from rlsolve.perf.generate import gen_other_bytes, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from rlsolve.perf.hw import GB
-from rlsolve.perf.step import capacity_bytes, engine_cap_bytes, gen_dtype_bytes, policy_memory, train_aux
+from rlsolve.perf.step import capacity_bytes, engine_cap_bytes, policy_memory, train_aux
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import Problem
-from rlsolve.solver.candidates import (_allowed, expert_degrees, pp_choices, role_gpu_counts,
-                                       tp_choices)
+from rlsolve.solver.budget import Deadline
+from rlsolve.solver.rules import (cp_choices, divisors, expert_degrees, gen_universe, gen_violations, modes_allowed,
+                                  role_counts, train_violations, zero_stages)
 
 GROUPS = {
-    "memory.training": "training memory per GPU",
-    "memory.generation": "generation memory per GPU",
-    "memory.colocated": "colocated memory",
+    "rl.batch": "the batch per optimizer step",
     "constraints.training": "constraints.training",
     "constraints.generation": "constraints.generation",
     "constraints.modes": "constraints.modes / rl.max_staleness",
     "cluster.size": "the cluster's GPU count",
+    "memory.training": "training memory per GPU",
+    "memory.generation": "generation memory per GPU",
+    "memory.colocated": "colocated memory",
     "constraints.max_price_per_hour_usd": "the price budget",
 }
 
@@ -43,80 +46,92 @@ class Option:
     held: float = 0.0                 # training: state kept during rollout (colocated)
     room: float = 0.0                 # generation: bytes free for training state (colocated)
     what: str = ""
+    dp: int = 0                       # training: the data-parallel degree
 
 
-def _train_options(problem: Problem) -> list[Option]:
-    rl = problem.spec.rl
-    cons = problem.spec.constraints.training
-    gb = max(1, rl.samples // rl.mini_batches)
+def _groups(violations) -> set[str] | None:
+    """The diagnosable groups of a layout's violations; None when it breaks a structural rule
+    (no framework can build it, so it is no option at all)."""
+    groups = {v.group for v in violations}
+    return None if "structure" in groups else groups
+
+
+def _train_options(problem: Problem, deadline: Deadline) -> list[Option]:
     single = len(problem.pools) == 1
     out = []
     for p, pool in enumerate(problem.pools):
-        cap = capacity_bytes(pool, problem.spec.constraints.min_headroom)
-        counts = set(role_gpu_counts(pool, exclusive=single)) | {pool.n_gpus}
-        for n in sorted(counts):
-            for tp in tp_choices(problem, pool, n, training=True):
-                for pp in pp_choices(problem, n // tp):
-                    for cp in (1, 2, 4, 8):
+        cap = capacity_bytes(pool, problem.workload.headroom)
+        for n in role_counts(pool):
+            for tp in divisors(math.gcd(n, max(pool.scaleup_size, 1))):
+                for pp in divisors(n // tp):
+                    if pp > problem.policy.layers:
+                        break
+                    for cp in cp_choices(problem):
                         if (n // tp // pp) % cp:
                             continue
                         dp = n // (tp * pp * cp)
-                        a = problem.policy
-                        for ep in expert_degrees(a, tp, dp, cp):
-                            for zero in ((0, 1, 2, 3) if pp == 1 else (0, 1)):
+                        for ep in expert_degrees(problem, tp, dp, cp):
+                            for zero in zero_stages(pp):
+                                deadline.check("explaining the infeasibility")
                                 lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero_stage=zero, micro_batch=1,
                                                   recompute="full", sequence_parallel=tp > 1)
+                                v = _groups(train_violations(problem, pool, n, lay))
+                                if v is None:
+                                    continue
                                 mem = policy_memory(problem, lay)
                                 _, _, _, resident = train_aux(problem, pool, lay, reference="cpu_offload",
                                                               reward="elsewhere", reward_quant="int4")
                                 need = mem.total + resident
-                                v = set()
                                 if need > cap:
                                     v.add("memory.training")
-                                if gb % dp or "max_gpus" in cons and n > cons["max_gpus"] or not all(
-                                        _allowed(cons, k, getattr(lay, k)) for k in ("tp", "pp", "dp", "cp", "ep",
-                                                                                      "zero_stage")) \
-                                        or not _allowed(cons, "gpus", n):
-                                    v.add("constraints.training")
                                 for mode in ("colocated", "disagg"):
-                                    if mode == "colocated" and n != pool.n_gpus and not single:
+                                    if mode == "disagg" and single and n >= pool.n_gpus:
                                         continue
                                     out.append(Option(p, n, mode, set(v), need, cap, mem.states + resident, 0.0,
                                                       f"tp={tp} pp={pp} cp={cp} dp={dp} ep={ep} ZeRO-{zero} "
-                                                      f"micro_batch=1 full recompute on {n} {pool.gpu.name}"))
+                                                      f"micro_batch=1 full recompute on {n} {pool.gpu.name}", dp))
     return out
 
 
-def _gen_options(problem: Problem) -> list[Option]:
-    rl = problem.spec.rl
-    cons = problem.spec.constraints.generation
-    wb = gen_dtype_bytes(problem)
-    one_seq = rl.prompt_len + rl.response_len.max
+def _gen_options(problem: Problem, deadline: Deadline) -> list[Option]:
+    wl = problem.workload
+    wb = wl.gen_bytes
     single = len(problem.pools) == 1
     out = []
     for p, pool in enumerate(problem.pools):
-        cap = min(capacity_bytes(pool, problem.spec.constraints.min_headroom), engine_cap_bytes(problem, pool))
-        for n in sorted(set(role_gpu_counts(pool, exclusive=single)) | {pool.n_gpus}):
-            for tp in tp_choices(problem, pool, n, training=False):
-                for pp in pp_choices(problem, n // tp, limit=8):
-                    lay = GenLayout(tp=tp, pp=pp, dp=n // (tp * pp))
-                    need = weight_bytes_per_gpu(problem.policy, lay, wb) + gen_other_bytes(problem.policy, lay) + \
-                        one_seq * kv_bytes_per_token_per_gpu(problem.policy, lay, wb)
-                    v = set()
-                    if need > cap:
-                        v.add("memory.generation")
-                    if "max_gpus" in cons and n > cons["max_gpus"] or not _allowed(cons, "gpus", n) or not all(
-                            _allowed(cons, k, getattr(lay, k)) for k in ("tp", "pp", "dp")):
-                        v.add("constraints.generation")
-                    for mode in ("colocated", "disagg"):
-                        out.append(Option(p, n, mode, set(v), need, cap, 0.0, max(0.0, cap - need),
-                                          f"tp={tp} pp={pp} x{lay.dp} on {n} {pool.gpu.name}"))
+        cap = min(capacity_bytes(pool, wl.headroom), engine_cap_bytes(problem, pool))
+        for n in role_counts(pool):
+            for lay in gen_universe(problem, pool, n):
+                deadline.check("explaining the infeasibility")
+                v = _groups(gen_violations(problem, pool, n, lay))
+                if v is None:
+                    continue
+                need = weight_bytes_per_gpu(problem.policy, lay, wb) + gen_other_bytes(problem.policy, lay) + \
+                    wl.seq_max * kv_bytes_per_token_per_gpu(problem.policy, lay, wb)
+                if need > cap:
+                    v.add("memory.generation")
+                for mode in ("colocated", "disagg"):
+                    if mode == "disagg" and single and n >= pool.n_gpus:
+                        continue
+                    out.append(Option(p, n, mode, set(v), need, cap, 0.0, max(0.0, cap - need),
+                                      f"tp={lay.tp} pp={lay.pp} x{lay.dp} on {n} {pool.gpu.name}"))
     return out
 
 
-def diagnose(problem: Problem) -> list[str]:
-    """Reasons, in words with numbers, for which no plan exists."""
-    gens, trains = _gen_options(problem), _train_options(problem)
+def diagnose(problem: Problem, deadline: Deadline | None = None) -> list[str]:
+    """Reasons, in words with numbers, for which no plan exists (the caller has proven that
+    none does; this explains it within what is left of the time limit)."""
+    deadline = deadline or Deadline(None)
+    try:
+        return _diagnose(problem, deadline)
+    except NoAnswerError:
+        return [f"no layout satisfies every constraint (proven by the search); finding which constraints are "
+                f"binding did not finish within the time limit of {deadline.limit_s:g} s: raise --time-limit for "
+                f"the explanation"]
+
+
+def _diagnose(problem: Problem, deadline: Deadline) -> list[str]:
+    gens, trains = _gen_options(problem, deadline), _train_options(problem, deadline)
     if not gens or not trains:
         return ["no legal degrees at all: the policy's heads and layers admit no tensor/pipeline split on these GPUs"]
     # A role none of whose options is clean, with groups every option violates, is a reason
@@ -131,9 +146,7 @@ def diagnose(problem: Problem) -> list[str]:
     A = {k: m.new_bool_var(k) for k in GROUPS}
     x = [m.new_bool_var(f"g{i}") for i in range(len(gens))]
     y = [m.new_bool_var(f"t{i}") for i in range(len(trains))]
-    allowed = problem.spec.constraints.modes or ["colocated", "sync", "async"]
-    if problem.spec.rl.max_staleness == 0:
-        allowed = [k for k in allowed if k != "async"]
+    allowed = modes_allowed(problem)
     mode = {k: m.new_bool_var(k) for k in ("colocated", "sync", "async")}
     m.add_exactly_one(x)
     m.add_exactly_one(y)
@@ -170,11 +183,11 @@ def diagnose(problem: Problem) -> list[str]:
     m.add_assumptions(list(A.values()))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1  # assumption cores need the single-thread search
-    solver.parameters.max_time_in_seconds = 10
+    solver.parameters.max_time_in_seconds = min(10.0, max(deadline.left(), 0.01))
     status = solver.solve(m)
     if status == cp_model.UNKNOWN:
         return [f"no plan fits, and the diagnosis of why did not finish in "
-                f"{solver.parameters.max_time_in_seconds:.0f} s ({len(gens):,} generation and {len(trains):,} "
+                f"{solver.parameters.max_time_in_seconds:.1f} s ({len(gens):,} generation and {len(trains):,} "
                 f"training options); relax constraints or memory settings one at a time to find the binding one"]
     if status != cp_model.INFEASIBLE:
         return ["the combination of the chosen options (reward quantization, placements, memory settings) leaves "
@@ -186,6 +199,13 @@ def diagnose(problem: Problem) -> list[str]:
 
 def _words(problem: Problem, group: str, gens: list[Option], trains: list[Option]) -> str:
     a = problem.policy
+    if group == "rl.batch":
+        gb = problem.workload.global_batch
+        dps = sorted({o.dp for o in trains if "rl.batch" in o.violates})
+        return (f"batch: the {gb} sequences of each optimizer step (rl.prompts_per_step x samples_per_prompt / "
+                f"mini_batches) do not split evenly over the data-parallel degrees these GPU counts allow "
+                f"({', '.join(map(str, dps[:8]))}{' ...' if len(dps) > 8 else ''}); make the batch a multiple of them, "
+                f"or change gpus_per_node / nodes")
     if group == "memory.training":
         best = min(trains, key=lambda t: t.need / t.cap)
         total = sum(p.n_gpus * p.gpu.memory_gb for p in problem.pools)
@@ -197,8 +217,8 @@ def _words(problem: Problem, group: str, gens: list[Option], trains: list[Option
                 f"{best.cap / GB:,.1f} GB is allowed")
     if group == "memory.generation":
         best = min(gens, key=lambda g: g.need / g.cap)
-        seq = problem.spec.rl.prompt_len + problem.spec.rl.response_len.max
-        util = problem.spec.constraints.generation.get("gpu_memory_utilization")
+        seq = problem.workload.seq_max
+        util = problem.workload.engine_share
         why = f" (constraints.generation.gpu_memory_utilization {util}; raise it)" if util is not None else ""
         return (f"generation memory: even {best.what} needs {best.need / GB:,.1f} GB per GPU for the weights and one "
                 f"{seq:,}-token sequence's KV cache where {best.cap / GB:,.1f} GB is allowed{why}")
@@ -221,7 +241,7 @@ def _words(problem: Problem, group: str, gens: list[Option], trains: list[Option
         role = group.split(".")[1]
         cons = getattr(problem.spec.constraints, role)
         return (f"{group} {cons} leaves no {role} layout that fits (legal degrees divide the heads, layers and "
-                f"the batch of {max(1, problem.spec.rl.samples // problem.spec.rl.mini_batches)} sequences)")
+                f"the batch of {problem.workload.global_batch} sequences)")
     if group == "constraints.modes":
         return (f"constraints.modes {problem.spec.constraints.modes or 'all'} with rl.max_staleness "
                 f"{problem.spec.rl.max_staleness} rule out every mode that fits")

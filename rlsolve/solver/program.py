@@ -1,19 +1,48 @@
-"""The CP-SAT program: pick one generation candidate, one training candidate and a mode.
+"""The CP-SAT program.
 
-Built from small modules, each adding its constraints (and, for the pipeline module, the
-step-time terms): world sizes and GPU budget, memory coupling of colocated roles, placement
-of the reference/reward models, pipeline mode. All coefficients are integers from
-`scale` (milliseconds, GB)."""
+Formulation (all coefficients integers from `scale`: milliseconds, GB, milli-dollars):
+
+Precomputed, per role (candidates.py): a table of scored candidates, one row per legal
+layout of that role on a GPU count of a pool, with every number the step needs (time,
+weight-sync terms, memory held or spared during rollout, hosted models). The performance
+model is non-linear in the degrees (ring collectives, bubbles, the decode simulation), so it
+is evaluated in Python once per row instead of being linearised.
+
+Variables:
+- `gen[i]`, `train[j]`, `aux[k]`: one Boolean per table row; exactly one generation and one
+  training row, at most one auxiliary row;
+- `mode[m]`: one Boolean per allowed pipeline mode, exactly one true;
+- integer *degree* variables per role, `gen.tp, gen.pp, gen.dp, gen.ep, gen.gpus,
+  train.tp, train.pp, train.dp, train.cp, train.ep, train.vp, train.zero_stage,
+  train.micro_batch, train.gpus`, and `gpus` (all GPUs used): each is linked to its table by
+  an element constraint (value = sum of row value x row Boolean), so a user's restriction
+  (`constraints.linear`: "generation.gpus >= 2 * training.gpus", "training.tp <= 4") is a
+  linear constraint on them;
+- `step` (ms), `gpus_used`, and for the cost objective `rate` (milli-dollars per hour) and
+  `cost` = rate x step.
+
+Constraints, one module each: world (one row per role, roles of the chosen mode, colocated
+roles on the same pool and count, GPUs per pool), degrees (the element links and the user's
+linear constraints), memory (colocated: what training keeps during rollout fits the KV
+budget its generation row was scored with), placement (each reference/reward model in
+exactly one place), pipeline (the step of the chosen mode, `perf.step.compose_step`),
+price (the budget).
+
+Objective: throughput minimizes the step (tokens per step are fixed), then GPUs used, then a
+simplicity penalty; cost minimizes rate x step."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
+from rlsolve.perf.step import compose_step
 from rlsolve.solver.candidates import Candidates, GenCand, TrainCand
 from rlsolve.solver.scale import time_units
 
 DISAGG = ("sync", "async")
+GEN_DEGREES = ("tp", "pp", "dp", "ep")
+TRAIN_DEGREES = ("tp", "pp", "dp", "cp", "ep", "vp", "zero_stage", "micro_batch")
 
 
 @dataclass
@@ -23,25 +52,28 @@ class Vars:
     aux: dict[int, cp_model.IntVar]
     mode: dict[str, cp_model.IntVar]
     step: cp_model.IntVar
-    sync: cp_model.IntVar
     gpus_used: cp_model.IntVar
+    degrees: dict[str, cp_model.IntVar] = field(default_factory=dict)   # "generation.tp", "training.gpus", "gpus"
     extra: dict = field(default_factory=dict)
 
 
 class Program:
     """`pool_gpus[p]`: GPUs of pool p; `pool_price_milli[p]`: its price per GPU-hour in
-    thousandths of a dollar; `budget_milli`: the price cap per hour (None: no cap)."""
+    thousandths of a dollar; `budget_milli`: the price cap per hour (None: no cap);
+    `linear`: the user's linear constraints (rlsolve.linear.LinearConstraint)."""
 
     def __init__(self, cands: Candidates, modes: list[str], pool_gpus: list[int], aux_models: list[str],
-                 pool_price_milli: list[int] | None = None, budget_milli: int | None = None):
+                 pool_price_milli: list[int] | None = None, budget_milli: int | None = None,
+                 linear: list | None = None):
         self.cands, self.modes, self.aux_models = cands, modes, aux_models
         self.pool_gpus = pool_gpus
         self.n_gpus = sum(pool_gpus)
         self.price = pool_price_milli or [1] * len(pool_gpus)
         self.budget = budget_milli
+        self.linear = linear or []
         self.m = cp_model.CpModel()
         self.v = self._variables()
-        for module in (self._world, self._memory, self._placement, self._pipeline, self._price):
+        for module in (self._world, self._degrees, self._memory, self._placement, self._pipeline, self._price):
             module()
 
     # --- variables -------------------------------------------------------------------------
@@ -57,14 +89,13 @@ class Program:
             max([time_units(c.sync) for c in self.cands.gen] + [time_units(c.send) for c in self.cands.train] + [1]) + 1
         self.horizon = horizon
         step = m.new_int_var(0, horizon, "step_ms")
-        sync = m.new_int_var(0, horizon, "sync_ms")
         used = m.new_int_var(0, self.n_gpus, "gpus_used")
-        return Vars(gen, train, aux, mode, step, sync, used)
+        return Vars(gen, train, aux, mode, step, used)
 
     # --- modules ---------------------------------------------------------------------------
     def _world(self) -> None:
         """One candidate per role, one mode, both roles of that mode; colocated roles on the
-        same pool and GPU count; disaggregated roles within each pool's GPUs."""
+        same pool and GPU count; every pool's GPUs suffice."""
         m, v, c = self.m, self.v, self.cands
         m.add_exactly_one(v.gen.values())
         m.add_exactly_one(v.train.values())
@@ -88,6 +119,25 @@ class Program:
         return (sum(x.gpus * v.gen[x.id] for x in c.gen if x.pool == p) +
                 sum(x.gpus * v.train[x.id] for x in c.train if x.pool == p and x.mode == "disagg") +
                 sum(x.gpus * v.aux[x.id] for x in c.aux if x.pool == p))
+
+    def _degrees(self) -> None:
+        """Integer degree variables, each the element of its role's table picked by the
+        one-hot row Booleans, and the user's linear constraints over them."""
+        m, v, c = self.m, self.v, self.cands
+        tables = [("generation", v.gen, c.gen, lambda x: x.layout, GEN_DEGREES),
+                  ("training", v.train, c.train, lambda x: x.layout, TRAIN_DEGREES)]
+        for role, rows, cands, lay, names in tables:
+            for name in names + ("gpus",):
+                get = (lambda x: x.gpus) if name == "gpus" else (lambda x, n=name: getattr(lay(x), n))
+                values = [get(x) for x in cands] or [0]
+                var = m.new_int_var(min(values + [0]), max(values), f"{role}.{name}")
+                m.add(var == sum(get(x) * rows[x.id] for x in cands))
+                v.degrees[f"{role}.{name}"] = var
+        v.degrees["gpus"] = v.gpus_used
+        for lc in self.linear:
+            lhs = sum(coef * v.degrees[name] for name, coef in lc.terms.items())
+            {"<=": lambda: m.add(lhs <= lc.bound), ">=": lambda: m.add(lhs >= lc.bound),
+             "==": lambda: m.add(lhs == lc.bound)}[lc.op]()
 
     def _price(self) -> None:
         """Dollars per hour of the GPUs used (thousandths), for the cost objective and the budget."""
@@ -116,10 +166,7 @@ class Program:
                   sum(v.aux[x.id] for x in c.aux if a in x.hosts) == 1)
 
     def _pipeline(self) -> None:
-        """Step time per mode (SPEC section 6):
-        colocated: gen + reshard + train side + offload switch;
-        sync:      gen + max(recv, send) + train side;
-        async:     max(gen + recv, train side + max(0, send - recv))."""
+        """The step of the chosen mode, by the composition the performance model uses."""
         m, v, c = self.m, self.v, self.cands
         tg = sum(time_units(x.time) * v.gen[x.id] for x in c.gen)
         # forwards on an auxiliary pool sit between generation and training
@@ -127,17 +174,18 @@ class Program:
             sum(time_units(x.time) * v.aux[x.id] for x in c.aux)
         recv = sum(time_units(x.sync) * v.gen[x.id] for x in c.gen if x.mode == "disagg")
         send = sum(time_units(x.send) * v.train[x.id] for x in c.train if x.mode == "disagg")
-        m.add(v.sync >= recv)
-        m.add(v.sync >= send)
-        if "colocated" in v.mode:
-            m.add(v.step >= tg + tt).only_enforce_if(v.mode["colocated"])
-        if "sync" in v.mode:
-            m.add(v.step >= tg + v.sync + tt).only_enforce_if(v.mode["sync"])
-        if "async" in v.mode:
-            a = v.mode["async"]
-            m.add(v.step >= tg + recv).only_enforce_if(a)
-            m.add(v.step >= tt + send - recv).only_enforce_if(a)
-            m.add(v.step >= tt).only_enforce_if(a)
+        for mode, on in v.mode.items():
+            m.add(v.step >= compose_step(mode, tg, tt, recv, send, maximum=self._max)).only_enforce_if(on)
+
+    def _max(self, *exprs):
+        """A variable at least each expression. compose_step uses its maxima only where the
+        step grows with them, so under minimization this bound is the max itself, and the
+        LP relaxation stays linear (a max-equality made proofs ~100x slower)."""
+        top = 2 * self.horizon
+        var = self.m.new_int_var(-top, top, "max")
+        for e in exprs:
+            self.m.add(var >= e)
+        return var
 
     # --- objective -------------------------------------------------------------------------
     def minimize_step(self) -> None:
@@ -159,7 +207,7 @@ class Program:
 
     @staticmethod
     def _penalty_gen(x: GenCand) -> int:
-        return min(31, {"none": 0, "int8": 1, "int4": 2}[x.reward_quant] + len(x.hosts))
+        return min(31, {"none": 0, "int8": 1, "int4": 2}[x.reward_quant] + len(x.hosts) + (x.layout.ep > 1))
 
     def minimize_cost(self) -> None:
         """Cost: dollars per trained token is (price per hour of the GPUs used) x (step time)
@@ -178,11 +226,16 @@ class Program:
         self.m.add_bool_or([self.v.gen[gen_id].Not(), self.v.train[train_id].Not()])
 
 
-def run(program: Program, time_limit_s: float, workers: int, deterministic: bool) -> tuple[cp_model.CpSolver, int]:
+def run(program: Program, time_limit_s: float, workers: int, deterministic: bool,
+        deterministic_time: float | None = None) -> tuple[cp_model.CpSolver, int]:
     """Solve. Deterministic mode: a fixed seed, then a second solve that fixes the optimal
     objective and picks the lowest-numbered optimal pair, so the plan never depends on which
-    worker thread finished first (CP-SAT's own parallel search is not reproducible)."""
+    worker thread finished first (CP-SAT's own parallel search is not reproducible).
+    `deterministic_time`: also stop after this much of CP-SAT's deterministic time, a limit
+    that, unlike the wall clock, gives the same answer under any load."""
     solver = _solver(time_limit_s, workers)
+    if deterministic_time is not None:
+        solver.parameters.max_deterministic_time = deterministic_time
     status = solver.solve(program.m)
     if not deterministic or status != cp_model.OPTIMAL:
         return solver, status
@@ -225,5 +278,5 @@ def _solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
     p = solver.parameters
     p.num_workers = workers
     p.random_seed = 7
-    p.max_time_in_seconds = time_limit_s
+    p.max_time_in_seconds = max(time_limit_s, 0.001)
     return solver

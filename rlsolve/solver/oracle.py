@@ -1,0 +1,237 @@
+"""The exhaustive oracle: the best plan of a small instance found by trying every legal plan.
+
+Independent of the solver's candidate tables and of its CP-SAT formulation: it takes every
+layout of the rule table's universes without violations (rules.py), on every GPU count of
+every pool, with every placement, quantization, offload and KV-budget choice, and drops
+nothing by dominance. Each side is
+scored by the performance model and each plan composed by `perf.step.compose_step` in the
+program's integer units, so the oracle's optimum and the solver's must be equal to the
+millisecond. Exponential in the instance size: for tests and benchmarks/oracle.py only."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from rlsolve.perf.hw import device
+from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, engine_release_time, gen_side,
+                               policy_memory, recv_time, send_time, sync_time, train_aux, train_core)
+from rlsolve.resolve import Problem
+from rlsolve.solver.rules import (aux_models, gen_universe, gen_violations, modes_allowed, role_counts,
+                                  train_shapes, train_universe, train_violations)
+from rlsolve.solver.scale import mem_units_up, time_units
+
+
+@dataclass(frozen=True)
+class Side:
+    """One scored role: its pool, GPUs, integer terms and the models it hosts."""
+
+    pool: int
+    gpus: int
+    time_ms: int
+    sync_ms: int = 0           # engines: receive time (disaggregated); trainers: send time
+    hosts: frozenset = frozenset()
+    held_gb: int = 0           # colocated trainers: memory kept during rollout
+    what: tuple = ()
+
+
+def _fastest(sides: list[Side]) -> list[Side]:
+    """Of sides that agree on everything but their time, the fastest: an exact reduction (the
+    slower one can be swapped for it in any plan), unlike the solver's dominance rules."""
+    best: dict[tuple, Side] = {}
+    for x in sides:
+        key = (x.pool, x.gpus, x.sync_ms, x.hosts, x.held_gb)
+        if key not in best or x.time_ms < best[key].time_ms:
+            best[key] = x
+    return list(best.values())
+
+
+def _train_layouts(problem: Problem, p: int, n: int):
+    """Every legal training layout on n GPUs of pool p: the rule table's universe, filtered
+    by its violations (the universe's completeness has its own test against plain divisor
+    loops: tests/test_solver_space.py)."""
+    pool = problem.pools[p]
+    for m, tp, pp, cp, dp in train_shapes(problem, pool):
+        if m == n:
+            for lay in train_universe(problem, pool, n, tp, pp, cp, dp):
+                if not train_violations(problem, pool, n, lay):
+                    yield lay
+
+
+def _placements(problem: Problem, colocated: bool, several_pools: bool):
+    """(reference placement, reward on training?, quantization) of the training side."""
+    refs = ["none"] if problem.reference is None else ["training", "cpu_offload"] + (
+        [] if colocated and not several_pools else ["elsewhere"])
+    rewards = [False] if problem.reward is None else [True] + ([] if colocated and not several_pools else [False])
+    for ref in refs:
+        for on_train in rewards:
+            for q in (["none", "int8", "int4"] if on_train else ["none"]):
+                yield ref, on_train, q
+
+
+def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
+    out = []
+    several = len(problem.pools) > 1
+    for p, pool in enumerate(problem.pools):
+        cap = capacity_bytes(pool, problem.workload.headroom)
+        dev = device(pool, problem.workload.precision, problem.profile)
+        cache: dict = {}  # memoizes the model's passes by their degrees, as the solver does
+        for n in role_counts(pool):
+            for lay in _train_layouts(problem, p, n):
+                mem = policy_memory(problem, lay)
+                if mem.total > cap:
+                    continue
+                t, _, old = train_core(problem, pool, lay, mem, cache=cache)
+                for ref, on_train, q in _placements(problem, colocated, several):
+                    ref_t, rew_t, val_t, resident = train_aux(problem, pool, lay, reference=ref,
+                                                              reward="training" if on_train else "elsewhere",
+                                                              reward_quant=q, cache=cache)
+                    if mem.total + resident > cap:
+                        continue
+                    hosts = frozenset([x for x, on in (("reference", ref in ("training", "cpu_offload")),
+                                                       ("reward", on_train)) if on])
+                    core = t.total + old + ref_t + rew_t + val_t
+                    states = mem.states + resident
+                    if colocated:
+                        for off in (False, True):
+                            switch = 2 * dev.pcie_time(states) if off else 0.0
+                            out.append(Side(p, n, time_units(core + switch), 0, hosts,
+                                            0 if off else mem_units_up(states), (lay, ref, q, off)))
+                    else:
+                        out.append(Side(p, n, time_units(core), time_units(send_time(problem, pool, n)), hosts, 0,
+                                        (lay, ref, q)))
+    return _fastest(out)
+
+
+def _gen_layouts(problem: Problem, p: int, n: int):
+    pool = problem.pools[p]
+    for lay in gen_universe(problem, pool, n):
+        if not gen_violations(problem, pool, n, lay):
+            yield lay
+
+
+def _gen_sides(problem: Problem) -> list[Side]:
+    """Disaggregated engines with every choice of the models they host."""
+    out = []
+    variants = [(frozenset(), "none")]
+    if problem.reference is not None:
+        variants.append((frozenset({"reference"}), "none"))
+    if problem.reward is not None:
+        for q in ("none", "int8", "int4"):
+            variants.append((frozenset({"reward"}), q))
+            if problem.reference is not None:
+                variants.append((frozenset({"reference", "reward"}), q))
+    for p, pool in enumerate(problem.pools):
+        for n in role_counts(pool):
+            for lay in _gen_layouts(problem, p, n):
+                for hosts, q in variants:
+                    aux = tuple((h, getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
+                    side = gen_side(problem, pool, lay, aux_models=aux)
+                    if side.fits:
+                        out.append(Side(p, n, time_units(side.time), time_units(recv_time(problem, pool, lay)), hosts,
+                                        0, (lay, q)))
+    return _fastest(out)
+
+
+def _coloc_gen(problem: Problem, p: int, n: int, level_gb: int, cache: dict) -> list[int]:
+    """Integer generation terms of every engine layout on (pool, n) with `level_gb` held by
+    training (the KV budget the program scores colocated engines with)."""
+    key = (p, n, level_gb)
+    if key not in cache:
+        pool = problem.pools[p]
+        terms = []
+        for lay in _gen_layouts(problem, p, n):
+            side = gen_side(problem, pool, lay, reserved=level_gb * 1e9)
+            if side.fits:
+                sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
+                terms.append(time_units(side.time + engine_release_time(side) + sync))
+        cache[key] = terms
+    return cache[key]
+
+
+def _aux_sides(problem: Problem) -> list[Side | None]:
+    out: list[Side | None] = [None]
+    if len(problem.pools) < 2:
+        return out
+    names = aux_models(problem)
+    for p, pool in enumerate(problem.pools):
+        for k in range(1, len(names) + 1):
+            for hosts in map(frozenset, combinations(names, k)):
+                for q in (("none", "int8", "int4") if "reward" in hosts else ("none",)):
+                    for n in role_counts(pool):
+                        side = aux_side(problem, pool, n, hosts, q)
+                        if side.fits:
+                            out.append(Side(p, n, time_units(side.time), 0, hosts, 0, (q,)))
+    return out
+
+
+def oracle(problem: Problem, objective: str = "throughput") -> int | None:
+    """The optimal objective in the program's integer units (step ms for throughput,
+    milli-dollars per hour x ms for cost), or None when no plan exists."""
+    models = aux_models(problem)
+    modes = modes_allowed(problem)
+    sizes = [p.n_gpus for p in problem.pools]
+    price = [round(p.price_per_gpu_hour_usd * 1000) for p in problem.pools]
+    budget = problem.spec.constraints.max_price_per_hour_usd
+    budget_milli = None if budget is None else int(budget * 1000)
+    auxes = _aux_sides(problem)
+    best = math.inf
+
+    def homed(*hosts: frozenset) -> bool:
+        return all(sum(m in h for h in hosts) == 1 for m in models)
+
+    def consider(step: int, used: list[int]) -> None:
+        nonlocal best
+        if any(u > s for u, s in zip(used, sizes)):
+            return
+        rate = sum(u * pr for u, pr in zip(used, price))
+        if budget_milli is not None and rate > budget_milli:
+            return
+        best = min(best, step * rate if objective == "cost" else step)
+
+    if "colocated" in modes:
+        cache: dict = {}
+        for t in _train_sides(problem, colocated=True):
+            for a in auxes:
+                if not homed(t.hosts, a.hosts if a else frozenset()):
+                    continue
+                terms = _coloc_gen(problem, t.pool, t.gpus, t.held_gb, cache)
+                if not terms:
+                    continue
+                used = [0] * len(sizes)
+                used[t.pool] += t.gpus
+                if a:
+                    used[a.pool] += a.gpus
+                tt = t.time_ms + (a.time_ms if a else 0)
+                consider(compose_step("colocated", min(terms), tt, 0, 0), used)
+    disagg = [m for m in modes if m != "colocated"]
+    gens = _gen_sides(problem) if disagg else []
+    trains = _train_sides(problem, colocated=False) if gens else []
+    if trains:
+        bit = {m: 1 << i for i, m in enumerate(models)}
+        full = sum(bit.values())
+        mask = (lambda hosts: sum(bit[m] for m in hosts))
+        g = {k: np.array([getattr(x, k) for x in gens], dtype=np.int64) for k in ("pool", "gpus", "time_ms", "sync_ms")}
+        t = {k: np.array([getattr(x, k) for x in trains], dtype=np.int64) for k in ("pool", "gpus", "time_ms", "sync_ms")}
+        g_h = np.array([mask(x.hosts) for x in gens])[None, :]
+        t_h = np.array([mask(x.hosts) for x in trains])[:, None]
+        for a in auxes:
+            a_h = mask(a.hosts) if a else 0
+            homed = ((g_h | t_h | a_h) == full) & ((g_h & t_h) == 0) & ((g_h & a_h) == 0) & ((t_h & a_h) == 0)
+            used = [(g["pool"] == q)[None, :] * g["gpus"][None, :] + (t["pool"] == q)[:, None] * t["gpus"][:, None]
+                    + (a.gpus if a and a.pool == q else 0) for q in range(len(sizes))]
+            ok = homed & np.logical_and.reduce([u <= size for u, size in zip(used, sizes)])
+            rate = sum(u * pr for u, pr in zip(used, price))
+            if budget_milli is not None:
+                ok &= rate <= budget_milli
+            if not ok.any():
+                continue
+            tt = (t["time_ms"] + (a.time_ms if a else 0))[:, None]
+            for mode in disagg:
+                steps = compose_step(mode, g["time_ms"][None, :], tt, g["sync_ms"][None, :], t["sync_ms"][:, None],
+                                     maximum=np.maximum)
+                value = steps * rate if objective == "cost" else steps
+                best = min(best, int(value[ok].min()))
+    return None if best == math.inf else int(best)

@@ -1,0 +1,418 @@
+"""What a layout is and what makes it legal: the one rule table.
+
+A role's layout is a tuple of degrees on a number of GPUs of one pool. For each role this
+module gives the *universe* (every tuple the search considers: all degrees that the
+parallel groups can be built from on those GPUs) and the *violations* of a tuple (each rule
+it breaks, with the constraint group the diagnosis reports and a message naming the field
+and the fix). Candidate enumeration, `estimate` (a user's layout), the plan validator, the
+infeasibility diagnosis and the exhaustive oracle all ask these functions; none keeps a copy
+of a rule.
+
+Groups: `structure` (a layout no framework can build: divisibility, world sizes, domains),
+`rl.batch` (the batch per optimizer step does not split over the data-parallel ranks),
+`constraints.training` / `constraints.generation` / `constraints.modes` (the user's),
+`cluster.size`, and the memory groups that the performance model decides
+(`memory.training`, `memory.generation`, `memory.colocated`)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Iterable, Iterator
+
+from rlsolve.errors import SpecError
+from rlsolve.perf.generate import GenLayout
+from rlsolve.perf.train import TrainLayout
+from rlsolve.resolve import PoolHW, Problem
+
+MODES = ("colocated", "sync", "async")
+RECOMPUTE = ("none", "selective", "full")
+CP_DEGREES = (1, 2, 4, 8)          # context parallel degrees searched unless the constraints name others
+GEN_KEYS = ("tp", "pp", "dp", "ep")
+TRAIN_KEYS = ("tp", "pp", "dp", "cp", "ep", "vp", "zero_stage", "micro_batch", "recompute")
+
+
+@dataclass(frozen=True)
+class Violation:
+    group: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@lru_cache(maxsize=8192)
+def divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
+
+
+# --- user constraints (one allowed value or a list) ---------------------------------------
+
+def allowed(cons: dict[str, Any], key: str, value: Any) -> bool:
+    if key not in cons:
+        return True
+    want = cons[key]
+    return value in want if isinstance(want, (list, tuple, set)) else value == want
+
+
+def asked(cons: dict[str, Any], key: str) -> list:
+    """The values a constraint names (empty when it names none)."""
+    want = cons.get(key, [])
+    return list(want) if isinstance(want, (list, tuple, set)) else [want]
+
+
+def _user(role: str, cons: dict[str, Any], values: dict[str, Any], n: int | None) -> list[Violation]:
+    """The user's allowed values; `n` None: the GPU count is checked elsewhere."""
+    group = f"constraints.{role}"
+    out = [Violation(group, f"constraints.{role}.{k}", f"{k}={v} is not allowed (allowed: {cons[k]})")
+           for k, v in values.items() if not allowed(cons, k, v)]
+    if n is None:
+        return out
+    if "max_gpus" in cons and n > cons["max_gpus"]:
+        out.append(Violation(group, f"constraints.{role}.max_gpus", f"{n} GPUs exceed max_gpus {cons['max_gpus']}"))
+    if not allowed(cons, "gpus", n):
+        out.append(Violation(group, f"constraints.{role}.gpus", f"{n} GPUs is not allowed (allowed: {cons['gpus']})"))
+    return out
+
+
+# --- GPU counts ---------------------------------------------------------------------------
+
+def role_counts(pool: PoolHW) -> list[int]:
+    """Legal GPU counts of one role in a pool: whole nodes, or a divisor of a node's GPUs
+    (a role smaller than a node stays inside it)."""
+    g = pool.gpus_per_node
+    return sorted(set(d for d in divisors(g) if d < g) | {k * g for k in range(1, pool.nodes + 1)})
+
+
+def count_ok(pool: PoolHW, n: int) -> bool:
+    g = pool.gpus_per_node
+    return 0 < n <= pool.n_gpus and (n % g == 0 if n >= g else g % n == 0)
+
+
+def count_user_violations(problem: Problem, role: str, n: int) -> list[Violation]:
+    """The user's constraints on a role's GPU count (gpus, max_gpus)."""
+    return _user(role, getattr(problem.spec.constraints, role), {}, n)
+
+
+def count_violations(pool: PoolHW, n: int, role: str) -> list[Violation]:
+    if n > pool.n_gpus:
+        return [Violation("cluster.size", f"resource_allocation.{role}.gpus",
+                          f"{n} GPUs requested, pool {pool.name!r} has {pool.n_gpus}")]
+    if not count_ok(pool, n):
+        return [Violation("structure", f"resource_allocation.{role}.gpus",
+                          f"{n} GPUs is neither whole {pool.gpus_per_node}-GPU nodes nor a divisor of one node; "
+                          f"use one of {role_counts(pool)[:8]}")]
+    return []
+
+
+# --- tensor parallelism (both roles) ------------------------------------------------------
+
+def _tp_violations(problem: Problem, pool: PoolHW, tp: int, role: str, cons: dict[str, Any], user: bool
+                   ) -> list[Violation]:
+    """`user=False` (a layout someone wrote): its TP degree is named, so it may span nodes."""
+    a = problem.policy
+    f = f"parallelism.{role}.tp"
+    out = []
+    if a.heads % tp:
+        out.append(Violation("structure", f, f"tp={tp} does not divide the {a.heads} attention heads of {a.name}; "
+                             f"use one of {[d for d in divisors(a.heads) if d <= 64]}"))
+    elif role == "training" and not a.is_mla and a.n_kv_heads % tp and tp % a.n_kv_heads:
+        out.append(Violation("structure", f, f"tp={tp}: Megatron needs the {a.n_kv_heads} query groups divisible by tp "
+                             f"(or tp a multiple of them)"))
+    domain = max(pool.scaleup_size, 1)
+    if user and domain % tp and tp not in asked(cons, "tp"):
+        out.append(Violation("structure", f, f"tp={tp} groups would cross the {domain}-GPU NVLink domain (tp must "
+                             f"divide it); name it in constraints.{role}.tp to allow it"))
+    return out
+
+
+def _tp_universe(problem: Problem, pool: PoolHW, n: int, cons: dict[str, Any]) -> list[int]:
+    extra = {t for t in asked(cons, "tp") if n % t == 0}
+    return sorted(set(divisors(math.gcd(n, max(pool.scaleup_size, 1)))) | extra)
+
+
+# --- generation ---------------------------------------------------------------------------
+
+def gen_ep_choices(problem: Problem, tp: int) -> list[int]:
+    """vLLM's expert parallelism inside a replica (enable_expert_parallel): the experts are
+    spread whole over the replica's tp ranks instead of TP-sharded."""
+    a = problem.policy
+    return [1] + ([tp] if a.is_moe and tp > 1 and a.experts % tp == 0 else [])
+
+
+def gen_universe(problem: Problem, pool: PoolHW, n: int) -> Iterator[GenLayout]:
+    cons = problem.spec.constraints.generation
+    for tp in _tp_universe(problem, pool, n, cons):
+        for pp in divisors(n // tp):
+            if pp > problem.policy.layers:
+                break
+            for ep in gen_ep_choices(problem, tp):
+                yield GenLayout(tp=tp, pp=pp, dp=n // (tp * pp), ep=ep)
+
+
+def gen_violations(problem: Problem, pool: PoolHW, n: int, lay: GenLayout, *, user: bool = True) -> list[Violation]:
+    """Rules of an engine layout on n GPUs of `pool` (memory is the performance model's)."""
+    a = problem.policy
+    cons = problem.spec.constraints.generation
+    out = count_violations(pool, n, "generation")
+    if lay.tp * lay.pp * lay.dp != n:
+        out.append(Violation("structure", "parallelism.generation", f"tp*pp*dp = {lay.tp * lay.pp * lay.dp} but "
+                             f"resource_allocation.generation.gpus = {n}; make them equal"))
+    out += _tp_violations(problem, pool, lay.tp, "generation", cons, user)
+    if lay.pp > a.layers:
+        out.append(Violation("structure", "parallelism.generation.pp", f"pp={lay.pp} exceeds the {a.layers} layers"))
+    if lay.ep not in gen_ep_choices(problem, lay.tp):
+        out.append(Violation("structure", "parallelism.generation.ep",
+                             f"ep={lay.ep}: an engine's expert parallelism spans its tp ranks (ep 1 or ep = tp) and "
+                             f"needs an MoE policy whose experts it divides"))
+    if user:
+        out += _user("generation", cons, {k: getattr(lay, k) for k in GEN_KEYS}, n)
+    return out
+
+
+# --- training -----------------------------------------------------------------------------
+
+def expert_degrees(problem: Problem, tp: int, dp: int, cp: int) -> list[int]:
+    """EP degrees dividing the experts and the ranks: inside dp*cp (experts TP-sharded like
+    the dense layers), or folded over the TP ranks too (experts whole, expert TP = 1)."""
+    a = problem.policy
+    if not a.is_moe:
+        return [1]
+    return [e for e in divisors(tp * dp * cp) if a.experts % e == 0]
+
+
+def zero_stages(pp: int) -> tuple[int, ...]:
+    """ZeRO stages a framework runs with these degrees: Megatron's distributed optimizer
+    (stage 1) or none with pipelines; FSDP/DeepSpeed stages 0-3 without."""
+    return (0, 1, 2, 3) if pp == 1 else (0, 1)
+
+
+def vp_choices(problem: Problem, pp: int) -> list[int]:
+    """Interleaved virtual stages: any count that splits each stage's layers evenly."""
+    if pp == 1:
+        return [1]
+    L = problem.policy.layers
+    return [v for v in divisors(L) if L % (pp * v) == 0] if L % pp == 0 else [1]
+
+
+def cp_choices(problem: Problem) -> list[int]:
+    cons = problem.spec.constraints.training
+    return sorted(set(CP_DEGREES) | set(asked(cons, "cp")))
+
+
+def train_shapes(problem: Problem, pool: PoolHW) -> Iterator[tuple[int, int, int, int, int]]:
+    """(GPUs, tp, pp, cp, dp) for every training count of the pool: tp inside the domain
+    (or named), any pipeline degree up to the layers (uneven stages allowed), the searched
+    CP degrees, and a data-parallel degree that divides the global batch. Built from the
+    degrees rather than from the counts, so a pool of thousands of nodes costs no more than
+    its divisors."""
+    cons = problem.spec.constraints.training
+    gb = problem.workload.global_batch
+    L = problem.policy.layers
+    tps = sorted(set(divisors(max(pool.scaleup_size, 1))) | set(asked(cons, "tp")))
+    for tp in tps:
+        for pp in range(1, L + 1):
+            for cp in cp_choices(problem):
+                m = tp * pp * cp
+                if m > pool.n_gpus:
+                    break
+                for dp in divisors(gb):
+                    n = m * dp
+                    if n > pool.n_gpus:
+                        break
+                    if count_ok(pool, n):
+                        yield n, tp, pp, cp, dp
+
+
+def train_bases(problem: Problem, tp: int, pp: int, cp: int, dp: int) -> Iterator[tuple[int, int, int]]:
+    """(ep, vp, ZeRO stage) of every training layout with these degrees."""
+    for ep in expert_degrees(problem, tp, dp, cp):
+        for vp in vp_choices(problem, pp):
+            for zero in zero_stages(pp):
+                yield ep, vp, zero
+
+
+def micro_batches(problem: Problem, dp: int) -> tuple[int, ...]:
+    """Micro-batch sizes that split each rank's share of the global batch, smallest first."""
+    gb = problem.workload.global_batch
+    return divisors(gb // dp) if gb % dp == 0 else ()
+
+
+def train_universe(problem: Problem, pool: PoolHW, n: int, tp: int, pp: int, cp: int, dp: int
+                   ) -> Iterator[TrainLayout]:
+    """Every training layout with these degrees (the enumeration walks the same space by
+    train_bases x micro_batches x RECOMPUTE, stopping early where memory runs out)."""
+    for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+        for mb in micro_batches(problem, dp):
+            for rec in RECOMPUTE:
+                yield TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
+                                  micro_batch=mb, recompute=rec, sequence_parallel=tp > 1)
+
+
+def train_shape_violations(problem: Problem, pool: PoolHW, n: int, tp: int, pp: int, cp: int, dp: int, *,
+                           user: bool = True) -> list[Violation]:
+    """The rules of a training layout's GPU count and tp/pp/cp/dp degrees."""
+    a = problem.policy
+    cons = problem.spec.constraints.training
+    f = "parallelism.training"
+    out = count_violations(pool, n, "training")
+    if tp * pp * cp * dp != n:
+        out.append(Violation("structure", f, f"tp*pp*cp*dp = {tp * pp * cp * dp} but "
+                             f"resource_allocation.training.gpus = {n}; make them equal"))
+    out += _tp_violations(problem, pool, tp, "training", cons, user)
+    if pp > a.layers:
+        out.append(Violation("structure", f + ".pp", f"pp={pp} exceeds the {a.layers} layers"))
+    if user and cp not in cp_choices(problem):
+        out.append(Violation("structure", f + ".cp", f"cp={cp} is not searched; name it in constraints.training.cp "
+                             f"(searched: {cp_choices(problem)})"))
+    if user:
+        out += _user("training", cons, {"tp": tp, "pp": pp, "cp": cp, "dp": dp}, n)
+    return out
+
+
+def train_layout_violations(problem: Problem, lay: TrainLayout, *, user: bool = True) -> list[Violation]:
+    """The rules of a training layout's other choices (ep, vp, ZeRO, micro-batch, recompute)."""
+    a = problem.policy
+    cons = problem.spec.constraints.training
+    gb = problem.workload.global_batch
+    f = "parallelism.training"
+    out = []
+    if lay.ep > 1 and (not a.is_moe or a.experts % lay.ep or (lay.tp * lay.dp * lay.cp) % lay.ep):
+        out.append(Violation("structure", f + ".ep", f"ep={lay.ep} must divide the experts ({a.experts}) and "
+                             f"tp*dp*cp ({lay.tp * lay.dp * lay.cp})"))
+    if lay.vp > 1 and (lay.pp == 1 or a.layers % (lay.pp * lay.vp)):
+        out.append(Violation("structure", f + ".vp", f"vp={lay.vp} needs pp > 1 and the layers ({a.layers}) "
+                             f"divisible by pp*vp"))
+    if lay.zero_stage not in zero_stages(lay.pp):
+        out.append(Violation("structure", f + ".zero_stage", f"ZeRO-{lay.zero_stage} with pp={lay.pp}: pipelines run "
+                             f"with Megatron's distributed optimizer (ZeRO 0 or 1)"))
+    if gb % (lay.dp * lay.micro_batch):
+        out.append(Violation("rl.batch", f + ".micro_batch", f"the global batch of {gb} sequences "
+                             f"(rl.prompts_per_step x samples_per_prompt / mini_batches) is not divisible by "
+                             f"dp*micro_batch = {lay.dp * lay.micro_batch}"))
+    if user:
+        out += _user("training", cons, {k: getattr(lay, k) for k in ("ep", "vp", "zero_stage", "micro_batch",
+                                                                      "recompute")}, None)
+    return out
+
+
+def train_violations(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout, *, user: bool = True
+                     ) -> list[Violation]:
+    """Every rule of a training layout on n GPUs of `pool` (memory is the performance model's)."""
+    return (train_shape_violations(problem, pool, n, lay.tp, lay.pp, lay.cp, lay.dp, user=user)
+            + train_layout_violations(problem, lay, user=user))
+
+
+# --- the step: modes, placement, pools ----------------------------------------------------
+
+def modes_allowed(problem: Problem) -> list[str]:
+    allowed_modes = problem.spec.constraints.modes or list(MODES)
+    if problem.workload.max_staleness == 0:
+        allowed_modes = [m for m in allowed_modes if m != "async"]
+    return [m for m in MODES if m in allowed_modes]
+
+
+def mode_violations(problem: Problem, mode: str) -> list[Violation]:
+    if mode == "async" and problem.workload.max_staleness == 0:
+        return [Violation("constraints.modes", "pipeline.mode", "async overlap needs rl.max_staleness >= 1")]
+    if mode not in modes_allowed(problem):
+        return [Violation("constraints.modes", "pipeline.mode",
+                          f"{mode} is not in constraints.modes {problem.spec.constraints.modes}")]
+    return []
+
+
+def aux_models(problem: Problem) -> list[str]:
+    """The forward-only models that need a home (the reward only when it is a model)."""
+    return [n for n in ("reference", "reward") if getattr(problem, n) is not None]
+
+
+def placement_violations(problem: Problem, mode: str, reference: str, reward: str, has_aux_group: bool
+                         ) -> list[Violation]:
+    """Where the reference and reward models may run in this mode."""
+    out = []
+    f = "placement"
+    if problem.reference is None and reference != "none":
+        out.append(Violation("structure", f + ".reference", "the spec has no reference model; set placement.reference: none"))
+    if problem.reference is not None and reference not in ("training", "cpu_offload", "generation", "auxiliary"):
+        out.append(Violation("structure", f + ".reference", "the spec has a reference model; place it "
+                             "(training | cpu_offload | generation | auxiliary)"))
+    if problem.reward is None and reward != "cpu":
+        out.append(Violation("structure", f + ".reward", "the reward is rule-based; set placement.reward: cpu"))
+    if problem.reward is not None and reward not in ("training", "generation", "auxiliary"):
+        out.append(Violation("structure", f + ".reward", "place the reward model on training, generation or auxiliary"))
+    if mode == "colocated" and "generation" in (reference, reward):
+        out.append(Violation("structure", f, "colocated roles share GPUs; use placement 'training'"))
+    if "auxiliary" in (reference, reward) and not has_aux_group:
+        out.append(Violation("structure", "resource_allocation.auxiliary",
+                             "placement 'auxiliary' needs resource_allocation.auxiliary {pool, gpus}"))
+    return out
+
+
+def pool_use_violations(problem: Problem, mode: str, uses: Iterable[tuple[str, PoolHW, int]]) -> list[Violation]:
+    """GPUs per pool: colocated roles share theirs, every other role has its own.
+    `uses`: (role, pool, GPUs) of generation, training and the auxiliary group."""
+    uses = list(uses)
+    out = []
+    by_role = {r: (p, n) for r, p, n in uses}
+    if mode == "colocated" and "generation" in by_role and "training" in by_role:
+        (pg, ng), (pt, nt) = by_role["generation"], by_role["training"]
+        if pg is not pt or ng != nt:
+            out.append(Violation("structure", "resource_allocation",
+                                 "colocated roles share the same GPUs; give both the same pool and count"))
+    used: dict[str, int] = {}
+    pools: dict[str, PoolHW] = {}
+    for role, pool, n in uses:
+        if mode == "colocated" and role == "training":
+            continue
+        used[pool.name] = used.get(pool.name, 0) + n
+        pools[pool.name] = pool
+    for name, n in used.items():
+        if n > pools[name].n_gpus:
+            out.append(Violation("cluster.size", "resource_allocation",
+                                 f"{n} GPUs used in pool {name!r}, which has {pools[name].n_gpus}"))
+    return out
+
+
+# --- a whole layout (a plan, or one a user wrote) -----------------------------------------
+
+def pool_named(problem: Problem, name: str, field: str) -> PoolHW:
+    for p in problem.pools:
+        if p.name == name:
+            return p
+    if len(problem.pools) == 1:  # a single-pool layout may name its pool anything
+        return problem.pools[0]
+    raise SpecError(f"unknown pool {name!r}; the cluster's pools: {', '.join(p.name for p in problem.pools)}",
+                    field=field)
+
+
+def role_layouts(lay) -> tuple[GenLayout, TrainLayout]:
+    """The perf model's layouts of a plan's (or user's) Layout sections."""
+    g, t = lay.parallelism.generation, lay.parallelism.training
+    return (GenLayout(tp=g.tp, pp=g.pp, dp=g.dp, ep=g.ep),
+            TrainLayout(tp=t.tp, pp=t.pp, dp=t.dp, cp=t.cp, ep=t.ep, vp=t.vp, zero_stage=t.zero_stage,
+                        micro_batch=t.micro_batch, recompute=t.recompute, sequence_parallel=t.sequence_parallel))
+
+
+def layout_violations(problem: Problem, lay, *, user: bool = True) -> list[Violation]:
+    """Every rule of a whole layout: both roles, the mode, the placement and the GPUs per
+    pool. `user=False` leaves out the user's constraints (estimate scores what it is given)
+    and lets a layout name a TP degree beyond the NVLink domain."""
+    ra = lay.resource_allocation
+    pg = pool_named(problem, ra.generation.pool, "layout.resource_allocation.generation.pool")
+    pt = pool_named(problem, ra.training.pool, "layout.resource_allocation.training.pool")
+    g, t = role_layouts(lay)
+    mode = lay.pipeline.mode
+    out = gen_violations(problem, pg, ra.generation.gpus, g, user=user) + \
+        train_violations(problem, pt, ra.training.gpus, t, user=user)
+    out += mode_violations(problem, mode) if user else [v for v in mode_violations(problem, mode)
+                                                         if "max_staleness" in v.message]
+    pl = lay.placement
+    out += placement_violations(problem, mode, pl.reference, pl.reward, ra.auxiliary is not None)
+    uses = [("generation", pg, ra.generation.gpus), ("training", pt, ra.training.gpus)]
+    if ra.auxiliary is not None:
+        uses.append(("auxiliary", pool_named(problem, ra.auxiliary.pool, "layout.resource_allocation.auxiliary.pool"),
+                     ra.auxiliary.gpus))
+    out += pool_use_violations(problem, mode, uses)
+    return out

@@ -1,0 +1,62 @@
+"""The RL step's derived quantities, computed once from the spec.
+
+`perf/` reads these (with the architectures and the device), never the spec itself, and the
+solver, the exports and the reports read the same numbers, so a quantity such as "samples
+per mini-batch" has one definition."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Workload:
+    prompts: int              # prompts per step
+    samples: int              # responses per step (prompts x samples_per_prompt)
+    prompt_len: int           # tokens
+    response_mean: float      # tokens, mean generated length
+    response_max: int         # tokens, the length cap
+    mini_batches: int         # optimizer steps per epoch
+    ppo_epochs: int
+    max_staleness: int
+    lora_rank: int            # 0: full fine-tuning
+    precision: str            # bf16 | fp8
+    headroom: float           # fraction of each GPU's memory kept free
+    engine_share: float | None  # the engine's gpu_memory_utilization (None: what fits)
+
+    @property
+    def seq_mean(self) -> float:
+        """Mean trained sequence: prompt plus mean response (times and throughput)."""
+        return self.prompt_len + self.response_mean
+
+    @property
+    def seq_max(self) -> int:
+        """Longest sequence: prompt plus the response cap (memory is sized for it)."""
+        return self.prompt_len + self.response_max
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step (samples per mini-batch)."""
+        return max(1, self.samples // self.mini_batches)
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self.mini_batches * self.ppo_epochs
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Trained tokens per step (SPEC section 4)."""
+        return self.samples * self.seq_mean
+
+    @property
+    def gen_bytes(self) -> float:
+        """Rollout weights and KV cache: FP8 when the spec asks for fp8, else 16-bit."""
+        return 1.0 if self.precision == "fp8" else 2.0
+
+
+def workload_of(spec) -> Workload:
+    rl, model, cons = spec.rl, spec.model, spec.constraints
+    return Workload(prompts=rl.prompts_per_step, samples=rl.samples, prompt_len=rl.prompt_len,
+                    response_mean=rl.response_len.mean_tokens, response_max=rl.response_len.max,
+                    mini_batches=rl.mini_batches, ppo_epochs=rl.ppo_epochs, max_staleness=rl.max_staleness,
+                    lora_rank=model.lora_rank, precision=model.precision, headroom=cons.min_headroom,
+                    engine_share=cons.generation.get("gpu_memory_utilization"))

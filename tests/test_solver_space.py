@@ -1,0 +1,280 @@
+"""The solver's optimum against an exhaustive oracle over the whole legal space, monotonicity
+in hardware, and a property test for every dominance rule the enumeration prunes with."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import rlsolve
+from rlsolve.errors import InfeasibleError, NoAnswerError
+from rlsolve.perf.generate import GenLayout
+from rlsolve.perf.step import gen_side, policy_memory, train_core
+from rlsolve.perf.train import TrainLayout
+from rlsolve.resolve import resolve
+from rlsolve.solver import search
+from rlsolve.solver.oracle import oracle
+from rlsolve.solver.rules import (RECOMPUTE, divisors, gen_universe, gen_violations, role_counts, train_shapes,
+                                  train_universe, train_violations)
+from rlsolve.solver.validate import plan_violations
+from rlsolve.spec import load_spec
+
+from conftest import small_spec
+
+GPUS = ["H100-SXM-80GB", "A100-SXM-40GB", "L40S", "L4", "H200-SXM-141GB"]
+
+
+def random_spec(rng: random.Random) -> dict:
+    """A small random instance: 1-3 pools of 1-4 nodes of 2-4 GPUs, a small dense or MoE
+    policy, GRPO or PPO, with or without constraints."""
+    moe = rng.random() < 0.3
+    layers = rng.choice([2, 3, 4, 6])
+    heads = rng.choice([4, 8])
+    model = {"layers": layers, "hidden": rng.choice([1024, 2048]), "heads": heads,
+             "kv_heads": rng.choice([h for h in (1, 2, 4, 8) if heads % h == 0]), "vocab": 32000}
+    if moe:
+        model.update(experts=rng.choice([4, 8]), experts_per_token=2, moe_ffn=1024)
+    n_pools = rng.choice([1, 1, 1, 2, 3])
+    pools = [{"name": f"p{i}", "gpu": rng.choice(GPUS), "nodes": rng.randint(1, 4 if n_pools == 1 else 2),
+              "gpus_per_node": rng.choice([2, 4] if n_pools < 3 else [2]),
+              "network": rng.choice(["IB-NDR-400", "RoCE-200"])} for i in range(n_pools)]
+    cluster = pools[0] if n_pools == 1 else {"pools": pools}
+    if n_pools == 1:
+        cluster = {k: v for k, v in cluster.items() if k != "name"}
+    ppo = rng.random() < 0.25
+    spec = {
+        "cluster": cluster,
+        "model": {"policy": model, "reference": rng.choice(["policy", None]),
+                  "reward": rng.choice(["rule", "rule", "policy"]), "value": "policy" if ppo else None},
+        "rl": {"algorithm": "ppo" if ppo else "grpo", "prompts_per_step": rng.choice([4, 8, 16]),
+               "samples_per_prompt": rng.choice([2, 4]), "prompt_len": rng.choice([256, 512]),
+               "response_len": {"max": rng.choice([1024, 2048]), "mean": rng.choice([256, 512])},
+               "mini_batches": rng.choice([1, 2]), "max_staleness": rng.choice([0, 1, 1])},
+        "solver": {"top_k": 0, "time_limit_s": 60},
+    }
+    cons: dict = {}
+    r = rng.random()
+    if r < 0.15:
+        cons["training"] = {"tp": [1, 2]}
+    elif r < 0.25:
+        cons["modes"] = rng.choice([["colocated"], ["sync", "async"]])
+    elif r < 0.35:
+        cons["generation"] = {"max_gpus": 4}
+    elif r < 0.4:
+        cons["min_headroom"] = 0.3
+    if cons:
+        spec["constraints"] = cons
+    return spec
+
+
+def _solver_value(problem, objective: str = "throughput"):
+    try:
+        found = search(problem, objective, workers=1)
+    except InfeasibleError:
+        return None
+    v = found.program.v
+    return found.solver.value(v.step if objective == "throughput" else v.extra["cost"])
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_optimum_equals_the_exhaustive_oracle(seed):
+    rng = random.Random(1000 + seed)
+    problem = resolve(load_spec(random_spec(rng)))
+    objective = "cost" if seed % 10 == 9 else "throughput"
+    assert _solver_value(problem, objective) == oracle(problem, objective)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_more_nodes_never_give_a_slower_plan(seed):
+    rng = random.Random(5000 + seed)
+    spec = random_spec(rng)
+    spec.setdefault("constraints", {}).pop("generation", None)  # a cap on the engines' GPUs is fine, but keep it simple
+    pools = spec["cluster"].get("pools") or [spec["cluster"]]
+    before = _solver_value(resolve(load_spec(spec)))
+    pools[rng.randrange(len(pools))]["nodes"] += 1
+    after = _solver_value(resolve(load_spec(spec)))
+    if before is not None:
+        assert after is not None and after <= before
+
+
+# --- the three counterexamples of issue 13 -------------------------------------------------
+
+def test_24_a100_gpus_find_the_colocated_three_stage_pipeline():
+    spec = load_spec("examples/grpo-8b-16xa100.yaml")
+    spec.cluster.nodes = 3
+    plan = rlsolve.solve(spec)
+    # colocated on all 24 with training tp=1 pp=3 dp=8 scores 38,019 tokens/s under this model
+    hand = rlsolve.estimate(spec, {
+        "pipeline": {"mode": "colocated"},
+        "resource_allocation": {"generation": {"pool": "main", "gpus": 24}, "training": {"pool": "main", "gpus": 24}},
+        "placement": {"reference": "training", "reward": "cpu", "value": "none"},
+        "parallelism": {"generation": {"tp": 1, "pp": 1, "dp": 24},
+                        "training": {"tp": 1, "pp": 3, "dp": 8, "zero_stage": 1, "micro_batch": 2,
+                                     "grad_accum": 16}}})
+    assert plan.throughput.tokens_per_s >= hand.throughput.tokens_per_s * 0.999
+    two_nodes = rlsolve.solve("examples/grpo-8b-16xa100.yaml")
+    assert plan.throughput.tokens_per_s >= two_nodes.throughput.tokens_per_s
+
+
+def test_70b_on_24_h100_is_feasible_with_a_three_stage_pipeline():
+    spec = small_spec(cluster={"nodes": 3}, model={"policy": "llama-3.1-70b"},
+                      rl={"prompts_per_step": 48, "samples_per_prompt": 8})
+    plan = rlsolve.solve(spec)
+    assert plan.throughput.tokens_per_s > 0
+    assert not plan_violations(resolve(load_spec(spec)), plan)
+
+
+@pytest.mark.parametrize("role,key,value", [("training", "pp", 3), ("training", "pp", 5), ("training", "cp", 16),
+                                            ("generation", "pp", 3)])
+def test_constraints_the_schema_accepts_are_searched(role, key, value):
+    spec = small_spec(cluster={"nodes": 4, "gpus_per_node": 8}, model={"policy": "llama-3.1-8b"},
+                      rl={"prompts_per_step": 60 if value in (3, 5) else 64, "response_len": {"max": 32768, "mean": 4096}},
+                      constraints={role: {key: value}})
+    plan = rlsolve.solve(spec)
+    assert getattr(getattr(plan.parallelism, role), key) == value
+    assert not plan_violations(resolve(load_spec(spec)), plan)
+
+
+def test_micro_batch_beyond_eight_is_searched():
+    spec = small_spec(rl={"prompt_len": 128, "response_len": 128, "prompts_per_step": 256},
+                      constraints={"training": {"micro_batch": 16}})
+    assert rlsolve.solve(spec).parallelism.training.micro_batch == 16
+
+
+# --- linear constraints and honest status ----------------------------------------------------
+
+def test_linear_constraints_hold_in_the_plan():
+    spec = small_spec(constraints={"linear": ["generation.gpus >= 2 * training.gpus", "training.tp <= 2"],
+                                   "modes": ["sync", "async"]})
+    plan = rlsolve.solve(spec)
+    ra, t = plan.resource_allocation, plan.parallelism.training
+    assert ra.generation.gpus >= 2 * ra.training.gpus and t.tp <= 2
+    assert not plan_violations(resolve(load_spec(spec)), plan)
+
+
+def test_an_impossible_linear_constraint_is_infeasible():
+    with pytest.raises(InfeasibleError):
+        rlsolve.solve(small_spec(constraints={"linear": ["gpus >= 17"]}))
+
+
+def test_a_bad_linear_constraint_names_the_field():
+    with pytest.raises(rlsolve.SpecError, match=r"constraints.linear.*unknown variable 'training.foo'"):
+        rlsolve.load_spec(small_spec(constraints={"linear": ["training.foo <= 2"]}))
+
+
+def test_no_answer_in_time_is_not_infeasibility():
+    with pytest.raises(NoAnswerError) as e:
+        rlsolve.solve("examples/grpo-70b-64xh100.yaml", time_limit_s=0.001)
+    assert "0.001" in str(e.value)
+
+
+# --- the universe is complete: plain divisor loops find no legal layout outside it ----------
+
+@pytest.mark.parametrize("seed", range(6))
+def test_universes_hold_every_legal_layout(seed):
+    problem = resolve(load_spec(random_spec(random.Random(7000 + seed))))
+    a = problem.policy
+    gb = problem.workload.global_batch
+    for pool in problem.pools:
+        for n in role_counts(pool):
+            space = {lay for m, tp, pp, cp, dp in train_shapes(problem, pool) if m == n
+                     for lay in train_universe(problem, pool, n, tp, pp, cp, dp)}
+            for tp in divisors(n):
+                for pp in divisors(n // tp):
+                    for cp in divisors(n // tp // pp):
+                        for ep in divisors(n):
+                            for vp in divisors(a.layers):
+                                for zero in range(4):
+                                    for mb in divisors(gb):
+                                        for rec in RECOMPUTE:
+                                            lay = TrainLayout(tp=tp, pp=pp, dp=n // (tp * pp * cp), cp=cp, ep=ep,
+                                                              vp=vp, zero_stage=zero, micro_batch=mb,
+                                                              recompute=rec, sequence_parallel=tp > 1)
+                                            if not train_violations(problem, pool, n, lay):
+                                                assert lay in space
+            gspace = set(gen_universe(problem, pool, n))
+            for tp in divisors(n):
+                for pp in divisors(n // tp):
+                    for ep in divisors(n):
+                        lay = GenLayout(tp=tp, pp=pp, dp=n // (tp * pp), ep=ep)
+                        if not gen_violations(problem, pool, n, lay):
+                            assert lay in gspace
+
+
+# --- dominance rules, each on random inputs ---------------------------------------------------
+
+def _random_problems(n: int, seed: int):
+    rng = random.Random(seed)
+    out = [resolve(load_spec(random_spec(rng))) for _ in range(n)]
+    return out + [resolve(load_spec(f"examples/{f}")) for f in ("ppo-7b-8xh100.yaml", "grpo-70b-64xh100.yaml",
+                                                               "grpo-deepseek-v2-256xh100.yaml")]
+
+
+def test_more_engine_replicas_never_slow_generation():
+    """Dominance: a disaggregated engine takes the largest count the others leave free."""
+    for problem in _random_problems(8, 11):
+        pool = problem.pools[0]
+        for tp in (1, 2):
+            times = [gen_side(problem, pool, GenLayout(tp=tp, dp=dp)) for dp in range(1, 9)]
+            fits = [g.time for g in times if g.fits]
+            assert all(b <= a * (1 + 1e-9) for a, b in zip(fits, fits[1:]))
+
+
+def test_more_reserved_memory_never_speeds_generation():
+    """Dominance: a colocated engine scored with more memory held by training is no faster
+    (the colocated fronts and the oracle's KV budget rely on it)."""
+    for problem in _random_problems(8, 12):
+        pool = problem.pools[0]
+        for dp in (1, 3):
+            sides = [gen_side(problem, pool, GenLayout(dp=dp), reserved=r * 1e9) for r in range(0, 40, 4)]
+            t = [g.time for g in sides if g.fits]
+            assert all(b >= a * (1 - 1e-9) for a, b in zip(t, t[1:]))
+
+
+def test_decode_lower_bound_never_exceeds_the_simulation():
+    """The bound that skips engine candidates must never exceed the time it stands for."""
+    for problem in _random_problems(10, 13):
+        pool = problem.pools[0]
+        for tp, pp, dp in ((1, 1, 1), (2, 1, 3), (1, 2, 2), (4, 1, 1)):
+            if tp * pp > pool.gpus_per_node or problem.policy.heads % tp:
+                continue
+            for r in (0, 8e9, 30e9):
+                lay = GenLayout(tp=tp, pp=pp, dp=dp)
+                exact = gen_side(problem, pool, lay, reserved=r)
+                if exact.fits:
+                    assert gen_side(problem, pool, lay, reserved=r, lower_bound=True).time <= exact.time * (1 + 1e-9)
+
+
+def test_more_recompute_is_never_faster_and_keeps_the_same_states():
+    """Dominance: the least recompute that fits is the only one scored."""
+    for problem in _random_problems(8, 14):
+        pool = problem.pools[0]
+        for tp, pp, mb in ((1, 1, 1), (1, 2, 2), (2, 1, 1)):
+            if tp > pool.gpus_per_node or problem.policy.heads % tp:
+                continue
+            lays = [TrainLayout(tp=tp, pp=pp, dp=1, micro_batch=mb, recompute=r, sequence_parallel=tp > 1)
+                    for r in RECOMPUTE]
+            times = [train_core(problem, pool, lay)[0].total for lay in lays]
+            states = [policy_memory(problem, lay).states for lay in lays]
+            assert times == sorted(times) and len(set(states)) == 1
+
+
+def test_pruned_candidates_keep_the_optimum():
+    """The training and engine fronts drop nothing an optimal plan needs: with and without
+    them the program's optimum is the same."""
+    from rlsolve.solver import make_program
+    from rlsolve.solver.candidates import enumerate_candidates
+    from rlsolve.solver.program import run
+    from rlsolve.solver.rules import modes_allowed
+    for seed in range(6):
+        problem = resolve(load_spec(random_spec(random.Random(9000 + seed))))
+        values = []
+        for prune in (True, False):
+            cands = enumerate_candidates(problem, prune=prune, bounded=prune)
+            if not cands.gen or not cands.train:
+                values.append(None)
+                continue
+            prog = make_program(problem, cands, modes_allowed(problem))
+            solver, status = run(prog, 60, 1, False)
+            values.append(solver.value(prog.v.step) if solver.status_name(status) in ("OPTIMAL", "FEASIBLE") else None)
+        assert values[0] == values[1]
