@@ -196,7 +196,8 @@ def parse_yaml(text: str, name: str = "input", what: str = "spec file") -> Any:
         raise SpecError(f"{name} is nested more than {MAX_DEPTH} levels deep{_mark(e.args[0])}; a spec needs "
                         f"a handful", field=what) from None
     except yaml.reader.ReaderError as e:
-        raise SpecError(f"{name} has the control character {ord(e.character):#04x} at offset {e.position}, which "
+        code = e.character if isinstance(e.character, int) else ord(e.character)
+        raise SpecError(f"{name} has the control character {code:#04x} at offset {e.position}, which "
                         f"YAML does not allow; remove it", field=what) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark

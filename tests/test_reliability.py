@@ -328,3 +328,11 @@ def test_compare_never_caches_no_answer(tmp_path, monkeypatch):
     assert [row["status"] for row in rows] == ["unknown", "unknown"]
     assert not cache.exists() or list(cache.iterdir()) == []
     assert "unknown: no combination solved" in r.output
+
+
+def test_readme_states_the_limits_the_reader_enforces():
+    from rlsolve.reader import MAX_NODES
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert f"at most {MAX_INPUT_BYTES // 2**20} MiB" in text
+    assert f"nested at most {MAX_DEPTH} levels" in text
+    assert f"at most {MAX_NODES:,} values" in text
