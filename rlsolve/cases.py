@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from rlsolve.errors import InfeasibleError, SpecError
+from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
 from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_decode, weight_bytes_per_gpu, \
@@ -322,7 +322,8 @@ def score_cases(data: dict) -> CaseReport:
             continue
         try:
             rows.append(PREDICT[kind]({**row, "id": rid}))
-        except (SpecError, KeyError, ValueError, TypeError, ValidationError, ZeroDivisionError) as e:
+        except (SpecError, InfeasibleError, NoAnswerError, KeyError, ValueError, TypeError, AttributeError,
+                ArithmeticError, ValidationError) as e:  # a malformed row is reported, never a traceback
             msg = f"missing field {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
             rows.append(CaseResult(rid, kind, modelled=False, note=f"cannot model: {msg}"))
     return CaseReport(rows)

@@ -6,11 +6,29 @@ import difflib
 from typing import Iterable
 
 
+MAX_WORD_CHARS = 120      # a GPU name, a key, a value quoted in a message
+MAX_MESSAGE_CHARS = 1000  # a whole message line
+
+
+def clip(text: str, word: int = MAX_WORD_CHARS, total: int = MAX_MESSAGE_CHARS) -> str:
+    """Shorten the user text a message quotes: a 5 MB unknown GPU name is shown by its first
+    characters and its length, and a message over `total` keeps its start and its end (the
+    fix is said last), so one bad input cannot print megabytes."""
+    if len(text) <= word and len(text) <= total:
+        return text
+    words = [w if len(w) <= word else f"{w[:word // 2]}...({len(w):,} chars)" for w in text.split(" ")]
+    text = " ".join(words)
+    if len(text) > total:
+        tail = total // 4
+        text = f"{text[:total - tail]} ...({len(text) - total:,} chars left out)... {text[-tail:]}"
+    return text
+
+
 def printable(text: str) -> str:
     """User text (a field name, a pool name) escaped where it is not printable, so a message
     stays the one line it is meant to be: a record separator or newline in a key must not
-    split it."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    split it; and clipped, so it stays a line of readable length."""
+    return clip("".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text))
 
 
 class SpecError(ValueError):

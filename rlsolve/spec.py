@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 from typing import Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rlsolve.errors import SpecError
 from rlsolve.linear import parse_linear
+from rlsolve.reader import read_yaml  # noqa: F401  (the one reader; re-exported for callers)
 from rlsolve.resolve import resolve
 
 
@@ -203,7 +202,7 @@ class Constraints(_Strict):
 
 
 class SolverOptions(_Strict):
-    time_limit_s: float = Field(10.0, gt=0, le=86_400, description="CP-SAT wall-clock limit per solve; the best "
+    time_limit_s: float = Field(10.0, gt=0, le=86_400, allow_inf_nan=False, description="CP-SAT wall-clock limit per solve; the best "
                                 "plan found by then comes back with status feasible and its gap.")
     workers: int = Field(2, ge=1, le=256, description="CP-SAT search workers.")
     deterministic: bool = Field(True, description="Fixed seed and worker count; byte-identical plans across runs.")
@@ -266,25 +265,6 @@ def format_validation_error(exc: ValidationError, prefix: str = "") -> SpecError
     return SpecError(text, field=field)
 
 
-def read_yaml(path: str | os.PathLike, what: str = "spec file") -> Any:
-    p = Path(path)
-    if not p.exists():
-        raise SpecError(f"file not found: {p}; check the path", field=what)
-    if p.is_dir():
-        raise SpecError(f"{p} is a directory; give a YAML file", field=what)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"YAML syntax error{where}: {getattr(e, 'problem', e)}; fix the YAML", field=what) from None
-    if data is None:
-        raise SpecError(f"{p} is empty; write a spec (see examples/)", field=what)
-    if not isinstance(data, dict):
-        raise SpecError(f"{p} must hold a mapping at the top level, not {type(data).__name__}", field=what)
-    return data
-
-
 def load_spec(source: "str | os.PathLike | dict | Spec") -> Spec:
     """Read and validate a spec from a path, a dict or a Spec; resolve catalog names.
 
@@ -294,7 +274,8 @@ def load_spec(source: "str | os.PathLike | dict | Spec") -> Spec:
     else:
         data = read_yaml(source) if not isinstance(source, dict) else source
         try:
-            spec = Spec.model_validate(data)
+            # strict, as the service: true is not 1, "8" is not 8, 2.5 is not an integer
+            spec = Spec.model_validate(data, strict=True)
         except ValidationError as e:
             raise format_validation_error(e) from None
     resolve(spec)  # raises SpecError on unknown names

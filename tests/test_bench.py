@@ -80,7 +80,7 @@ def test_validate_all_reduce_over_two_processes():
 
 def test_calibrate_writes_a_profile_that_solve_reads(tmp_path):
     pytest.importorskip("torch")
-    from rlsolve.cli.main import _load_profile
+    from rlsolve.cli.main import load_profile
     from rlsolve.perf.hw import device
     from rlsolve.resolve import resolve
     from rlsolve.solver.estimate import estimate
@@ -90,7 +90,7 @@ def test_calibrate_writes_a_profile_that_solve_reads(tmp_path):
     assert r.exit_code == 0, r.output
     doc = yaml.safe_load(out.read_text())
     assert doc["measured"]["test_mode"] is True and doc["measured"]["device"]["date"]
-    prof = _load_profile(str(out))
+    prof = load_profile(str(out))
     assert set(prof) == {"H100-SXM-80GB"} and set(prof["H100-SXM-80GB"]) <= KEYS
     pool = resolve(load_spec(EX), prof).pool
     assert device(pool, profile=prof).gemm_fraction == prof["H100-SXM-80GB"]["gemm_fraction"]

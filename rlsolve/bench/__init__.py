@@ -24,8 +24,9 @@ def _plan(spec: Any, plan: Any) -> Any:
     from pydantic import ValidationError
 
     from rlsolve.plan import Plan
+    from rlsolve.reader import read_yaml
     from rlsolve.solver.estimate import estimate
-    from rlsolve.spec import format_validation_error, read_yaml
+    from rlsolve.spec import format_validation_error
     if isinstance(plan, Plan):
         return plan
     data = read_yaml(plan, what="plan file") if isinstance(plan, (str, os.PathLike)) else plan

@@ -1,4 +1,5 @@
-"""`rlsolve` command line. Exit codes: 0 ok, 2 invalid input, 3 infeasible."""
+"""`rlsolve` command line. Exit codes: 0 ok, 2 invalid input, 3 infeasible (proven), 4 no
+answer within the time limit (status unknown)."""
 from __future__ import annotations
 
 import json
@@ -8,9 +9,10 @@ from typing import Any, Callable
 
 import click
 
-from rlsolve.errors import InfeasibleError, SpecError
+from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
+from rlsolve.writer import Outputs
 
-EXIT_INVALID, EXIT_INFEASIBLE = 2, 3
+EXIT_INVALID, EXIT_INFEASIBLE, EXIT_NO_ANSWER = 2, 3, 4
 
 
 def guarded(fn: Callable) -> Callable:
@@ -27,7 +29,31 @@ def guarded(fn: Callable) -> Callable:
         except InfeasibleError as e:
             click.echo("infeasible: " + "; ".join(e.reasons), err=True)
             sys.exit(EXIT_INFEASIBLE)
+        except NoAnswerError as e:
+            click.echo(f"unknown: {e}", err=True)
+            sys.exit(EXIT_NO_ANSWER)
     return wrapper
+
+
+# where each model's fields sit in a spec, for messages
+_SPEC_PATH = {"SolverOptions": "solver", "Pool": "cluster", "Cluster": "cluster"}
+
+
+def checked_flag(model: type, field: str, value: Any, flag: str) -> Any:
+    """A flag's value checked by the rule of the spec field it overrides (the same bounds, the
+    same strict types), so `--time-limit 0` is refused as `solver.time_limit_s: 0` is."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+    if value is None:
+        return None
+    info = model.model_fields[field]
+    try:
+        return TypeAdapter(Annotated[info.annotation, info]).validate_python(value, strict=True)
+    except ValidationError as e:
+        msg = e.errors()[0]["msg"]
+        where = f"{_SPEC_PATH.get(model.__name__, model.__name__)}.{field}"
+        raise SpecError(f"{msg}, got {value!r} (the rule of {where}, which it overrides)", field=flag) from None
 
 
 class DefaultGroup(click.Group):
@@ -43,12 +69,16 @@ def _fmt_default() -> str:
     return "table" if sys.stdout.isatty() else "yaml"
 
 
-def emit_plan(plan, fmt: str | None, out: str | None) -> None:
+def plan_file_text(plan, path: str) -> str:
+    """The plan as the file `path` holds it: JSON for .json, else YAML."""
+    from rlsolve.cli.render import dump, plan_dict
+    return dump(plan_dict(plan), "json" if str(path).endswith(".json") else "yaml")
+
+
+def emit_plan(plan, fmt: str | None) -> None:
+    """The plan on stdout; after the files, so a failed write prints no plan."""
     from rlsolve.cli.render import dump, plan_dict, plan_table
     fmt = fmt or _fmt_default()
-    if out:
-        ofmt = "json" if out.endswith(".json") else "yaml"
-        Path(out).write_text(dump(plan_dict(plan), ofmt))
     if fmt == "table":
         click.echo(plan_table(plan), nl=False)
     else:
@@ -83,29 +113,68 @@ def main() -> None:
 @guarded
 def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int | None, profile: str | None,
           timeline: str | None, fmt: str | None, out: str | None) -> None:
-    """Find the best layout for SPEC (a cluster.yaml)."""
+    """Find the best layout for SPEC (a cluster.yaml; - reads it from standard input)."""
     from rlsolve.solver import solve as _solve
+    from rlsolve.spec import SolverOptions
     opts: dict[str, Any] = {}
     if time_limit is not None:
-        opts["time_limit_s"] = time_limit
+        opts["time_limit_s"] = checked_flag(SolverOptions, "time_limit_s", time_limit, "--time-limit")
     if top_k is not None:
-        opts["top_k"] = top_k
-    plan = _solve(spec, objective=objective, profile=_load_profile(profile), **opts)
-    emit_plan(plan, fmt, out)
+        opts["top_k"] = checked_flag(SolverOptions, "top_k", top_k, "--top")
+    outputs = Outputs(inputs=[spec, profile])
+    outputs.add(out, "-o")
     if timeline:
-        from rlsolve.whatif import write_timeline
-        write_timeline(plan, timeline)
+        from rlsolve.whatif import check_picture_path
+        check_picture_path(timeline, "--timeline")
+        outputs.add(timeline, "--timeline")
+    plan = _solve(spec, objective=objective, profile=load_profile(profile), **opts)
+    with outputs:
+        if out:
+            outputs.write_text(out, plan_file_text(plan, out))
+        if timeline:
+            from rlsolve.whatif import write_timeline
+            write_timeline(plan, outputs.stage(timeline), field="--timeline")
+    emit_plan(plan, fmt)
 
 
-def _load_profile(path: str | None) -> dict | None:
+# what a profile may override: the catalog's efficiency fields, plus the network's bus bandwidth
+PROFILE_KEYS = ("gemm_fraction", "gemm_fp8_fraction", "gemm_half_size_flops", "attention_fraction", "hbm_fraction",
+                "nvlink_busbw_fraction", "network_busbw_fraction", "kernel_launch_us")
+
+
+def load_profile(path: str | None) -> dict | None:
+    """A calibrated profile: {profile: {GPU name: {efficiency key: positive number}}} (or the
+    inner mapping alone). Anything else, such as a spec file, is refused naming the fix."""
+    import math
+
+    from rlsolve.errors import did_you_mean
+    from rlsolve.hardware_db import find_gpu
+    from rlsolve.reader import read_yaml
     if not path:
         return None
-    from rlsolve.spec import read_yaml
     data = read_yaml(path, what="--profile")
-    prof = data.get("profile", data) if isinstance(data, dict) else None
-    if not isinstance(prof, dict):
-        raise SpecError("a profile maps GPU names to measured efficiencies (see rlsolve calibrate)", field="--profile")
-    return prof
+    prof = data.get("profile", data)
+    fix = "a profile maps GPU names to measured efficiencies; write one with rlsolve calibrate --out profile.yaml"
+    if {"cluster", "model", "rl"} & set(data):
+        raise SpecError(f"{path} is a spec (it has {', '.join(sorted({'cluster', 'model', 'rl'} & set(data)))}), "
+                        f"not a profile; {fix}", field="--profile")
+    if not isinstance(prof, dict) or not prof:
+        raise SpecError(f"{path} is not a profile; {fix}", field="--profile")
+    out: dict[str, dict[str, float]] = {}
+    for gpu, values in prof.items():
+        where = f"--profile: {gpu}"
+        if not isinstance(gpu, str) or not isinstance(values, dict):
+            raise SpecError(f"{path} is not a profile: {gpu!r} is not a GPU with its efficiencies; {fix}",
+                            field="--profile")
+        name = find_gpu(gpu, field=where).name
+        for key, value in values.items():
+            if key not in PROFILE_KEYS:
+                raise SpecError(f"unknown efficiency {key!r}; {did_you_mean(str(key), PROFILE_KEYS)}", field=where)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
+                                                                                       and value > 0):
+                raise SpecError(f"{key} must be a positive number, got {value!r}", field=where)
+        out[name] = {k: float(v) for k, v in values.items()}
+    return out
 
 
 @main.command()
@@ -117,7 +186,12 @@ def _load_profile(path: str | None) -> dict | None:
 def estimate(spec: str, layout: str, fmt: str | None, out: str | None) -> None:
     """Score LAYOUT (a plan file or its layout sections) on SPEC's cluster."""
     from rlsolve.solver.estimate import estimate as _estimate
-    emit_plan(_estimate(spec, layout), fmt, out)
+    with Outputs(inputs=[spec, layout]) as outputs:
+        outputs.add(out, "-o")
+        plan = _estimate(spec, layout)
+        if out:
+            outputs.write_text(out, plan_file_text(plan, out))
+    emit_plan(plan, fmt)
 
 
 @main.command()

@@ -12,10 +12,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlsolve.errors import SpecError, did_you_mean
+from rlsolve.reader import parse_yaml, read_text
 from rlsolve.hardware_db.schema import GPU, Catalog, Efficiency, Network, Sourced
 
 __all__ = [
@@ -40,9 +40,9 @@ def _error(message: str, user: bool) -> ValueError:
 def _merge(text: str, origin: str, into: dict[str, dict[str, Any]], user: bool) -> None:
     """Validate one YAML document and add its entries, replacing same-named ones."""
     try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise _error(f"{origin} is not valid YAML: {e}", user) from e
+        data = parse_yaml(text, origin, OVERLAY_ENV if user else "hardware catalog") or {}
+    except SpecError as e:
+        raise _error(f"{origin} is not valid YAML: {e}", user) from None
     unknown = set(data) - set(_SECTIONS) if isinstance(data, dict) else {"<not a mapping>"}
     if unknown:
         raise _error(f"{origin}: expected top-level keys {sorted(_SECTIONS)}, "
@@ -78,7 +78,7 @@ def load_catalog() -> Catalog:
         _merge(package.joinpath(name).read_text(encoding="utf-8"), name, merged, user=False)
     overlays = _overlay_files()
     for path in overlays:
-        _merge(path.read_text(encoding="utf-8"), str(path), merged, user=True)
+        _merge(read_text(path, OVERLAY_ENV), str(path), merged, user=True)
     catalog = Catalog(gpus=list(merged["gpus"].values()), networks=list(merged["networks"].values()))
     for items in (catalog.gpus, catalog.networks):
         try:  # fail at load, not at first lookup, if two entries claim one name

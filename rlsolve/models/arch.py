@@ -60,6 +60,10 @@ class Architecture(BaseModel):
             raise ValueError(f"dense_layers ({self.dense_layers}) cannot exceed layers ({self.layers})")
         if self.is_mla and not (self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim):
             raise ValueError("MLA (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
+        if self.head_dim is None and not self.is_mla and self.hidden % self.heads:
+            # hidden // heads would silently floor the head width and every attention figure
+            raise ValueError(f"hidden ({self.hidden}) is not divisible by heads ({self.heads}); set head_dim "
+                             f"(e.g. {max(self.hidden // self.heads, 1)}) or make hidden a multiple of heads")
         if self.heads % self.n_kv_heads:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.n_kv_heads})")
         return self

@@ -7,11 +7,11 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from rlsolve.errors import SpecError, did_you_mean
 from rlsolve.models.arch import Architecture
+from rlsolve.reader import parse_yaml
 
 _REQUIRED = ("layers", "hidden", "heads")
 _NAME_ONLY_KEYS = {"name", "params_b"}
@@ -20,7 +20,7 @@ _NAME_ONLY_KEYS = {"name", "params_b"}
 @lru_cache(maxsize=None)
 def _catalog() -> tuple[Architecture, ...]:
     text = resources.files("rlsolve.models").joinpath("catalog.yaml").read_text(encoding="utf-8")
-    entries = yaml.safe_load(text)["models"]
+    entries = parse_yaml(text, "catalog.yaml", "model catalog")["models"]
     models = []
     for entry in entries:
         try:
@@ -85,7 +85,7 @@ def resolve_model(value: Any, field: str = "model.policy") -> Architecture:
                         f"{', '.join(missing)} (or give a catalog name, or {{params_b: N}})",
                         field=f"{field}.{missing[0]}")
     try:
-        arch = Architecture.model_validate(value)
+        arch = Architecture.model_validate(value, strict=True)  # as the spec: true is not 1
     except ValidationError as e:
         raise _spec_error(e, field) from None
     if "activation" not in value:

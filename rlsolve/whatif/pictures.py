@@ -29,6 +29,13 @@ def _png_module(field: str):
     return png
 
 
+def check_picture_path(path: "str | os.PathLike", field: str) -> None:
+    """Refuse, before any work is done, a picture name the writers below cannot serve: a
+    suffix other than .svg/.png, or .png without matplotlib."""
+    if _kind(path, field) == "png":
+        _png_module(field)
+
+
 def _write_text(path: "str | os.PathLike", text: str) -> None:
     Path(path).write_text(text, encoding="utf-8")
 

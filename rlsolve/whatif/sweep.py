@@ -3,7 +3,8 @@
 `compare` is pure apart from its result cache: it prints nothing (progress goes to a callback
 the caller chooses) and writes only cache files. Every combination is a copy of the spec with
 `cluster.gpu`, `cluster.nodes` and `cluster.network` replaced; an infeasible combination is a
-row with `status="infeasible"` and the reason, not an error.
+row with `status="infeasible"` and the reason, not an error; one that got no answer within the
+time limit is `status="unknown"`, and is never cached (a later run may answer it).
 
 Cache: one JSON file per combination under `cache_dir` (default ~/.cache/rlsolve/sweeps, or
 $XDG_CACHE_HOME/rlsolve/sweeps), named by the SHA-256 of the combination's spec, the objective
@@ -26,7 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from rlsolve.errors import InfeasibleError, SpecError
+from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
+from rlsolve.reader import read_text
 
 CACHE_FORMAT = 1
 EXECUTORS = ("local", "ray")
@@ -41,7 +43,7 @@ class Row:
     nodes: int
     network: str
     gpus: int                                  # GPUs in the cluster (nodes x GPUs per node)
-    status: str                                # optimal | feasible | infeasible | invalid
+    status: str                                # optimal | feasible | infeasible | invalid | unknown
     gpus_used: int = 0                         # GPUs the plan uses (the cost objective may idle some)
     tokens_per_s: float | None = None          # trained tokens/s (SPEC section 4)
     tokens_per_s_per_gpu: float | None = None  # per GPU used
@@ -172,6 +174,8 @@ def solve_point(spec: dict, objective: str | None) -> dict[str, Any]:
         plan = solve(spec, objective=objective)
     except InfeasibleError as e:
         return {"status": "infeasible", "reason": "; ".join(e.reasons)}
+    except NoAnswerError as e:  # not proven either way: shown as unknown, never cached
+        return {"status": "unknown", "reason": str(e)}
     except SpecError as e:
         return {"status": "invalid", "reason": str(e)}
     ra, par = plan.resource_allocation, plan.parallelism
@@ -272,14 +276,16 @@ def _cache_read(directory: Path | None, key: str) -> dict | None:
         return None
     path = directory / f"{key}.json"
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_text(path, "cache entry"))
+    except (OSError, ValueError, RecursionError):  # SpecError is a ValueError
         return None  # absent, or cut short by an interruption: solve again
     return data.get("result") if isinstance(data, dict) and data.get("key") == key else None
 
 
 def _cache_write(directory: Path | None, key: str, result: dict) -> None:
-    if directory is None or result.get("status") == "invalid":
+    # invalid: the spec is fixed and rerun; unknown: a longer time limit, or a faster machine,
+    # may answer it (caching it would serve "no answer" as if it were the answer)
+    if directory is None or result.get("status") in ("invalid", "unknown"):
         return
     try:
         directory.mkdir(parents=True, exist_ok=True)

@@ -2,13 +2,15 @@
 (SPEC section 8). torch is imported inside rlsolve.bench only when a command runs."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
-from rlsolve.cli.main import guarded
+from rlsolve.cli.main import checked_flag, guarded
 from rlsolve.errors import SpecError
+from rlsolve.reader import STDIN
+from rlsolve.spec import Pool
+from rlsolve.writer import Outputs
 
 DEVICE = click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
                       help="Where to measure; auto = cuda when torch sees a GPU (CPU: small shapes, test mode).")
@@ -66,11 +68,17 @@ def validate(plan: str, spec: str | None, device: str, nproc: int | None, out: s
         raise SpecError("the plan does not carry its cluster spec; pass --spec cluster.yaml (the file it was "
                         "solved from)", field="--spec")
     from rlsolve.bench import validate_plan
-    from rlsolve.cli.render import dump, plan_dict
+    from rlsolve.cli.main import plan_file_text
+    nproc = checked_flag(Pool, "gpus_per_node", nproc, "--nproc")
+    target = out or plan
+    if target == STDIN:
+        raise SpecError("a plan read from standard input cannot be written back; give -o validated.yaml", field="-o")
+    outputs = Outputs(inputs=[spec, plan], overwrite_ok=[plan])  # PLAN is written back by design; the spec never
+    outputs.add(target, "-o" if out else "PLAN")
     result = validate_plan(spec, plan, device=device, nproc=nproc)
     v = result.validation
-    target = Path(out or plan)
-    target.write_text(dump(plan_dict(result), "json" if target.suffix == ".json" else "yaml"))
+    with outputs:
+        outputs.write_text(target, plan_file_text(result, target))
     r = v["rescored"]
     click.echo(_report(v["items"], v["device"], v["profile"]), nl=False)
     mem = v["memory"]
@@ -97,8 +105,11 @@ def calibrate(device: str, nproc: int | None, gpu: str | None, out: str) -> None
     catalog's) for `rlsolve solve --profile`."""
     from rlsolve.bench import calibrate as _calibrate
     from rlsolve.cli.render import dump
-    doc = _calibrate(device=device, gpu=gpu, nproc=nproc)
-    Path(out).write_text(dump(doc, "json" if out.endswith(".json") else "yaml"))
+    nproc = checked_flag(Pool, "gpus_per_node", nproc, "--nproc")
+    with Outputs() as outputs:
+        outputs.add(out, "--out")
+        doc = _calibrate(device=device, gpu=gpu, nproc=nproc)
+        outputs.write_text(out, dump(doc, "json" if out.endswith(".json") else "yaml"))
     m = doc["measured"]
     click.echo(_report(m["items"], m["device"], doc["profile"]), nl=False)
     for note in m["notes"]:

@@ -16,7 +16,7 @@ def cases(path: str, fmt: str) -> None:
     """Predict every row of a reference-case FILE and print the error per row and the medians."""
     from rlsolve.cases import score_cases
     from rlsolve.cli.render import table
-    from rlsolve.spec import read_yaml
+    from rlsolve.reader import read_yaml
     report = score_cases(read_yaml(path, what="cases file"))
     if fmt == "json":
         click.echo(json.dumps({"rows": [r.__dict__ for r in report.rows], "summary": report.summary()}, indent=2))

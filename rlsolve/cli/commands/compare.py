@@ -6,8 +6,10 @@ import sys
 
 import click
 
-from rlsolve.cli.main import EXIT_INFEASIBLE, guarded
+from rlsolve.cli.main import EXIT_INFEASIBLE, EXIT_NO_ANSWER, checked_flag, guarded
 from rlsolve.errors import SpecError
+from rlsolve.spec import Pool
+from rlsolve.writer import Outputs
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -22,9 +24,7 @@ def _nodes(values: tuple[str, ...]) -> list[int]:
             n = int(v)
         except ValueError:
             raise SpecError(f"node counts are whole numbers, got {v!r}; e.g. --nodes 4,8,16", field="--nodes") from None
-        if n <= 0:
-            raise SpecError(f"node counts must be positive, got {n}", field="--nodes")
-        out.append(n)
+        out.append(checked_flag(Pool, "nodes", n, "--nodes"))
     return out
 
 
@@ -38,7 +38,7 @@ def _prices(values: tuple[str, ...]) -> dict[str, float]:
             value = 0.0
         if not name.strip() or not value > 0:
             raise SpecError(f"give GPU=USD_PER_GPU_HOUR, e.g. --price H100-SXM-80GB=2.49; got {v!r}", field="--price")
-        out[name.strip()] = value
+        out[name.strip()] = checked_flag(Pool, "price_per_gpu_hour_usd", value, "--price")
     return out
 
 
@@ -71,18 +71,27 @@ def compare(spec: str, gpus: tuple[str, ...], nodes: tuple[str, ...], networks: 
     One row per cluster: GPUs, throughput, tokens/s per GPU, step time, the chosen mode and
     degrees, USD per million trained tokens, tokens/s per kW of GPU power, and whether it is
     on the throughput-cost Pareto front. Exit code 3 when no combination is feasible."""
+    from rlsolve.whatif import check_picture_path, render, write_sweep_plot
     from rlsolve.whatif import compare as _compare
-    from rlsolve.whatif import render, write_sweep_plot
-    if plot and not plot.lower().endswith((".svg", ".png")):
-        raise SpecError(f"{plot}: name the picture .svg or .png", field="--plot")
+    outputs = Outputs(inputs=[spec])
+    if plot:
+        check_picture_path(plot, "--plot")
+        outputs.add(plot, "--plot")
     rows = _compare(spec, gpus=_split(gpus) or None, nodes=_nodes(nodes) or None, networks=_split(networks) or None,
                     objective=objective, executor=executor, address=address, workers=workers,
                     cache_dir=False if no_cache else cache_dir, progress=True, prices=_prices(prices))
+    if plot:
+        with outputs:
+            write_sweep_plot(rows, outputs.stage(plot))
     click.echo(render(rows, fmt), nl=False)
     if plot:
-        write_sweep_plot(rows, plot)
         click.echo(f"wrote {plot}", err=True)
     if not any(r.feasible for r in rows):
+        unknown = sum(r.status == "unknown" for r in rows)
+        if unknown:  # some combination may fit: it was not proven either way in time
+            click.echo(f"unknown: no combination solved; {unknown} of {len(rows)} got no answer within the time "
+                       f"limit (raise solver.time_limit_s)", err=True)
+            sys.exit(EXIT_NO_ANSWER)
         click.echo("infeasible: no combination fits", err=True)
         sys.exit(EXIT_INFEASIBLE)
 
@@ -103,20 +112,24 @@ def timeline(spec: str, out: str, memory: str | None, plan_path: str | None, obj
 
     Phases: prefill, decode, reward, reference, value, old log-probs, train, weight sync;
     async overlap is shaded. Below it, the per-GPU memory of each role as stacked bars."""
-    from rlsolve.whatif import write_memory, write_timeline
+    from rlsolve.whatif import check_picture_path, write_memory, write_timeline
+    outputs = Outputs(inputs=[spec, plan_path])
     for path, field in ((out, "out"), (memory, "--memory")):
-        if path and not path.lower().endswith((".svg", ".png")):
-            raise SpecError(f"{path}: name the picture .svg or .png", field=field)
+        if path:
+            check_picture_path(path, field)
+            outputs.add(path, field)
     if plan_path:
         from rlsolve.solver.estimate import estimate
         plan = estimate(spec, plan_path)
     else:
         from rlsolve.solver import solve
         plan = solve(spec, objective=objective, top_k=0)
-    write_timeline(plan, out, with_memory=not no_memory_panel, field="out")
+    with outputs:
+        write_timeline(plan, outputs.stage(out), with_memory=not no_memory_panel, field="out")
+        if memory:
+            write_memory(plan, outputs.stage(memory), field="--memory")
     click.echo(f"wrote {out}", err=True)
     if memory:
-        write_memory(plan, memory)
         click.echo(f"wrote {memory}", err=True)
 
 

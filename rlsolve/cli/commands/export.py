@@ -1,12 +1,11 @@
 """`rlsolve export plan.yaml --to TARGET --spec cluster.yaml [-o FILE]`."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from rlsolve.cli.main import guarded
 from rlsolve.errors import SpecError
+from rlsolve.writer import Outputs
 
 _TARGETS = ("verl", "verl-yaml", "openrlhf", "megatron", "vllm", "sglang", "deepspeed", "yaml")
 
@@ -30,11 +29,14 @@ def export(plan: str, target: str, spec: str | None, out: str | None) -> None:
     if spec is None:
         raise SpecError("an export needs the spec the plan was solved for (model ids, batch sizes, lengths, "
                         "node size); pass it with --spec cluster.yaml", field="--spec")
+    outputs = Outputs(inputs=[plan, spec])
+    outputs.add(out, "-o")
     result = export_plan(plan, spec, target)
     for w in result.warnings:
         click.echo(f"warning: {w}", err=True)
     if out:
-        Path(out).write_text(result.text)
+        with outputs:
+            outputs.write_text(out, result.text)
         click.echo(f"wrote {out} ({result.framework})", err=True)
     else:
         click.echo(result.text, nl=False)
