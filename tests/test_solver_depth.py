@@ -73,8 +73,16 @@ def test_infeasible_names_the_constraint_groups_with_numbers(spec, words):
         assert w in text, text
 
 
-def test_time_limit_returns_best_found_with_gap_or_optimal():
-    plan = solve(small_spec(), time_limit_s=0.05)
+@pytest.mark.parametrize("limit", [0.05, 0.5, 5.0])
+def test_time_limit_returns_best_found_with_gap_optimal_or_no_answer(limit):
+    """Within the limit: a plan (optimal, or feasible with its gap), or no answer; never a
+    claim of infeasibility."""
+    from rlsolve.errors import NoAnswerError
+    try:
+        plan = solve(small_spec(), time_limit_s=limit)
+    except NoAnswerError as e:
+        assert e.limit_s == limit
+        return
     assert plan.status in ("optimal", "feasible")
     assert plan.solver.proven_optimal == (plan.status == "optimal")
     assert 0.0 <= plan.solver.gap <= 1.0

@@ -127,7 +127,8 @@ def test_70b_on_24_h100_is_feasible_with_a_three_stage_pipeline():
 @pytest.mark.parametrize("role,key,value", [("training", "pp", 3), ("training", "pp", 5), ("training", "cp", 16),
                                             ("generation", "pp", 3)])
 def test_constraints_the_schema_accepts_are_searched(role, key, value):
-    spec = small_spec(cluster={"nodes": 4, "gpus_per_node": 8}, model={"policy": "llama-3.1-8b"},
+    # five stages need a multiple of five nodes' worth of whole-node ranks: 5 nodes
+    spec = small_spec(cluster={"nodes": 5 if value == 5 else 4, "gpus_per_node": 8}, model={"policy": "llama-3.1-8b"},
                       rl={"prompts_per_step": 60 if value in (3, 5) else 64, "response_len": {"max": 32768, "mean": 4096}},
                       constraints={role: {key: value}})
     plan = rlsolve.solve(spec)

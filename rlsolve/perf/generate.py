@@ -280,7 +280,10 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     return gemm + attn + ar + steps * (step.pp_hops + step.overhead)
 
 
+@lru_cache(maxsize=8192)
 def _representatives(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int):
+    """(lengths, weights) of the g representative requests (cached: the search asks for the
+    same replica sizes many times; callers never modify the arrays)."""
     u = (np.arange(g - 1) + 0.5) / (g - 1)
     top = 1.0 - 1.0 / (n_total + 1.0)
     lengths = np.concatenate([length_quantiles(mean_len, max_len, u),
@@ -289,6 +292,7 @@ def _representatives(n_requests: float, mean_len: float, max_len: float, n_total
         weight = np.concatenate([np.full(g - 1, (n_requests - 1) / (g - 1)), [1.0]])
     else:
         weight = np.concatenate([np.zeros(g - 1), [1.0]])
+    lengths.flags.writeable = weight.flags.writeable = False
     return lengths, weight
 
 

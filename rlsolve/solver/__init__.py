@@ -26,7 +26,7 @@ from rlsolve.spec import Spec, load_spec
 
 SOLVER_KEYS = {"time_limit_s", "workers", "deterministic", "top_k"}
 # CP-SAT's deterministic time units for one runner-up solve: reproducible under any load
-ALT_DETERMINISTIC_TIME = 5.0
+ALT_DETERMINISTIC_TIME = 1.0
 
 
 def framework_for(t: TrainCand) -> str:

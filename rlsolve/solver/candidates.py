@@ -15,9 +15,11 @@ each has a property test in tests/test_solver_space.py):
   disaggregated engine layout takes the largest legal count that each combination of the
   other roles leaves free in its pool (the cost objective scores every count);
 - auxiliary groups: the front of (GPUs, time);
-- a micro-batch larger than one that does not fit does not fit either."""
+- a micro-batch larger than one that does not fit does not fit either;
+- more recompute than the least that fits (same states held, never faster)."""
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field, replace
 from itertools import combinations
@@ -146,6 +148,9 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     deadline = deadline or Deadline(None)
     modes = modes_allowed(problem)
     out = Candidates(gen=[], train=[])
+    if not modes or not any(not gen_violations(problem, pool, n, lay) for pool in problem.pools
+                            for n in role_counts(pool) for lay in gen_universe(problem, pool, n)):
+        return out  # no engine layout is legal anywhere: nothing is worth scoring (the diagnosis says why)
     for p in range(len(problem.pools)):
         out.train += _train_candidates(problem, p, modes, out, deadline)
     if prune:
@@ -301,21 +306,54 @@ def _lb_units(seconds: float) -> int:
 
 
 class _TrainIndex:
-    """The trainers an engine candidate can pair with, for bounds and incumbents: the
-    fastest that fits beside it, and the fastest that also hosts what the engines do not."""
+    """The trainers an engine candidate can pair with, for bounds and incumbents: per pool
+    (and hosted models), sorted by the key a pairing limits (GPUs for disaggregated trainers,
+    memory held for colocated ones on one count) with the running minimum of their times,
+    so each query is one bisection."""
 
     def __init__(self, problem: Problem, out: Candidates, mode: str):
-        self.problem = problem
         self.models = frozenset(aux_models(problem))
-        self.cands = sorted((c for c in out.train if c.mode == mode), key=lambda c: time_units(c.time))
+        self.lists: dict[tuple, tuple[list[int], list[int], list[TrainCand]]] = {}
+        groups: dict[tuple, list[TrainCand]] = {}
+        for c in out.train:
+            if c.mode != mode:
+                continue
+            where = (c.pool, c.gpus) if mode == "colocated" else (c.pool,)
+            for hosts in (None, c.hosts):
+                groups.setdefault(where + (hosts,), []).append(c)
+        for key, cs in groups.items():
+            cs.sort(key=lambda c: (self._limit_key(c), time_units(c.time)))
+            keys, best, who = [], [], []
+            for c in cs:
+                if not best or time_units(c.time) < best[-1]:
+                    keys.append(self._limit_key(c))
+                    best.append(time_units(c.time))
+                    who.append(c)
+            self.lists[key] = (keys, best, who)
 
-    def fastest(self, fits, hosts: frozenset | None = None) -> TrainCand | None:
-        """The fastest candidate for which fits(c) holds (and, with `hosts`, that hosts
-        exactly the models the engines leave)."""
-        for c in self.cands:
-            if (hosts is None or c.hosts == self.models - hosts) and fits(c):
-                return c
-        return None
+    @staticmethod
+    def _limit_key(c: TrainCand) -> int:
+        return c.reserved_gb if c.mode == "colocated" else c.gpus
+
+    def _query(self, key: tuple, limit: float) -> TrainCand | None:
+        entry = self.lists.get(key)
+        if not entry:
+            return None
+        i = bisect.bisect_right(entry[0], limit) - 1
+        return entry[2][i] if i >= 0 else None
+
+    def colocated(self, pool: int, n: int, level: int, hosts: frozenset | None = None) -> TrainCand | None:
+        """The fastest colocated trainer on (pool, n) holding at most `level` GB (and, with
+        `hosts`, hosting exactly the models the engines do not)."""
+        return self._query((pool, n, None if hosts is None else self.models - hosts), level)
+
+    def disagg(self, pool: int, n: int, pool_gpus: int, n_pools: int, hosts: frozenset | None = None
+               ) -> TrainCand | None:
+        """The fastest disaggregated trainer that fits beside n engine GPUs of `pool`."""
+        want = None if hosts is None else self.models - hosts
+        found = [self._query((q, want), pool_gpus - n if q == pool else math.inf) for q in range(n_pools)]
+        found = [c for c in found if c is not None]
+        return min(found, key=lambda c: time_units(c.time)) if found else None
 
 
 def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool, out: Candidates,
@@ -343,7 +381,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                 lb = gen_side(problem, pool, lay, reserved=lv * 1e9, lower_bound=True)
                 if not lb.fits:
                     break  # more reserved memory fits even less
-                t = coloc.fastest(lambda c: c.pool == p and c.gpus == n and c.reserved_gb <= lv)
+                t = coloc.colocated(p, n, lv)
                 bound = _lb_units(lb.time + engine_release_time(lb) + sync) + time_units(t.time)
                 tasks.append(({"colocated": bound}, order, "colocated", n, lay, lv, "none"))
                 order += 1
@@ -359,7 +397,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     lb = gen_side(problem, pool, lay, aux_models=aux, lower_bound=True)
                     if not lb.fits:
                         continue
-                    t = disagg.fastest(lambda c: c.pool != p or c.gpus + n <= pool.n_gpus)
+                    t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools))
                     if t is None:
                         continue
                     tg = _lb_units(lb.time)
@@ -377,14 +415,14 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
             out.evaluated += 1
             sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
-            t = coloc.fastest(lambda c: c.pool == p and c.gpus == n and c.reserved_gb <= extra, frozenset())
+            t = coloc.colocated(p, n, extra, frozenset())
             if t is not None:
                 incumbent["colocated"] = min(incumbent["colocated"], time_units(g.time) + time_units(t.time))
         else:
             side = gen_side(problem, pool, lay, aux_models=_aux_on_gen(problem, extra, q))
             out.evaluated += 1
             g = GenCand(mode, lay, extra, q, 0, side, recv_time(problem, pool, lay), pool=p)
-            t = disagg.fastest(lambda c: c.pool != p or c.gpus + n <= pool.n_gpus, extra)
+            t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools), extra)
             if t is not None:
                 for m in d_modes:
                     step = compose_step(m, time_units(g.time), time_units(t.time), time_units(g.sync),
