@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 import rlsolve
-from rlsolve.cli.render import plan_dict
+from rlsolve.present import plan_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"  # loopback only

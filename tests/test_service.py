@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import rlsolve
 from rlsolve.cli.main import main
-from rlsolve.cli.render import plan_dict
+from rlsolve.present import plan_dict
 
 from conftest import ROOT
 

@@ -86,6 +86,7 @@ def test_rows_numbers_and_order(study):
                                                rel=1e-3)
         assert r.tokens_per_s_per_kw == pytest.approx(r.tokens_per_s / (r.gpus_used * hw.tdp_w / 1000), rel=1e-3)
         assert r.mode in ("colocated", "sync", "async") and "tp=" in r.generation and "ZeRO-" in r.training
+        assert isinstance(r.gen_tp, int) and r.gen_tp * r.gen_pp * r.gen_dp == r.gen_gpus
     # the same point solved alone gives the same plan
     one = rlsolve.solve(tiny(cluster={"gpu": "L4", "nodes": 2}))
     assert rows[3].tokens_per_s == one.throughput.tokens_per_s and rows[3].mode == one.pipeline.mode
@@ -196,6 +197,11 @@ def test_output_formats(study):
     import io
     parsed = list(csv.DictReader(io.StringIO(render(rows, "csv"))))
     assert len(parsed) == 4 and float(parsed[0]["tokens_per_s"]) == rows[0].tokens_per_s
+    # degrees are numbers, one column each, in both machine formats
+    for name in ("gen_tp", "gen_pp", "gen_dp", "train_tp", "train_pp", "train_cp", "train_dp", "train_zero_stage"):
+        assert isinstance(data[0][name], int) and data[0][name] == getattr(rows[0], name)
+        assert int(parsed[0][name]) == getattr(rows[0], name)
+    assert "generation" not in data[0] and "training" not in parsed[0]
     md = render(rows, "markdown").splitlines()
     assert md[0].startswith("| gpu |") and md[1].startswith("|---") and len([x for x in md if x.startswith("| ")]) == 5
 

@@ -40,7 +40,7 @@ def _eff(row: dict[str, Any]) -> str:
 
 
 def _report(items: list[dict[str, Any]], info: dict[str, Any], profile: dict[str, Any]) -> str:
-    from rlsolve.cli.render import table
+    from rlsolve.present import table
     rows = [{"item": r["item"], "measured": _secs(r.get("measured_s")), "assumed": _secs(r.get("assumed_s")),
              "meas/assumed": f"{r['measured_over_assumed']:.2f}x" if "measured_over_assumed" in r else "-",
              "rate": _rate(r), "profile key": r["key"], "measured vs assumed": _eff(r)} for r in items]
@@ -66,7 +66,7 @@ def validate(plan: str, spec: str | None, device: str, nproc: int | None, out: s
         raise SpecError("the plan does not carry its cluster spec; pass --spec cluster.yaml (the file it was "
                         "solved from)", field="--spec")
     from rlsolve.bench import validate_plan
-    from rlsolve.cli.render import dump, plan_dict
+    from rlsolve.present import dump, plan_dict
     result = validate_plan(spec, plan, device=device, nproc=nproc)
     v = result.validation
     target = Path(out or plan)
@@ -96,7 +96,7 @@ def calibrate(device: str, nproc: int | None, gpu: str | None, out: str) -> None
     """Measure this machine's GPU and write a profile (efficiencies that replace the
     catalog's) for `rlsolve solve --profile`."""
     from rlsolve.bench import calibrate as _calibrate
-    from rlsolve.cli.render import dump
+    from rlsolve.present import dump
     doc = _calibrate(device=device, gpu=gpu, nproc=nproc)
     Path(out).write_text(dump(doc, "json" if out.endswith(".json") else "yaml"))
     m = doc["measured"]
