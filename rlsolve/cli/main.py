@@ -77,7 +77,7 @@ def main() -> None:
 @click.option("--top", "top_k", type=int, default=None, help="Runner-up plans to report.")
 @click.option("--profile", type=click.Path(), default=None, help="Calibrated GPU profile (rlsolve calibrate).")
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
-              help="Also draw one RL step per GPU group and the per-GPU memory (.svg; .png needs rlsolve[plot]).")
+              help="Also draw one RL step per GPU group and the per-GPU memory (.svg, .png or .pdf; needs rlsolve[plot]).")
 @FORMAT
 @OUTPUT
 @guarded
@@ -94,7 +94,7 @@ def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int
     emit_plan(plan, fmt, out)
     if timeline:
         from rlsolve.whatif import write_timeline
-        write_timeline(plan, timeline)
+        write_timeline(plan, timeline, spec=spec)
 
 
 def _load_profile(path: str | None) -> dict | None:

@@ -53,7 +53,7 @@ def _prices(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
               help="Output format.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
-              help="Also draw throughput and cost against cluster size (.svg, or .png with matplotlib).")
+              help="Also draw throughput and cost against cluster size (.svg, .png or .pdf; needs rlsolve[plot]).")
 @click.option("--price", "prices", multiple=True, help="Override a GPU's price for this run: GPU=USD per GPU-hour.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local",
               help="local: a process pool on this machine; ray: tasks on a Ray cluster.")
@@ -72,9 +72,9 @@ def compare(spec: str, gpus: tuple[str, ...], nodes: tuple[str, ...], networks: 
     degrees, USD per million trained tokens, tokens/s per kW of GPU power, and whether it is
     on the throughput-cost Pareto front. Exit code 3 when no combination is feasible."""
     from rlsolve.whatif import compare as _compare
-    from rlsolve.whatif import render, write_sweep_plot
-    if plot and not plot.lower().endswith((".svg", ".png")):
-        raise SpecError(f"{plot}: name the picture .svg or .png", field="--plot")
+    from rlsolve.whatif import picture_format, render, write_sweep_plot
+    if plot:
+        picture_format(plot, "--plot")  # a bad name fails before the sweep, not after it
     rows = _compare(spec, gpus=_split(gpus) or None, nodes=_nodes(nodes) or None, networks=_split(networks) or None,
                     objective=objective, executor=executor, address=address, workers=workers,
                     cache_dir=False if no_cache else cache_dir, progress=True, prices=_prices(prices))
@@ -91,7 +91,7 @@ def compare(spec: str, gpus: tuple[str, ...], nodes: tuple[str, ...], networks: 
 @click.argument("spec", type=click.Path())
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option("--memory", type=click.Path(dir_okay=False), default=None,
-              help="Also draw the per-GPU memory per role on its own (.svg or .png).")
+              help="Also draw the per-GPU memory per role on its own (.svg, .png or .pdf).")
 @click.option("--plan", "plan_path", type=click.Path(), default=None,
               help="Draw this plan (or hand-written layout) re-scored on SPEC instead of solving.")
 @click.option("--objective", type=click.Choice(["throughput", "cost"]), default=None, help="Overrides the spec's.")
@@ -99,24 +99,24 @@ def compare(spec: str, gpus: tuple[str, ...], nodes: tuple[str, ...], networks: 
 @guarded
 def timeline(spec: str, out: str, memory: str | None, plan_path: str | None, objective: str | None,
              no_memory_panel: bool) -> None:
-    """Draw one RL step of SPEC's plan as a timeline per GPU group, to OUT (.svg or .png).
+    """Draw one RL step of SPEC's plan as a timeline per GPU group, to OUT (.svg, .png or .pdf).
 
     Phases: prefill, decode, reward, reference, value, old log-probs, train, weight sync;
     async overlap is shaded. Below it, the per-GPU memory of each role as stacked bars."""
-    from rlsolve.whatif import write_memory, write_timeline
+    from rlsolve.whatif import picture_format, write_memory, write_timeline
     for path, field in ((out, "out"), (memory, "--memory")):
-        if path and not path.lower().endswith((".svg", ".png")):
-            raise SpecError(f"{path}: name the picture .svg or .png", field=field)
+        if path:
+            picture_format(path, field)
     if plan_path:
         from rlsolve.solver.estimate import estimate
         plan = estimate(spec, plan_path)
     else:
         from rlsolve.solver import solve
         plan = solve(spec, objective=objective, top_k=0)
-    write_timeline(plan, out, with_memory=not no_memory_panel, field="out")
+    write_timeline(plan, out, with_memory=not no_memory_panel, field="out", spec=spec)
     click.echo(f"wrote {out}", err=True)
     if memory:
-        write_memory(plan, memory)
+        write_memory(plan, memory, spec=spec)
         click.echo(f"wrote {memory}", err=True)
 
 
