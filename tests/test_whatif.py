@@ -423,3 +423,17 @@ def test_cli_timeline(tmp_path):
     assert r.exit_code == 0 and (tmp_path / "t3.pdf").read_bytes().startswith(b"%PDF")
     r = run("timeline", spec, str(tmp_path / "t.gif"))
     assert r.exit_code == 2 and ".svg, .png or .pdf" in r.output
+
+
+def test_the_docs_gallery_is_generated_and_its_pictures_exist():
+    """docs/whatif.md's gallery is the output of benchmarks/gallery.py: every picture it shows
+    is in docs/img and is an SVG whose text names what the caption says."""
+    doc = (ROOT / "docs" / "whatif.md").read_text()
+    section = doc.split("<!-- gallery:begin -->")[1].split("<!-- gallery:end -->")[0]
+    assert "python benchmarks/gallery.py --write docs/whatif.md" in section
+    import re
+    pictures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section)
+    assert len(pictures) == 4
+    for rel in pictures:
+        text = svg_texts(ROOT / "docs" / rel)
+        assert ("Pareto front" in text) if "study" in rel else ("seconds into the step" in text and "capacity" in text)

@@ -151,8 +151,11 @@ def _draw_timeline(ax, plan: Plan, title: str | None, gpu_names: Mapping[str, st
             ax.barh(y, seg.duration, left=seg.start, height=0.6, color=colour, zorder=2,
                     edgecolor="#BBBBBB" if seg.phase == "idle" else "white", linewidth=0.8)
             handles.setdefault(label, Patch(facecolor=colour, edgecolor="#BBBBBB", label=label))
-            text = f"{label}\n{seg.duration:,.0f} s"
-            if seg.phase != "idle" and seg.duration >= CHAR_FRACTION * len(label) * (tl.step or 1):
+            # the name on one line, else a word per line, when that fits the block
+            room = seg.duration / (CHAR_FRACTION * (tl.step or 1))
+            name = label if len(label) <= room else label.replace(" ", "\n")
+            text = f"{name}\n{seg.duration:,.0f} s"
+            if seg.phase != "idle" and max(map(len, text.split("\n"))) <= room:
                 dark = colour in ("#0072B2", "#7F3C8D", "#D55E00", "#009E73")
                 ax.text(seg.start + seg.duration / 2, y, text, ha="center",
                         va="center", fontsize=8, color="white" if dark else "black", zorder=3, clip_on=True)
