@@ -5,6 +5,7 @@ only: no solving, no I/O."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import yaml
@@ -25,9 +26,28 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     return {k: d[k] for k in PLAN_ORDER if k in d and d[k] is not None}
 
 
+def finite(value: Any) -> Any:
+    """The data with every non-finite float (an infinite $/Mtok) as None: JSON has no Infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def to_json(data: Any) -> str:
+    """The JSON both shells print: indented, valid (non-finite numbers as null), one newline."""
+    try:
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+    except ValueError:
+        return json.dumps(finite(data), indent=2) + "\n"
+
+
 def dump(data: Any, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(data, indent=2) + "\n"
+        return to_json(data)
     return yaml.safe_dump(data, sort_keys=False, width=110)
 
 

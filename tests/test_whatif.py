@@ -118,6 +118,17 @@ def test_infeasible_point_is_a_row_not_an_error(tmp_path):
     assert f"infeasible: L4 x 1 node, IB-NDR-400: {rows[1].reason}" in text
 
 
+def test_a_point_out_of_time_is_an_unknown_row_never_cached(tmp_path, monkeypatch):
+    import rlsolve.solver
+
+    def out_of_time(spec, objective=None, **options):
+        raise rlsolve.NoAnswerError(0.5, "the optimum")
+    monkeypatch.setattr(rlsolve.solver, "solve", out_of_time)
+    rows = compare(tiny(), gpus=["L4"], nodes=[1], workers=1, cache_dir=tmp_path)
+    assert [r.status for r in rows] == ["unknown"] and "time limit" in rows[0].reason and not rows[0].feasible
+    assert not list(tmp_path.glob("*.json"))  # a later run searches again
+
+
 def test_cache_resumes_an_interrupted_sweep(study, tmp_path):
     rows, cache = study
     files = sorted(cache.glob("*.json"))
