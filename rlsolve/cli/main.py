@@ -171,7 +171,7 @@ def schema(output: bool) -> None:
 
 
 def _register() -> None:
-    from rlsolve.cli.commands import register
+    from rlsolve.cli.commands.registry import register
     register(main)
 
 
