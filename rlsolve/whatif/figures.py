@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -37,7 +38,6 @@ _thousands = FuncFormatter(lambda v, _: f"{v:,.0f}")  # 120,000 rather than 1200
 
 
 def _figure(width: float, height: float) -> Figure:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
