@@ -71,13 +71,13 @@ def _fmt_default() -> str:
 
 def plan_file_text(plan, path: str) -> str:
     """The plan as the file `path` holds it: JSON for .json, else YAML."""
-    from rlsolve.cli.render import dump, plan_dict
+    from rlsolve.present import dump, plan_dict
     return dump(plan_dict(plan), "json" if str(path).endswith(".json") else "yaml")
 
 
 def emit_plan(plan, fmt: str | None) -> None:
     """The plan on stdout; after the files, so a failed write prints no plan."""
-    from rlsolve.cli.render import dump, plan_dict, plan_table
+    from rlsolve.present import dump, plan_dict, plan_table
     fmt = fmt or _fmt_default()
     if fmt == "table":
         click.echo(plan_table(plan), nl=False)
@@ -107,7 +107,7 @@ def main() -> None:
 @click.option("--top", "top_k", type=int, default=None, help="Runner-up plans to report.")
 @click.option("--profile", type=click.Path(), default=None, help="Calibrated GPU profile (rlsolve calibrate).")
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
-              help="Also draw one RL step per GPU group and the per-GPU memory (.svg; .png needs rlsolve[plot]).")
+              help="Also draw one RL step per GPU group and the per-GPU memory (.svg, .png or .pdf; needs rlsolve[plot]).")
 @FORMAT
 @OUTPUT
 @guarded
@@ -115,7 +115,7 @@ def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int
           timeline: str | None, fmt: str | None, out: str | None) -> None:
     """Find the best layout for SPEC (a cluster.yaml; - reads it from standard input)."""
     from rlsolve.solver import solve as _solve
-    from rlsolve.spec import SolverOptions
+    from rlsolve.spec import SolverOptions, load_spec
     opts: dict[str, Any] = {}
     if time_limit is not None:
         opts["time_limit_s"] = checked_flag(SolverOptions, "time_limit_s", time_limit, "--time-limit")
@@ -127,13 +127,16 @@ def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int
         from rlsolve.whatif import check_picture_path
         check_picture_path(timeline, "--timeline")
         outputs.add(timeline, "--timeline")
-    plan = _solve(spec, objective=objective, profile=load_profile(profile), **opts)
+    calibrated = load_profile(profile)
+    # read once: the timeline names the pools' GPU types from the spec, and `-` (stdin) reads only once
+    source = load_spec(spec) if timeline else spec
+    plan = _solve(source, objective=objective, profile=calibrated, **opts)
     with outputs:
         if out:
             outputs.write_text(out, plan_file_text(plan, out))
         if timeline:
             from rlsolve.whatif import write_timeline
-            write_timeline(plan, outputs.stage(timeline), field="--timeline")
+            write_timeline(plan, outputs.stage(timeline), field="--timeline", spec=source)
     emit_plan(plan, fmt)
 
 
@@ -200,23 +203,19 @@ def estimate(spec: str, layout: str, fmt: str | None, out: str | None) -> None:
 @guarded
 def explain(spec: str, layout: str | None) -> None:
     """Why the optimal plan wins; with LAYOUT, why it beats that layout term by term."""
+    from rlsolve.present import differences, differences_text, layout_summary, misfit_summary, plan_table
     from rlsolve.solver import solve as _solve
     from rlsolve.solver.estimate import estimate as _estimate
-    from rlsolve.cli.render import plan_table
     best = _solve(spec)
     click.echo(plan_table(best), nl=False)
     if layout:
         try:
             other = _estimate(spec, layout)
         except InfeasibleError as e:
-            click.echo("\nyour layout does not fit: " + "; ".join(e.reasons))
+            click.echo("\n" + misfit_summary(e.reasons))
             return
-        click.echo(f"\nyour layout: {other.throughput.tokens_per_s:,.0f} tokens/s, step {other.time_s.step:,.1f} s "
-                   f"vs {best.time_s.step:,.1f} s")
-        for k in ("prefill", "decode", "old_logprob", "reference", "reward", "value", "train", "weight_sync", "switch"):
-            a, b = getattr(other.time_s, k), getattr(best.time_s, k)
-            if abs(a - b) > 0.005 * best.time_s.step:
-                click.echo(f"  {k:12s} {a:10,.1f} s  vs {b:10,.1f} s  ({a - b:+,.1f} s)")
+        click.echo("\n" + layout_summary(best, other))
+        click.echo(differences_text(differences(best, other)), nl=False)
 
 
 @main.command()
@@ -224,39 +223,32 @@ def explain(spec: str, layout: str | None) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table")
 def gpus(networks: bool, fmt: str) -> None:
     """List the GPU (or network) catalog."""
-    from rlsolve.cli.render import dump, table
-    from rlsolve.hardware_db import list_gpus, list_networks
-    if networks:
-        rows = [{"name": n.name, "gbps_per_nic": n.gbps_per_nic, "latency_us": n.latency_us,
-                 "busbw_fraction": n.busbw_fraction.value} for n in list_networks()]
-    else:
-        rows = [{"name": g.name, "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops, "memory_gb": g.memory_gb,
-                 "hbm_gbps": g.hbm_gbps, "nvlink_gbps_per_dir": g.nvlink_gbps_per_dir, "nvlink_domain": g.nvlink_domain,
-                 "usd_per_hour": g.price_per_gpu_hour_usd} for g in list_gpus()]
-    click.echo(table(rows, list(rows[0])) if fmt == "table" else dump(rows, fmt), nl=False)
+    from rlsolve.present import GPU_COLUMNS, NETWORK_COLUMNS, dump, gpu_rows, network_rows, table
+    rows, columns = (network_rows(), NETWORK_COLUMNS) if networks else (gpu_rows(), GPU_COLUMNS)
+    click.echo(table(rows, columns) if fmt == "table" else dump(rows, fmt), nl=False)
 
 
 @main.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table")
 def models(fmt: str) -> None:
     """List the model catalog."""
-    from rlsolve.cli.render import dump, table
-    from rlsolve.models import list_models
-    rows = [{"name": m.name, "hf_id": m.hf_id or "", "params_b": round(m.total_params / 1e9, 2),
-             "active_b": round(m.active_params / 1e9, 2), "layers": m.layers, "hidden": m.hidden,
-             "kv_kib_per_token": round(m.kv_bytes_per_token(2.0) / 1024, 1)} for m in list_models()]
-    click.echo(table(rows, list(rows[0])) if fmt == "table" else dump(rows, fmt), nl=False)
+    from rlsolve.present import MODEL_COLUMNS, dump, model_rows, table
+    rows = model_rows()
+    click.echo(table(rows, MODEL_COLUMNS) if fmt == "table" else dump(rows, fmt), nl=False)
 
 
 @main.command()
-def schema() -> None:
-    """Print the JSON schema of the input file."""
+@click.option("--plan", "output", is_flag=True, help="The output schema (the plan) instead of the input's.")
+def schema(output: bool) -> None:
+    """Print the JSON schema of the input file (with --plan: of the plan it produces)."""
+    from rlsolve.plan import Plan
     from rlsolve.spec import Spec
-    click.echo(json.dumps(Spec.model_json_schema(), indent=2))
+    model = Plan if output else Spec
+    click.echo(json.dumps(model.model_json_schema(mode="serialization" if output else "validation"), indent=2))
 
 
 def _register() -> None:
-    from rlsolve.cli.commands import register
+    from rlsolve.cli.commands.registry import register
     register(main)
 
 

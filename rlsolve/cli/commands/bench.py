@@ -42,7 +42,7 @@ def _eff(row: dict[str, Any]) -> str:
 
 
 def _report(items: list[dict[str, Any]], info: dict[str, Any], profile: dict[str, Any]) -> str:
-    from rlsolve.cli.render import table
+    from rlsolve.present import table
     rows = [{"item": r["item"], "measured": _secs(r.get("measured_s")), "assumed": _secs(r.get("assumed_s")),
              "meas/assumed": f"{r['measured_over_assumed']:.2f}x" if "measured_over_assumed" in r else "-",
              "rate": _rate(r), "profile key": r["key"], "measured vs assumed": _eff(r)} for r in items]
@@ -104,7 +104,7 @@ def calibrate(device: str, nproc: int | None, gpu: str | None, out: str) -> None
     """Measure this machine's GPU and write a profile (efficiencies that replace the
     catalog's) for `rlsolve solve --profile`."""
     from rlsolve.bench import calibrate as _calibrate
-    from rlsolve.cli.render import dump
+    from rlsolve.present import dump
     nproc = checked_flag(Pool, "gpus_per_node", nproc, "--nproc")
     with Outputs() as outputs:
         outputs.add(out, "--out")

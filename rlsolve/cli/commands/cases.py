@@ -15,7 +15,7 @@ from rlsolve.cli.main import guarded
 def cases(path: str, fmt: str) -> None:
     """Predict every row of a reference-case FILE and print the error per row and the medians."""
     from rlsolve.cases import score_cases
-    from rlsolve.cli.render import table
+    from rlsolve.present import table
     from rlsolve.reader import read_yaml
     report = score_cases(read_yaml(path, what="cases file"))
     if fmt == "json":
