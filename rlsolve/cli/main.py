@@ -123,9 +123,17 @@ def estimate(spec: str, layout: str, fmt: str | None, out: str | None) -> None:
 @main.command()
 @click.argument("spec", type=click.Path())
 @click.argument("layout", type=click.Path(), required=False)
+@click.option("--log", "log", type=click.Path(), default=None,
+              help="A run's log (verl, NeMo-RL, OpenRLHF) of LAYOUT: measured vs predicted, and the re-plan.")
+@click.option("--log-format", "log_format", default=None, help="The log's format (default: detected).")
 @guarded
-def explain(spec: str, layout: str | None) -> None:
-    """Why the optimal plan wins; with LAYOUT, why it beats that layout term by term."""
+def explain(spec: str, layout: str | None, log: str | None, log_format: str | None) -> None:
+    """Why the optimal plan wins; with LAYOUT, why it beats that layout term by term; with
+    --log, how the run of LAYOUT went against the model and what a re-plan would gain."""
+    if log is not None:
+        from rlsolve.cli.commands.logs import explain_log
+        explain_log(spec, layout, log, log_format, warmup=1)
+        return
     from rlsolve.solver import solve as _solve
     from rlsolve.solver.estimate import estimate as _estimate
     from rlsolve.cli.render import plan_table
