@@ -20,13 +20,21 @@ def _key(column: str) -> str:
     return column.rsplit(" - ", 1)[-1].strip()
 
 
+def _body(text: str) -> str:
+    """The CSV without leading '#' comment lines (a fixture's or a user's note)."""
+    lines = text.lstrip("\ufeff").splitlines(keepends=True)
+    while lines and lines[0].startswith("#"):
+        lines.pop(0)
+    return "".join(lines)
+
+
 def looks_like(text: str) -> bool:
-    head = text.lstrip("\ufeff").split("\n", 1)[0]
+    head = _body(text).split("\n", 1)[0]
     return "," in head and "timing_s/step" in head and any(c in head for c in STEP_COLUMNS)
 
 
 def parse(text: str) -> list[LogStep]:
-    reader = csv.reader(io.StringIO(text.lstrip("\ufeff")))
+    reader = csv.reader(io.StringIO(_body(text)))
     try:
         header = next(reader)
     except StopIteration:
