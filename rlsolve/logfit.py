@@ -19,6 +19,7 @@ from rlsolve.errors import SpecError
 from rlsolve.perf.hw import GB, device
 from rlsolve.resolve import resolve
 from rlsolve.runlogs import RunLog
+from rlsolve.runlogs.config import layout_from_config
 from rlsolve.runlogs.phases import PHASES, PhaseTable, phase_table
 from rlsolve.spec import load_spec, read_yaml
 
@@ -61,6 +62,7 @@ class LogFit:
     response_len_mean: float | None
     profile: dict[str, dict[str, float]]  # the profile: GPU name -> overrides
     notes: list[str] = field(default_factory=list)
+    layout_from_log: dict | None = None   # the layout read from the printed config (no --layout given)
 
     def residuals(self) -> dict[str, float]:
         """predicted / measured - 1 per phase the log shows, after the fit (and the step)."""
@@ -117,15 +119,41 @@ def _clip(name: str, v: float) -> tuple[float, bool]:
 def fit_log(spec: Any, layout: Any, run: RunLog, *, warmup: int = 1, base_profile: dict | None = None) -> LogFit:
     """Fit the factors to `run` for `layout` (the layout that ran) on `spec`'s cluster; the
     first `warmup` steps are left out."""
+    how = ""
     if layout is None:
-        raise SpecError("the log does not say which layout ran; pass --layout layout.yaml (a plan file or its "
-                        "layout sections: parallelism, resource_allocation, pipeline)", field="--layout")
+        why = "it prints no configuration"
+        if run.config is not None:
+            layout, why = layout_from_config(run.config, run.framework)
+            how = why
+        if layout is None:
+            raise SpecError(f"the log does not say which layout ran ({why}); pass --layout layout.yaml (a plan "
+                            "file or its layout sections: parallelism, resource_allocation, pipeline)", field="--layout")
+        layout = with_placement(spec, layout)
     table = phase_table(run)
     if len(table.steps) < MIN_STEPS:
         raise SpecError(f"the log has {len(table.steps)} step(s) with timings; at least {MIN_STEPS} are needed "
                         f"(the first is warm-up)", field="--from-log")
     warmup = max(0, min(warmup, len(table.steps) - 1))
-    return fit_table(spec, layout, table, log_format=run.format, warmup=warmup, base_profile=base_profile)
+    fit = fit_table(spec, layout, table, log_format=run.format, warmup=warmup, base_profile=base_profile)
+    if how:
+        fit.notes.insert(0, "layout " + how + ": " + _describe(layout))
+        fit.layout_from_log = layout
+    return fit
+
+
+def with_placement(spec: Any, layout: dict) -> dict:
+    """Where the spec's reference and critic run, for a layout read from a log (the
+    frameworks keep them on the training GPUs)."""
+    s = load_spec(_spec_dict(spec))
+    return {**layout, "placement": {"reference": "training" if s.model.reference is not None else "none",
+                                    "reward": "cpu" if s.model.reward in (None, "rule") else "training",
+                                    "value": "training" if s.model.value is not None else "none"}}
+
+
+def _describe(layout: dict) -> str:
+    g, t = layout["parallelism"]["generation"], layout["parallelism"]["training"]
+    return (f"generation tp {g['tp']} x {g['dp']} replicas; training tp {t['tp']} pp {t['pp']} cp {t['cp']} "
+            f"dp {t['dp']} ZeRO-{t['zero_stage']} micro-batch {t['micro_batch']} recompute {t['recompute']}")
 
 
 def fit_table(spec: Any, layout: Any, table: PhaseTable, *, log_format: str, warmup: int = 0,

@@ -181,7 +181,7 @@ def test_binary_wrong_format_and_missing_inputs_exit_2(tmp_path):
     nemo = str(LOGS / "nemo_rl_grpo.log")
     for args in (["--from-log", str(binary), "--spec", SPEC7B, "--layout", LAY7B],
                  ["--from-log", nemo, "--log-format", "openrlhf", "--spec", SPEC8B, "--layout", LAY8B],
-                 ["--from-log", nemo, "--spec", SPEC8B],                     # no layout
+                 ["--from-log", str(LOGS / "openrlhf.log"), "--spec", SPEC8B],  # no layout, none printed
                  ["--from-log", nemo, "--layout", LAY8B],                    # no spec
                  ["--from-log", str(tmp_path / "missing.log"), "--spec", SPEC8B, "--layout", LAY8B]):
         r = run("calibrate", *args, "--out", str(out))
@@ -190,3 +190,18 @@ def test_binary_wrong_format_and_missing_inputs_exit_2(tmp_path):
         assert not out.exists()
     with pytest.raises(SpecError, match="--log-format"):
         parse_log_text("x", "nope")
+
+
+def test_layout_is_read_from_the_config_the_framework_printed():
+    nemo = read_log(str(LOGS / "nemo_rl_grpo.log"))
+    from_log = fit_log(SPEC8B, None, nemo)
+    given = fit_log(SPEC8B, LAY8B, nemo)
+    assert from_log.after == pytest.approx(given.after)
+    assert from_log.notes[0].startswith("layout read from the config NeMo-RL printed")
+    verl = read_log(str(LOGS / "verl_console.log"))
+    from rlsolve.runlogs.config import layout_from_config
+    lay, how = layout_from_config(verl.config, "verl")
+    assert lay["parallelism"]["generation"] == {"tp": 2, "pp": 1, "dp": 4}
+    t = lay["parallelism"]["training"]
+    assert (t["dp"], t["zero_stage"], t["micro_batch"], t["recompute"]) == (8, 3, 40, "full")
+    assert read_log(str(LOGS / "openrlhf.log")).config is None   # OpenRLHF prints none: --layout is needed

@@ -13,6 +13,7 @@ from pathlib import Path
 from rlsolve.errors import SpecError
 from rlsolve.runlogs import nemo_rl, openrlhf, verl_console, verl_jsonl, wandb_csv
 from rlsolve.runlogs.common import LogStep, RunLog
+from rlsolve.runlogs.config import printed_config
 
 __all__ = ["FORMATS", "LogStep", "RunLog", "detect_format", "parse_log_text", "read_log"]
 
@@ -47,7 +48,9 @@ def parse_log_text(text: str, fmt: str | None = None, *, what: str = "--from-log
     if not steps:
         raise SpecError(f"no step with timings found in this {found} log (is it truncated, or another "
                         f"framework's? pass --log-format to force one)", field=what)
-    return RunLog(framework=FRAMEWORK[found], format=found, steps=steps, source=source)
+    framework = FRAMEWORK[found]
+    return RunLog(framework=framework, format=found, steps=steps, source=source,
+                  config=printed_config(text, framework))
 
 
 def read_log(path: str, fmt: str | None = None, *, what: str = "--from-log") -> RunLog:

@@ -25,6 +25,7 @@ class RunLog:
     format: str             # the reader that parsed it
     steps: list[LogStep]
     source: str = ""
+    config: dict | None = None  # the configuration the framework printed at start-up, if any
 
 
 def to_float(text: str) -> float | None:
