@@ -42,6 +42,35 @@ def predicted(run: dict, profile: dict) -> dict[str, float]:
     return model_phases(estimate(spec, run["layout"], profile=profile), False)
 
 
+def calibrate(src: dict):
+    table = averaged(src["framework"], src["phases_s"], src.get("response_len_mean"))
+    return fit_table(src["spec"], src["layout"], table, log_format="published-means")
+
+
+def each(runs: list[dict]) -> None:
+    """Median |error| over the other runs, per phase, after calibrating on each run in turn."""
+    print(f"{'calibrated on':46s} " + " ".join(f"{p:>10s}" for p in PHASES) + "   (median |error| of the others, after)")
+    before = {p: [] for p in PHASES}
+    for r in runs:
+        m = measured(r)
+        b = predicted(r, {})
+        for p in PHASES:
+            if m.get(p, 0) > 0:
+                before[p].append(abs(b[p] / m[p] - 1))
+    print(f"{'(no calibration)':46s} " + " ".join(f"{statistics.median(before[p]):10.1%}" for p in PHASES))
+    for src in runs:
+        profile = calibrate(src).profile
+        errs = {p: [] for p in PHASES}
+        for r in runs:
+            if r["id"] == src["id"]:
+                continue
+            m, a = measured(r), predicted(r, profile)
+            for p in PHASES:
+                if m.get(p, 0) > 0:
+                    errs[p].append(abs(a[p] / m[p] - 1))
+        print(f"{src['id']:46s} " + " ".join(f"{statistics.median(errs[p]):10.1%}" for p in PHASES))
+
+
 def pct(x: float | None) -> str:
     return "" if x is None else f"{x:+.1%}"
 
@@ -51,11 +80,14 @@ def main() -> None:
     ap.add_argument("--runs", default=str(ROOT / "benchmarks/data/log_runs.yaml"))
     ap.add_argument("--calibrate-on", default="nemorl03-blog-llama3.1-8b-megatron-1n8g")
     ap.add_argument("--cases", nargs="*", default=[])
+    ap.add_argument("--each", action="store_true", help="Calibrate on every run in turn; one summary line each.")
     args = ap.parse_args()
     runs = yaml.safe_load(Path(args.runs).read_text())["runs"]
+    if args.each:
+        each(runs)
+        return
     src = next(r for r in runs if r["id"] == args.calibrate_on)
-    fit = fit_table(src["spec"], src["layout"], averaged(src["framework"], src["phases_s"], src.get("response_len_mean")),
-                    log_format="published-means")
+    fit = calibrate(src)
     profile = fit.profile
     print(f"calibrated on {src['id']} ({src['source']})")
     for k, f in fit.factors.items():
