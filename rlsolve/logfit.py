@@ -126,8 +126,9 @@ def fit_log(spec: Any, layout: Any, run: RunLog, *, warmup: int = 1, base_profil
             layout, why = layout_from_config(run.config, run.framework)
             how = why
         if layout is None:
-            raise SpecError(f"the log does not say which layout ran ({why}); pass --layout layout.yaml (a plan "
-                            "file or its layout sections: parallelism, resource_allocation, pipeline)", field="--layout")
+            raise SpecError(f"the log does not say which layout ran ({why}); give it (calibrate: --layout "
+                            "layout.yaml; explain: the LAYOUT argument), a plan file or its layout sections",
+                            field="--layout")
         layout = with_placement(spec, layout)
     table = phase_table(run)
     if len(table.steps) < MIN_STEPS:
