@@ -132,6 +132,15 @@ def test_cli_calibrate_writes_the_profile_solve_and_cases_read(tmp_path):
     assert all(abs(v) < 0.01 for v in meta["residual"].values())
     r = run("solve", SPEC8B, "--profile", str(out), "--format", "json")
     assert r.exit_code == 0, r.output
+    # starting from another profile (a torch calibrate's): its keys stay, the fitted ones are added
+    base = tmp_path / "torch.yaml"
+    base.write_text(yaml.safe_dump({"profile": {"H100-SXM-80GB": {"gemm_fraction": 0.7}}}))
+    both = tmp_path / "both.yaml"
+    r = run("calibrate", "--from-log", str(LOGS / "nemo_rl_grpo.log"), "--spec", SPEC8B, "--profile", str(base),
+            "--out", str(both))
+    assert r.exit_code == 0, r.output
+    merged = yaml.safe_load(both.read_text())["profile"]["H100-SXM-80GB"]
+    assert merged["gemm_fraction"] == 0.7 and "train_efficiency" in merged
     # cases --profile: a train row on the profile's GPU gets the fitted training efficiency
     row = {"id": "t", "kind": "train", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 8},
            "model": {"name": "llama-3.1-8b"}, "precision": "bf16",

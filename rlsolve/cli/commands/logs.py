@@ -20,13 +20,13 @@ def _pct(x: float) -> str:
     return f"{x:+.1%}"
 
 
-def _fit(spec: str, layout: str | None, log: str, log_format: str | None, warmup: int):
+def _fit(spec: str, layout: str | None, log: str, log_format: str | None, warmup: int, base: dict | None = None):
     from rlsolve.logfit import fit_log
     from rlsolve.runlogs import read_log
     if warmup < 0:
         raise SpecError("give 0 or more steps to leave out", field="--warmup")
     run = read_log(log, log_format)
-    return fit_log(spec, layout, run, warmup=warmup)
+    return fit_log(spec, layout, run, warmup=warmup, base_profile=base)
 
 
 def phase_rows(fit) -> str:
@@ -62,12 +62,13 @@ def factor_lines(fit) -> list[str]:
 
 
 def calibrate_from_log(spec: str | None, layout: str | None, log: str, log_format: str | None, warmup: int,
-                       out: str) -> None:
+                       out: str, base_profile: str | None = None) -> None:
+    from rlsolve.cli.main import _load_profile
     from rlsolve.cli.render import dump
     from rlsolve.logfit import profile_document
     if spec is None:
         raise SpecError("calibrating from a log needs the cluster it ran on: pass --spec cluster.yaml", field="--spec")
-    fit = _fit(spec, layout, log, log_format, warmup)
+    fit = _fit(spec, layout, log, log_format, warmup, _load_profile(base_profile))
     doc = profile_document(fit, log_path=log, spec_path=spec, layout_path=layout or "")
     text = dump(doc, "json" if out.endswith(".json") else "yaml")
     click.echo(f"log     {log}: {fit.framework} ({fit.log_format}), steps {fit.steps_used[0]}-{fit.steps_used[-1]} "
