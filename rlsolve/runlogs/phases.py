@@ -30,6 +30,7 @@ class FrameworkTimers:
     nested: tuple[str, ...] = ()                # prefixes of timers inside a counted one
     response_len: tuple[str, ...] = ()          # metric keys of the mean response length
     refit_in_generation_unless: str | None = None  # the refit timer; absent -> refit is inside generation
+    other_prefixes: tuple[str, ...] = ()        # families of timers of the `other` phase (waits)
 
 
 VERL = FrameworkTimers(
@@ -37,7 +38,7 @@ VERL = FrameworkTimers(
     # verl/trainer/ppo/ray_trainer.py marked_timer names ("ref" is str(Role.RefPolicy))
     phase_of={"gen": "generation", "gen_max": "generation", "old_log_prob": "logprob", "ref": "logprob",
               "values": "critic", "update_critic": "critic", "update_actor": "train", "update_weights": "refit",
-              "reward": "other", "adv": "other", "reshard": "refit"},
+              "reward": "other", "adv": "other"},
     excluded=frozenset({"testing", "save_checkpoint", "start_profile", "stop_profile", "dump_rollout_generations"}),
     # timers the rollout returns in meta_info["timing"] run inside `gen`
     nested=("generate_sequences", "generation_timing/", "agent_loop/", "gen_"),
@@ -55,7 +56,8 @@ NEMO_RL = FrameworkTimers(
               "logprob_inference_prep": "other", "training_prep": "other", "dynamic_sampling": "other",
               "buffer_sampling": "other", "offload_before_refit": "other", "recompute_kv_scales": "other"},
     excluded=frozenset({"checkpointing", "total_validation_time"}),
-    nested=("prepare_for_generation/", "idle/", "overlong_filter", "mask_sample_filter"),
+    nested=("prepare_for_generation/", "overlong_filter", "mask_sample_filter"),
+    other_prefixes=("idle/",),  # async GRPO's waits (buffer starvation, refit bubble), timed on their own
     response_len=("mean_generation_length",),
 )
 
@@ -88,6 +90,12 @@ class PhaseTable:
     refit_inside_generation: bool = False
 
 
+def _phase(name: str, t: FrameworkTimers) -> str | None:
+    if name in t.phase_of:
+        return t.phase_of[name]
+    return "other" if name.startswith(t.other_prefixes) else None
+
+
 def _nested(name: str, t: FrameworkTimers) -> bool:
     return name not in t.phase_of and any(name.startswith(p) for p in t.nested)
 
@@ -108,10 +116,10 @@ def phase_table(run: RunLog) -> PhaseTable:
             if name in t.excluded:
                 total -= v
                 excluded[name] = excluded.get(name, 0.0) + v
-            elif name in t.phase_of:
-                if t.phase_of[name] == "other":
+            elif (phase := _phase(name, t)) is not None:
+                if phase == "other":
                     other[name] = other.get(name, 0.0) + v
-                phases[t.phase_of[name]] = phases.get(t.phase_of[name], 0.0) + v
+                phases[phase] = phases.get(phase, 0.0) + v
             else:
                 unplaced[name] = unplaced.get(name, 0.0) + v
         rl = next((s.metrics[k] for k in t.response_len if k in s.metrics), None)
