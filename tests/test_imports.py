@@ -14,12 +14,13 @@ PACKAGE = ROOT / "rlsolve"
 # layer (the two shells) may not import each other.
 LAYERS: list[set[str]] = [
     {"rlsolve.errors", "rlsolve.reader", "rlsolve.writer"},  # reader/writer: every input and output file, below the catalogs
-    {"rlsolve.hardware_db", "rlsolve.models", "rlsolve.plan"},
+    {"rlsolve.hardware_db", "rlsolve.models", "rlsolve.plan", "rlsolve.runlogs"},  # runlogs: log readers only
     {"rlsolve.spec", "rlsolve.resolve"},
     {"rlsolve.perf"},
     {"rlsolve.solver"},
     {"rlsolve"},  # the public API: rlsolve.solve, rlsolve.estimate, rlsolve.load_spec
-    {"rlsolve.baseline", "rlsolve.cases", "rlsolve.export", "rlsolve.bench", "rlsolve.whatif", "rlsolve.present"},
+    {"rlsolve.baseline", "rlsolve.cases", "rlsolve.export", "rlsolve.bench", "rlsolve.whatif", "rlsolve.present",
+     "rlsolve.logfit"},
     {"rlsolve.cli", "rlsolve.service"},
 ]
 SHELLS = {"rlsolve.cli", "rlsolve.service"}

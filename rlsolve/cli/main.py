@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import click
 
+from rlsolve.cli.profiles import PROFILE_KEYS, load_profile  # noqa: F401  (solve, cases, calibrate --profile)
 from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
 from rlsolve.writer import Outputs
 
@@ -140,46 +141,6 @@ def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int
     emit_plan(plan, fmt)
 
 
-# what a profile may override: the catalog's efficiency fields, plus the network's bus bandwidth
-PROFILE_KEYS = ("gemm_fraction", "gemm_fp8_fraction", "gemm_half_size_flops", "attention_fraction", "hbm_fraction",
-                "nvlink_busbw_fraction", "network_busbw_fraction", "kernel_launch_us")
-
-
-def load_profile(path: str | None) -> dict | None:
-    """A calibrated profile: {profile: {GPU name: {efficiency key: positive number}}} (or the
-    inner mapping alone). Anything else, such as a spec file, is refused naming the fix."""
-    import math
-
-    from rlsolve.errors import did_you_mean
-    from rlsolve.hardware_db import find_gpu
-    from rlsolve.reader import read_yaml
-    if not path:
-        return None
-    data = read_yaml(path, what="--profile")
-    prof = data.get("profile", data)
-    fix = "a profile maps GPU names to measured efficiencies; write one with rlsolve calibrate --out profile.yaml"
-    if {"cluster", "model", "rl"} & set(data):
-        raise SpecError(f"{path} is a spec (it has {', '.join(sorted({'cluster', 'model', 'rl'} & set(data)))}), "
-                        f"not a profile; {fix}", field="--profile")
-    if not isinstance(prof, dict) or not prof:
-        raise SpecError(f"{path} is not a profile; {fix}", field="--profile")
-    out: dict[str, dict[str, float]] = {}
-    for gpu, values in prof.items():
-        where = f"--profile: {gpu}"
-        if not isinstance(gpu, str) or not isinstance(values, dict):
-            raise SpecError(f"{path} is not a profile: {gpu!r} is not a GPU with its efficiencies; {fix}",
-                            field="--profile")
-        name = find_gpu(gpu, field=where).name
-        for key, value in values.items():
-            if key not in PROFILE_KEYS:
-                raise SpecError(f"unknown efficiency {key!r}; {did_you_mean(str(key), PROFILE_KEYS)}", field=where)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
-                                                                                       and value > 0):
-                raise SpecError(f"{key} must be a positive number, got {value!r}", field=where)
-        out[name] = {k: float(v) for k, v in values.items()}
-    return out
-
-
 @main.command()
 @click.argument("spec", type=click.Path())
 @click.argument("layout", type=click.Path())
@@ -200,9 +161,17 @@ def estimate(spec: str, layout: str, fmt: str | None, out: str | None) -> None:
 @main.command()
 @click.argument("spec", type=click.Path())
 @click.argument("layout", type=click.Path(), required=False)
+@click.option("--log", "log", type=click.Path(), default=None,
+              help="A run's log (verl, NeMo-RL, OpenRLHF) of LAYOUT: measured vs predicted, and the re-plan.")
+@click.option("--log-format", "log_format", default=None, help="The log's format (default: detected).")
 @guarded
-def explain(spec: str, layout: str | None) -> None:
-    """Why the optimal plan wins; with LAYOUT, why it beats that layout term by term."""
+def explain(spec: str, layout: str | None, log: str | None, log_format: str | None) -> None:
+    """Why the optimal plan wins; with LAYOUT, why it beats that layout term by term; with
+    --log, how the run of LAYOUT went against the model and what a re-plan would gain."""
+    if log is not None:
+        from rlsolve.cli.commands.logs import explain_log
+        explain_log(spec, layout, log, log_format, warmup=1)
+        return
     from rlsolve.present import differences, differences_text, layout_summary, misfit_summary, plan_table
     from rlsolve.solver import solve as _solve
     from rlsolve.solver.estimate import estimate as _estimate
