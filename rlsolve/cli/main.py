@@ -78,13 +78,21 @@ def main() -> None:
 @click.option("--profile", type=click.Path(), default=None, help="Calibrated GPU profile (rlsolve calibrate).")
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
               help="Also draw one RL step per GPU group and the per-GPU memory (.svg; .png needs rlsolve[plot]).")
+@click.option("--framework", type=click.Choice(["any", "verl", "openrlhf", "nemo-rl"]), default=None,
+              help="Overrides the spec's target.framework: plan only what that framework runs.")
 @FORMAT
 @OUTPUT
 @guarded
-def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int | None, profile: str | None,
-          timeline: str | None, fmt: str | None, out: str | None) -> None:
+def solve(spec: Any, objective: str | None, time_limit: float | None, top_k: int | None, profile: str | None,
+          timeline: str | None, framework: str | None, fmt: str | None, out: str | None) -> None:
     """Find the best layout for SPEC (a cluster.yaml)."""
     from rlsolve.solver import solve as _solve
+    from rlsolve.spec import read_yaml
+    if framework is not None:
+        data = read_yaml(spec)
+        target = data.get("target") if isinstance(data.get("target"), dict) else {}
+        keep = {"version": target["version"]} if target.get("framework") == framework and "version" in target else {}
+        spec = {**data, "target": {"framework": framework, **keep}}
     opts: dict[str, Any] = {}
     if time_limit is not None:
         opts["time_limit_s"] = time_limit
