@@ -262,11 +262,11 @@ def _yaml(job: Job, secs: list[Section]) -> ExportResult:
     for k in ("data.train_files", "data.val_files"):
         values[k] = "${oc.env:" + k.split(".")[1].upper() + "}"
     head = header_lines(PIN, job, "a Hydra config for `python3 -m verl.trainer.main_ppo`")
-    head += [f"Run: python3 -m verl.trainer.main_ppo --config-path=$PWD --config-name=verl_plan "
-             f"model_engine={engine}",
-             "(model_engine is a config group: pass it on the command line as above)",
+    head += ["Run: python3 -m verl.trainer.main_ppo --config-path=$PWD --config-name=verl_plan",
+             f"(the defaults list selects the {engine} model engine, as model_engine={engine} would on the command line)",
              "Units: data.train_batch_size and ppo_mini_batch_size count prompts; micro-batches count samples."]
-    doc = {"hydra": {"searchpath": ["pkg://verl.trainer.config"]}, "defaults": ["ppo_trainer", "_self_"]}
+    doc = {"hydra": {"searchpath": ["pkg://verl.trainer.config"]},
+           "defaults": ["ppo_trainer", {"override /model_engine": engine}, "_self_"]}
     doc.update(nest(values))
     text = comment_block(head + warning_lines(job.notes)) + dump_yaml(doc)
     return ExportResult(text=text, warnings=list(job.notes.warnings), filename="verl_plan.yaml", target="verl-yaml",

@@ -439,6 +439,8 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     out.evaluated += 1
                     if not side.fits:
                         break  # more reserved memory fits even less
+                    if not _cap_ok(problem, lay, side):  # framework rule
+                        continue
                     sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
                     found.append(GenCand(mode, lay, frozenset(), "none", lv, side, sync, pool=p))
             else:
@@ -446,10 +448,17 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     aux = tuple((h, getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
                     side = gen_side(problem, pool, lay, aux_models=aux)
                     out.evaluated += 1
-                    if not side.fits:
+                    if not side.fits or not _cap_ok(problem, lay, side):  # framework rule
                         continue
                     found.append(GenCand(mode, lay, hosts, q, 0, side, recv_time(problem, pool, lay), pool=p))
     return found
+
+
+def _cap_ok(problem: Problem, lay: GenLayout, side: GenSide) -> bool:
+    """framework rule: a candidate that relies on the engine's concurrent-sequence cap needs a
+    target that can set it."""
+    return not side.max_num_seqs or bool(generation_ok(target_caps(problem), "vllm", lay.tp, lay.pp, lay.dp, lay.ep,
+                                                       max_num_seqs=side.max_num_seqs))
 
 
 def _gen_host_variants(problem: Problem):
