@@ -155,7 +155,7 @@ def openrlhf(result, job) -> Any:
         """Records each actor group train() asks for instead of starting Ray actors."""
 
         def __init__(self, num_nodes, num_gpus_per_node, cls, pg=None, num_gpus_per_actor=1, duplicate_actors=1):
-            seen.setdefault("groups", []).append((re.sub(r"\W", "", str(cls).split("(")[-1]), num_nodes, num_gpus_per_node, pg is not None,
+            seen.setdefault("groups", []).append((re.search(r"(\w+Actor)\b", str(cls)).group(1), num_nodes, num_gpus_per_node, pg is not None,
                                                   num_gpus_per_actor, duplicate_actors))
 
     def stop_at_trainer(*a, **k):

@@ -11,6 +11,7 @@ dataclass fields, `--` + field name with `-` or an explicit `Arg(cli_name/aliase
 """
 from __future__ import annotations
 
+from rlsolve.errors import InfeasibleError
 from rlsolve.solver.estimate import estimate
 from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_block, header_lines, render_array,
                                    warning_lines)
@@ -36,7 +37,12 @@ def static_fraction(job: Job) -> float:
     pool ("The fraction of the memory used for static allocation (model
     weights and KV cache memory pool)", sglang/srt/arg_groups/fields/schedule.py), unlike vLLM's gpu_memory_utilization, which also covers
     activations and the engine's other buffers. Weights and KV per GPU come from re-scoring the plan."""
-    mem = estimate(job.spec, job.lay).memory_gb_per_gpu.generation
+    try:
+        mem = estimate(job.spec, job.lay).memory_gb_per_gpu.generation
+    except InfeasibleError as e:
+        job.notes.warn(f"the layout does not fit ({'; '.join(e.reasons)}): --mem-fraction-static is the plan's "
+                       f"gpu_memory_utilization, which by SGLang's definition leaves too little for activations")
+        return job.opt.gpu_memory_utilization or 0.9
     return round((mem.weights + mem.kv_cache) / mem.capacity, 3)
 
 

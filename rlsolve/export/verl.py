@@ -12,10 +12,11 @@ Every key exists in verl 0.9.1's `_generated_ppo_trainer.yaml` (FSDP engine) or
 """
 from __future__ import annotations
 
-from rlsolve.perf.train import expert_tp
-
 from typing import Any
 
+from rlsolve.frameworks import capabilities
+from rlsolve.frameworks.rules import strategy_for
+from rlsolve.perf.train import expert_tp
 from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_block, dump_yaml, header_lines,
                                    nest, render_array, warning_lines)
 
@@ -24,8 +25,12 @@ AR = "actor_rollout_ref"
 
 
 def engine_of(job: Job) -> str:
-    """verl's model engine: `megatron` or `dp` (FSDP)."""
-    return "megatron" if job.framework == "megatron" else "dp"
+    """verl's model engine: `megatron` or `dp` (FSDP): the plan's own strategy when verl runs the
+    layout with it, else the one that does (rlsolve/frameworks/capabilities.yaml)."""
+    t = job.t
+    strategy = strategy_for(capabilities("verl"), job.framework, t.tp, t.pp, t.cp, t.ep, t.vp, t.zero_stage,
+                            t.recompute)
+    return "megatron" if strategy == "megatron" else "dp"
 
 
 def _megatron_layout(job: Job, s: Section, prefix: str, offload: bool) -> None:
@@ -65,7 +70,7 @@ def _fsdp_layout(job: Job, s: Section, prefix: str, offload: bool) -> None:
 def _check_fsdp(job: Job) -> None:
     t, notes = job.t, job.notes
     if job.framework == "deepspeed":
-        notes.warn("verl 0.9 has no DeepSpeed engine: the training side is exported for verl's FSDP engine")
+        notes.note("verl 0.9 has no DeepSpeed engine: the training side is exported for verl's FSDP engine")
     if t.tp > 1 or t.pp > 1 or t.ep > 1 or t.vp > 1:
         notes.warn(f"verl's FSDP engine has no tensor/pipeline/expert/virtual-pipeline parallelism: training "
                    f"tp={t.tp} pp={t.pp} ep={t.ep} vp={t.vp} is not expressible (plan framework "

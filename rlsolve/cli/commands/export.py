@@ -8,7 +8,7 @@ import click
 from rlsolve.cli.main import guarded
 from rlsolve.errors import SpecError
 
-_TARGETS = ("verl", "verl-yaml", "openrlhf", "megatron", "vllm", "sglang", "deepspeed", "yaml")
+_TARGETS = ("verl", "verl-yaml", "openrlhf", "megatron", "vllm", "sglang", "deepspeed", "nemo-rl", "yaml")
 
 
 @click.command("export")
