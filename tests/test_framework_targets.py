@@ -19,7 +19,7 @@ from rlsolve.export import export_plan, prepare
 from rlsolve.frameworks import capabilities, generation_ok, placement_ok, training_ok
 from rlsolve.frameworks.catalog import Catalog, _catalog
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, ROOT
 from test_export import CHECKS
 
 FRAMEWORK_EXPORTS = {"verl": ("verl", "verl-yaml"), "openrlhf": ("openrlhf",), "nemo-rl": ("nemo-rl",)}
@@ -61,8 +61,8 @@ def solved(example: Path, framework: str):
 # examples a target cannot run: the framework's own limits, named in the refusal
 REFUSED = {("grpo-hetero-h20-h800", "nemo-rl"): "cluster.pools",
            ("grpo-70b-64xh100", "nemo-rl"): "model.reward",
-           ("ppo-1.5b-8xh100", "nemo-rl"): "model.reward",
-           ("ppo-7b-8xh100", "nemo-rl"): "model.reward"}
+           ("ppo-1.5b-8xh100", "nemo-rl"): "rl.algorithm",
+           ("ppo-7b-8xh100", "nemo-rl"): "rl.algorithm"}
 
 
 @pytest.mark.parametrize("framework", list(FRAMEWORK_EXPORTS))
@@ -161,7 +161,7 @@ def test_engine_and_trainer_exports_pass_their_validators(example, framework):
 # --- the case: the solver no longer picks what the target cannot express ---------------------
 
 def test_seventy_b_reward_model_plan_for_verl_is_runnable_as_planned():
-    spec = yaml.safe_load(Path("examples/grpo-70b-64xh100.yaml").read_text())
+    spec = yaml.safe_load((ROOT / "examples/grpo-70b-64xh100.yaml").read_text())
     spec["target"] = {"framework": "verl"}
     plan = rlsolve.solve(spec)
     assert plan.optimization.reward_quantization in ("none", "int8")
@@ -171,7 +171,7 @@ def test_seventy_b_reward_model_plan_for_verl_is_runnable_as_planned():
 
 
 def test_deepseek_rollout_has_no_pipeline_stages_for_verl_but_may_for_any():
-    spec = yaml.safe_load(Path("examples/grpo-deepseek-v2-256xh100.yaml").read_text())
+    spec = yaml.safe_load((ROOT / "examples/grpo-deepseek-v2-256xh100.yaml").read_text())
     assert rlsolve.solve(spec).parallelism.generation.pp > 1  # unrestricted: the model's best
     spec["target"] = {"framework": "verl"}
     assert rlsolve.solve(spec).parallelism.generation.pp == 1
@@ -191,7 +191,7 @@ def test_every_capability_names_its_source():
 
 
 def test_catalog_rejects_unknown_keys():
-    data = yaml.safe_load(Path("rlsolve/frameworks/capabilities.yaml").read_text())
+    data = yaml.safe_load((ROOT / "rlsolve/frameworks/capabilities.yaml").read_text())
     data["frameworks"]["verl"]["modes"]["colour"] = "blue"
     with pytest.raises(ValueError, match="colour"):
         Catalog.model_validate(data)
@@ -216,7 +216,7 @@ def test_rules_give_reasons():
 
 
 def test_unknown_version_and_framework_are_input_errors():
-    spec = yaml.safe_load(Path("examples/ppo-7b-8xh100.yaml").read_text())
+    spec = yaml.safe_load((ROOT / "examples/ppo-7b-8xh100.yaml").read_text())
     spec["target"] = {"framework": "verl", "version": "0.3.0"}
     with pytest.raises(SpecError, match="target.version|0.9.1"):
         rlsolve.load_spec(spec)
@@ -227,9 +227,16 @@ def test_unknown_version_and_framework_are_input_errors():
 
 def test_cli_framework_flag(tmp_path):
     out = tmp_path / "plan.yaml"
-    r = CliRunner().invoke(main, ["solve", "examples/grpo-deepseek-v2-256xh100.yaml", "--framework", "verl",
+    r = CliRunner().invoke(main, ["solve", str(ROOT / "examples/grpo-deepseek-v2-256xh100.yaml"), "--framework", "verl",
                                   "--format", "yaml", "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert yaml.safe_load(out.read_text())["parallelism"]["generation"]["pp"] == 1
-    r = CliRunner().invoke(main, ["solve", "examples/grpo-hetero-h20-h800.yaml", "--framework", "nemo-rl"])
+    r = CliRunner().invoke(main, ["solve", str(ROOT / "examples/grpo-hetero-h20-h800.yaml"), "--framework", "nemo-rl"])
     assert r.exit_code == 2 and "cluster.pools" in r.output and "Traceback" not in r.output
+
+
+def test_docs_capability_tables_are_the_catalog():
+    from rlsolve.frameworks.table import markdown
+    text = (ROOT / "docs/export.md").read_text()
+    begin, end = "<!-- capability tables: begin -->\n", "\n<!-- capability tables: end -->"
+    assert text[text.index(begin) + len(begin):text.index(end)] == markdown()
