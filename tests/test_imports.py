@@ -14,7 +14,8 @@ PACKAGE = ROOT / "rlsolve"
 # layer (the two shells) may not import each other.
 LAYERS: list[set[str]] = [
     {"rlsolve.errors", "rlsolve.reader", "rlsolve.writer"},  # reader/writer: every input and output file, below the catalogs
-    {"rlsolve.hardware_db", "rlsolve.models", "rlsolve.plan", "rlsolve.runlogs"},  # runlogs: log readers only
+    {"rlsolve.hardware_db", "rlsolve.models", "rlsolve.plan", "rlsolve.runlogs",  # runlogs: log readers only
+     "rlsolve.frameworks"},  # the framework capability catalog and its rules, which the spec checks a target by
     {"rlsolve.spec", "rlsolve.resolve"},
     {"rlsolve.perf"},
     {"rlsolve.solver"},

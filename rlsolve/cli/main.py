@@ -109,12 +109,15 @@ def main() -> None:
 @click.option("--profile", type=click.Path(), default=None, help="Calibrated GPU profile (rlsolve calibrate).")
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
               help="Also draw one RL step per GPU group and the per-GPU memory (.svg, .png or .pdf; needs rlsolve[plot]).")
+@click.option("--framework", type=click.Choice(["any", "verl", "openrlhf", "nemo-rl"]), default=None,
+              help="Overrides the spec's target.framework: plan only what that framework runs.")
 @FORMAT
 @OUTPUT
 @guarded
 def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int | None, profile: str | None,
-          timeline: str | None, fmt: str | None, out: str | None) -> None:
+          timeline: str | None, framework: str | None, fmt: str | None, out: str | None) -> None:
     """Find the best layout for SPEC (a cluster.yaml; - reads it from standard input)."""
+    from rlsolve.reader import read_yaml
     from rlsolve.solver import solve as _solve
     from rlsolve.spec import SolverOptions, load_spec
     opts: dict[str, Any] = {}
@@ -129,8 +132,15 @@ def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int
         check_picture_path(timeline, "--timeline")
         outputs.add(timeline, "--timeline")
     calibrated = load_profile(profile)
+    source: Any = spec
+    if framework is not None:
+        data = read_yaml(spec)
+        target = data.get("target") if isinstance(data.get("target"), dict) else {}
+        keep = {"version": target["version"]} if target.get("framework") == framework and "version" in target else {}
+        source = {**data, "target": {"framework": framework, **keep}}
     # read once: the timeline names the pools' GPU types from the spec, and `-` (stdin) reads only once
-    source = load_spec(spec) if timeline else spec
+    if timeline:
+        source = load_spec(source)
     plan = _solve(source, objective=objective, profile=calibrated, **opts)
     with outputs:
         if out:

@@ -14,6 +14,7 @@ TARGETS: dict[str, str] = {
     "vllm": "vLLM 0.33: vllm serve arguments for the rollout engines",
     "sglang": "SGLang 0.5: sglang.launch_server arguments for the rollout engines",
     "deepspeed": "DeepSpeed 0.19: config JSON of the training side",
+    "nemo-rl": "NeMo-RL 0.7: GRPO config YAML inheriting its examples/configs/grpo_math_1B.yaml",
     "yaml": "framework-neutral YAML: the layout plus the job from the spec",
 }
 
@@ -57,5 +58,8 @@ def export_plan(plan: Any, spec: Any, target: str) -> ExportResult:
     if key == "deepspeed":
         from rlsolve.export import deepspeed
         return deepspeed.export(job)
+    if key == "nemo-rl":
+        from rlsolve.export import nemo_rl
+        return nemo_rl.export(job)
     from rlsolve.export import yaml_
     return yaml_.export(job)

@@ -12,6 +12,8 @@ from itertools import combinations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from rlsolve.frameworks import capabilities, generation_ok, mode_ok, placement_ok, training_ok
+from rlsolve.frameworks.catalog import FrameworkCaps
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
@@ -102,6 +104,12 @@ class Candidates:
 
 # --- user constraints ---------------------------------------------------------------------
 
+def target_caps(problem: Problem) -> FrameworkCaps | None:
+    """The target framework's capabilities (None: any framework, no restriction)."""
+    t = problem.spec.target
+    return capabilities(t.framework, t.version)
+
+
 def _allowed(cons: dict[str, Any], key: str, value: Any) -> bool:
     if key not in cons:
         return True
@@ -168,6 +176,8 @@ def gen_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[GenLayout]:
             if pp > 1 and tp < min(pool.scaleup_size, n):
                 continue  # engines add pipeline stages only once TP fills the NVLink domain
             dp = n // (tp * pp)
+            if not generation_ok(target_caps(problem), "vllm", tp, pp, dp):  # framework rule
+                continue
             lay = GenLayout(tp=tp, pp=pp, dp=dp, ep=1)
             if all(_allowed(cons, k, getattr(lay, k)) for k in ("tp", "pp", "dp", "ep")):
                 yield lay
@@ -193,6 +203,9 @@ def train_layouts(problem: Problem, pool: PoolHW, n: int) -> Iterable[TrainLayou
                                 for mb in (1, 2, 4, 8):
                                     if gb % (dp * mb):
                                         continue
+                                    if not training_ok(target_caps(problem), tp, pp, cp, ep, vp, zero,
+                                                       rec):  # framework rule
+                                        break
                                     lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
                                                       micro_batch=mb, recompute=rec, sequence_parallel=tp > 1)
                                     if not cons or all(_allowed(cons, k, getattr(lay, k)) for k in
@@ -250,7 +263,43 @@ def modes_allowed(problem: Problem) -> list[str]:
     allowed = problem.spec.constraints.modes or ["colocated", "sync", "async"]
     if problem.spec.rl.max_staleness == 0:
         allowed = [m for m in allowed if m != "async"]
+    caps = target_caps(problem)  # framework rule: the target's modes, and where its critic may train in each
+    critic = "training" if problem.value is not None else "none"
+    allowed = [m for m in allowed if mode_ok(caps, m) and
+               (caps is None or critic in caps.placements[m].value.value)]
     return allowed
+
+
+def variant_ok(problem: Problem, modes: list[str], mode: str, hosts: frozenset, reference: str, quant: str,
+               offload: bool = False) -> bool:
+    """framework rule: a training candidate's placements in its mode (a disaggregated candidate in
+    every disaggregated mode the program may pick)."""
+    caps = target_caps(problem)
+    if caps is None:
+        return True
+    reward = "cpu" if problem.reward is None else ("training" if "reward" in hosts else "elsewhere")
+    value = "training" if problem.value is not None else "none"
+    ref = "none" if problem.reference is None else reference
+    each = ["colocated"] if mode == "colocated" else [m for m in modes if m != "colocated"]
+    return all(placement_ok(caps, m, reference=ref, reward=reward, value=value, reward_quantization=quant,
+                            train_offload=offload) for m in each)
+
+
+def hosted_ok(problem: Problem, where: str, hosts: frozenset, quant: str) -> bool:
+    """framework rule: models on the engines' GPUs (`generation`) or on GPUs of their own
+    (`auxiliary`), in some mode the program may pick."""
+    caps = target_caps(problem)
+    if caps is None or not hosts:
+        return True
+    kw = {m: (where if m in hosts else ("cpu" if m == "reward" else "training")) for m in ("reference", "reward")}
+    if problem.reward is None:
+        kw["reward"] = "cpu"
+    if problem.reference is None:
+        kw["reference"] = "none"
+    value = "training" if problem.value is not None else "none"
+    aux = hosts if where == "auxiliary" else ()
+    return any(placement_ok(caps, m, value=value, reward_quantization=quant, auxiliary=aux, **kw)
+               for m in modes_allowed(problem))
 
 
 def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool = True) -> Candidates:
@@ -293,6 +342,8 @@ def _aux_candidates(problem: Problem, out: Candidates, all_counts: bool) -> list
             counts = {max((n for n in legal if n <= r), default=0) for r in left} - {0}
         for hosts in subsets:
             for q in (("none", "int8", "int4") if "reward" in hosts else ("none",)):
+                if not hosted_ok(problem, "auxiliary", hosts, q):  # framework rule
+                    continue
                 best = math.inf
                 for n in sorted(counts):
                     side = aux_side(problem, pool, n, hosts, q)
@@ -323,7 +374,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], all_counts: bo
     best_disagg: dict[tuple, float] = {}
     for mode, n in counts:
         variants = [v for v in _aux_variants(problem, mode == "disagg" or len(problem.pools) > 1)
-                    if not (problem.reward is not None and "reward" not in v[0] and v[2] != "none")]
+                    if not (problem.reward is not None and "reward" not in v[0] and v[2] != "none")
+                    and variant_ok(problem, modes, mode, *v)]  # framework rule
         layouts = train_layouts(problem, pool, n)
         verdict = None
         while True:
@@ -354,6 +406,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], all_counts: bo
                                  value=val_t, mem=mem, aux_resident=resident, capacity=cap, fits=True,
                                  states=mem.states + resident)
                 for off in ((False, True) if mode == "colocated" else (False,)):
+                    if off and not variant_ok(problem, modes, mode, hosts, ref, quant, offload=True):  # framework rule
+                        continue
                     switch = 2 * dev.pcie_time(side.states) if off else 0.0
                     send = send_time(problem, pool, n) if mode == "disagg" else 0.0
                     found.append(TrainCand(mode=mode, layout=lay, hosts=hosts, reference=ref, reward_quant=quant,
@@ -385,6 +439,8 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     out.evaluated += 1
                     if not side.fits:
                         break  # more reserved memory fits even less
+                    if not _cap_ok(problem, lay, side):  # framework rule
+                        continue
                     sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
                     found.append(GenCand(mode, lay, frozenset(), "none", lv, side, sync, pool=p))
             else:
@@ -392,13 +448,26 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     aux = tuple((h, getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
                     side = gen_side(problem, pool, lay, aux_models=aux)
                     out.evaluated += 1
-                    if not side.fits:
+                    if not side.fits or not _cap_ok(problem, lay, side):  # framework rule
                         continue
                     found.append(GenCand(mode, lay, hosts, q, 0, side, recv_time(problem, pool, lay), pool=p))
     return found
 
 
+def _cap_ok(problem: Problem, lay: GenLayout, side: GenSide) -> bool:
+    """framework rule: a candidate that relies on the engine's concurrent-sequence cap needs a
+    target that can set it."""
+    return not side.max_num_seqs or bool(generation_ok(target_caps(problem), "vllm", lay.tp, lay.pp, lay.dp, lay.ep,
+                                                       max_num_seqs=side.max_num_seqs))
+
+
 def _gen_host_variants(problem: Problem):
+    for hosts, q in _all_gen_host_variants(problem):
+        if hosted_ok(problem, "generation", hosts, q):  # framework rule
+            yield hosts, q
+
+
+def _all_gen_host_variants(problem: Problem):
     yield frozenset(), "none"
     if problem.reference is not None:
         yield frozenset({"reference"}), "none"
