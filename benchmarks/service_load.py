@@ -32,7 +32,8 @@ from typing import Any
 import httpx
 
 import rlsolve
-from rlsolve.cli.render import plan_dict
+from rlsolve.export import export_plan
+from rlsolve.present import plan_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"  # loopback only
@@ -73,9 +74,8 @@ class Req:
     key: str = ""                 # which expected answer to compare with
 
 
-def valid_requests(rng: random.Random, n: int, exporter: bool) -> list[Req]:
-    kinds = ["solve"] * 10 + ["estimate"] * 3 + ["explain"] * 2 + ["infeasible", "gpus", "models"]
-    kinds += ["export"] * 2 if exporter else []
+def valid_requests(rng: random.Random, n: int) -> list[Req]:
+    kinds = ["solve"] * 10 + ["estimate"] * 3 + ["explain"] * 2 + ["infeasible", "gpus", "models"] + ["export"] * 2
     out = []
     for _ in range(n):
         k = rng.choice(kinds)
@@ -131,15 +131,13 @@ def malformed_requests(rng: random.Random, n: int) -> list[Req]:
     return [rng.choice(makers)() for _ in range(n)]
 
 
-def expected_answers(exporter: bool) -> dict[str, Any]:
+def expected_answers() -> dict[str, Any]:
     """What the library says, computed here, for every valid request."""
     exp: dict[str, Any] = {}
     for i, s in enumerate(SPECS):
         plan = rlsolve.solve(s)
         exp[f"solve{i}"] = plan_dict(plan)
-        if exporter:
-            from rlsolve.export import export_plan
-            exp[f"export{i}"] = export_plan(plan, s, "verl").text
+        exp[f"export{i}"] = export_plan(plan, s, "verl").text
     exp["estimate"] = plan_dict(rlsolve.estimate(SPECS[0], LAYOUT))
     exp["explain"] = (exp["solve0"], exp["estimate"])
     try:
@@ -260,14 +258,12 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="Also write the figures here.")
     a = ap.parse_args()
 
-    from rlsolve.service.worker import optional_function
-    exporter = optional_function("rlsolve.export", "export_plan")[0] is not None
     rng = random.Random(a.seed)
     n_bad = round(a.requests * a.malformed)
-    reqs = valid_requests(rng, a.requests - n_bad, exporter) + malformed_requests(rng, n_bad)
+    reqs = valid_requests(rng, a.requests - n_bad) + malformed_requests(rng, n_bad)
     rng.shuffle(reqs)
     t0 = time.perf_counter()
-    exp = expected_answers(exporter)
+    exp = expected_answers()
     print(f"expected answers computed in-process: {time.perf_counter() - t0:.1f} s", flush=True)
 
     log = Path(tempfile.mkstemp(prefix="rlsolve-load-", suffix=".log")[1])

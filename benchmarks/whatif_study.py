@@ -26,7 +26,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("spec", nargs="?", default=str(ROOT / "examples" / "grpo-70b-64xh100.yaml"))
     ap.add_argument("--workers", type=int, default=None, help="local processes (default: CPUs)")
-    ap.add_argument("--plot", default=None, help="also draw the study (.svg or .png)")
+    ap.add_argument("--plot", default=None, help="also draw the study (.svg, .png or .pdf)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as cache:
         t0 = time.perf_counter()

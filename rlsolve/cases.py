@@ -137,7 +137,7 @@ def _precision(row: dict) -> str:
 
 # --- predictions --------------------------------------------------------------------------
 
-def predict_train(row: dict) -> CaseResult:
+def predict_train(row: dict, profile: dict | None = None) -> CaseResult:
     arch, pool = _arch(row), _pool(row)
     lay_in = row.get("layout") or {}
     gpus = int(row["hardware"]["gpus"])
@@ -150,7 +150,7 @@ def predict_train(row: dict) -> CaseResult:
     if lay.gpus != gpus:
         return CaseResult(row["id"], "train", modelled=False,
                           note=f"tp*pp*cp*dp = {lay.gpus} does not match hardware.gpus = {gpus}")
-    dev = device(pool, _precision(row))
+    dev = device(pool, _precision(row), profile)
     gb, seq = int(lay_in["global_batch"]), float(lay_in["seq_len"])
     t = train_time(arch, dev, lay, gb, seq).total
     meas = row.get("measured") or {}
@@ -172,19 +172,19 @@ def predict_train(row: dict) -> CaseResult:
                       "(iteration_s, tokens_per_s_per_gpu, tokens_per_s, tflops_per_gpu, mfu)")
 
 
-def _gen_setup(row: dict):
+def _gen_setup(row: dict, profile: dict | None = None):
     arch, pool = _arch(row), _pool(row)
     lay_in = row.get("layout") or {}
     prec = _precision(row)
-    dev = device(pool, prec)
+    dev = device(pool, prec, profile)
     tp, pp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1))
     lay = GenLayout(tp=tp, pp=pp, dp=1)
     wb = 1.0 if prec == "fp8" else 2.0
     return arch, pool, dev, lay, wb, lay_in
 
 
-def predict_generate(row: dict) -> CaseResult:
-    arch, pool, dev, lay, wb, lay_in = _gen_setup(row)
+def predict_generate(row: dict, profile: dict | None = None) -> CaseResult:
+    arch, pool, dev, lay, wb, lay_in = _gen_setup(row, profile)
     gpus = lay.tp * lay.pp
     inp, out = float(lay_in["input_len"]), float(lay_in["output_len"])
     step = StepModel(arch, dev, lay, wb, wb)
@@ -274,14 +274,14 @@ def rl_step_spec(row: dict) -> dict:
     }
 
 
-def predict_rl_step(row: dict) -> CaseResult:
+def predict_rl_step(row: dict, profile: dict | None = None) -> CaseResult:
     from rlsolve.solver import solve
     try:
         spec = rl_step_spec(row)
     except ValueError as e:
         return CaseResult(row["id"], "rl_step", modelled=False, note=str(e))
     try:
-        plan = solve(spec)
+        plan = solve(spec, profile=profile)
     except InfeasibleError as e:
         return CaseResult(row["id"], "rl_step", modelled=False, note="no layout fits: " + "; ".join(e.reasons))
     meas = row.get("measured") or {}
@@ -310,7 +310,9 @@ def _result(row: dict, metric: str, measured: float, predicted: float) -> CaseRe
 PREDICT = {"train": predict_train, "generate": predict_generate, "rl_step": predict_rl_step}
 
 
-def score_cases(data: dict) -> CaseReport:
+def score_cases(data: dict, profile: dict | None = None) -> CaseReport:
+    """Predict every row; `profile` (GPU name -> efficiency overrides, as `solve --profile`
+    reads) applies to every row whose GPU it names."""
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise SpecError("a cases file holds `cases:`, a list of rows (see reference_cases.yaml)", field="cases")
     rows = []
@@ -321,7 +323,7 @@ def score_cases(data: dict) -> CaseReport:
             rows.append(CaseResult(rid, str(kind), modelled=False, note=f"unknown kind {kind!r}"))
             continue
         try:
-            rows.append(PREDICT[kind]({**row, "id": rid}))
+            rows.append(PREDICT[kind]({**row, "id": rid}, profile))
         except (SpecError, InfeasibleError, NoAnswerError, KeyError, ValueError, TypeError, AttributeError,
                 ArithmeticError, ValidationError) as e:  # a malformed row is reported, never a traceback
             msg = f"missing field {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]

@@ -14,6 +14,11 @@ Mode = Literal["colocated", "sync", "async"]
 Placement = Literal["training", "generation", "cpu_offload", "auxiliary", "cpu", "none"]
 Recompute = Literal["none", "selective", "full"]
 
+# The plan's format. Raised when a field is renamed, removed or changes meaning, so a reader
+# (a scheduler, `rlsolve estimate` on a stored plan) can tell which format it holds;
+# `rlsolve schema --plan` prints the format of this version.
+PLAN_VERSION = 1
+
 
 class _Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -180,6 +185,9 @@ class Alternative(_Out):
 
 
 class Plan(Layout):
+    plan_version: Literal[1] = Field(PLAN_VERSION, description="Version of this output format (`rlsolve schema "
+                                     "--plan` prints it); raised when a field is renamed, removed or changes "
+                                     "meaning.")
     status: Literal["optimal", "feasible", "estimate", "infeasible"] = Field(
         description="optimal: proven by CP-SAT; feasible: best found within the time limit; estimate: a "
                     "given layout re-scored.")

@@ -13,6 +13,8 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rlsolve.errors import SpecError
+from rlsolve.frameworks import capabilities
+from rlsolve.frameworks.rules import algorithm_ok, pools_ok
 from rlsolve.linear import parse_linear
 from rlsolve.reader import read_yaml  # noqa: F401  (the one reader; re-exported for callers)
 from rlsolve.resolve import resolve
@@ -209,6 +211,16 @@ class SolverOptions(_Strict):
     top_k: int = Field(3, ge=0, le=50, description="Runner-up plans to report, with why they lost.")
 
 
+class Target(_Strict):
+    """The RL framework the plan must run on (its capabilities: rlsolve/frameworks/capabilities.yaml)."""
+
+    framework: Literal["any", "verl", "openrlhf", "nemo-rl"] = Field(
+        "any", description="verl | openrlhf | nemo-rl: only layouts, placements and modes that framework runs; "
+        "any: unrestricted (the CLI's --framework overrides).")
+    version: str | None = Field(None, description="The framework release the catalog describes (e.g. 0.9.1); "
+                                "default: the catalog's.")
+
+
 class Spec(_Strict):
     """The whole input file."""
 
@@ -218,6 +230,7 @@ class Spec(_Strict):
     objective: Literal["throughput", "cost"] = Field("throughput", description="throughput | cost; the CLI flag overrides.")
     constraints: Constraints = Field(default_factory=Constraints, description="Optional user restrictions.")
     solver: SolverOptions = Field(default_factory=SolverOptions, description="Solver settings.")
+    target: Target = Field(default_factory=Target, description="The framework that will run the plan.")
 
 
 # --- loading ------------------------------------------------------------------------------
@@ -279,4 +292,28 @@ def load_spec(source: "str | os.PathLike | dict | Spec") -> Spec:
         except ValidationError as e:
             raise format_validation_error(e) from None
     resolve(spec)  # raises SpecError on unknown names
+    check_target(spec)
     return spec
+
+
+def check_target(spec: Spec) -> None:
+    """The target framework exists in the catalog and runs this job at all (its algorithm; pools of
+    different GPU types); the solver's rules restrict the layouts."""
+    caps = capabilities(spec.target.framework, spec.target.version)
+    name = spec.target.framework
+    for verdict, field in ((algorithm_ok(caps, spec.rl.algorithm), "rl.algorithm"),
+                           (pools_ok(caps, len(spec.cluster.pool_list()) > 1), "cluster.pools")):
+        if not verdict:
+            raise SpecError(f"target {name} cannot run this: {verdict.reason}; change {field} or target.framework",
+                            field=field)
+    if caps is None or len(spec.cluster.pool_list()) > 1:
+        return
+    for model, ref in (("reward", spec.model.reward), ("reference", spec.model.reference)):
+        if ref in (None, "rule"):
+            continue
+        where = {p for m in caps.modes.value for p in getattr(caps.placements[m].value, model)}
+        if not where - {"auxiliary", "cpu", "none"}:
+            src = caps.placements[caps.modes.value[0]].source
+            raise SpecError(f"target {name} runs a {model} model only on GPUs of its own (source: {src}); this "
+                            f"planner places such a group only on a second pool: add one to cluster.pools, or "
+                            f"change model.{model} or target.framework", field=f"model.{model}")

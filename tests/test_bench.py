@@ -32,7 +32,7 @@ def run(*args):
 
 @pytest.fixture(scope="module")
 def plan_file(tmp_path_factory):
-    from rlsolve.cli.render import dump, plan_dict
+    from rlsolve.present import dump, plan_dict
     from rlsolve.solver.estimate import estimate
     p = tmp_path_factory.mktemp("bench") / "plan.yaml"
     p.write_text(dump(plan_dict(estimate(EX, LAYOUT)), "yaml"))

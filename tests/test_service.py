@@ -5,6 +5,7 @@ never a 5xx or a traceback. Every server here binds 127.0.0.1 and nothing else."
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 
 import rlsolve
 from rlsolve.cli.main import main
-from rlsolve.cli.render import plan_dict
+from rlsolve.present import plan_dict
 
 from conftest import ROOT
 
@@ -119,12 +120,17 @@ def tiny(**over) -> dict:
 
 # --- the endpoints -----------------------------------------------------------------------------
 
-def test_solve_answers_exactly_what_the_library_answers(http):
+def test_solve_answers_exactly_what_the_library_answers(http, tmp_path):
     r = http.post("/v1/solve", json=TINY_SPEC)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("application/json")
     assert r.json() == plan_dict(rlsolve.solve(TINY_SPEC))  # deterministic mode: identical
     assert r.headers["x-request-id"]
+    # byte for byte what `rlsolve solve --format json` prints
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(TINY_SPEC))
+    cli = CliRunner().invoke(main, ["solve", str(path), "--format", "json"])
+    assert cli.exit_code == 0 and cli.output == r.text
 
 
 def test_solve_query_options(http):
@@ -175,42 +181,33 @@ def test_explain_with_a_layout_that_does_not_fit(http):
     assert body["plan"]["status"] in ("optimal", "feasible")
 
 
-def _optional(module: str, name: str) -> bool:
-    from rlsolve.service.worker import optional_function
-    return optional_function(module, name)[0] is not None
-
-
-def test_compare_calls_whatif_or_answers_501(http):
-    r = http.post("/v1/compare", json={"spec": TINY_SPEC, "gpus": ["H100-SXM-80GB", "H200-SXM-141GB"], "nodes": [1]})
-    if not _optional("rlsolve.whatif", "compare"):
-        assert r.status_code == 501 and "rlsolve.whatif" in r.json()["message"]
-        return
+def test_compare_answers_what_the_cli_prints(http):
+    from rlsolve.whatif import compare, render
+    body = {"spec": TINY_SPEC, "gpus": ["H100-SXM-80GB", "H200-SXM-141GB"], "nodes": [1]}
+    r = http.post("/v1/compare", json=body)
     assert r.status_code == 200, r.text
-    rows = r.json()["result"]
-    assert len(rows) == 2
+    rows = compare(TINY_SPEC, gpus=body["gpus"], nodes=[1], workers=1, cache_dir=False)
+    assert r.json()["result"] == json.loads(render(rows, "json"))  # `rlsolve compare --format json`
+    assert all(isinstance(row["gen_tp"], int) and isinstance(row["train_dp"], int) for row in r.json()["result"])
     r = http.post("/v1/compare", json={"spec": TINY_SPEC, "gpus": ["H1000"]})
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "gpus"
     r = http.post("/v1/compare", json={"spec": TINY_SPEC, "gpus": ["H100-SXM-80GB"] * 9, "nodes": list(range(1, 9))})
     assert r.status_code == 422  # 72 points: over the per-request cap
 
 
-def test_export_calls_export_plan_or_answers_501(http):
+def test_export_calls_export_plan(http):
+    from rlsolve.export import export_plan
     r = http.post("/v1/export", json={"spec": TINY_SPEC, "target": "verl"})
-    if not _optional("rlsolve.export", "export_plan"):
-        assert r.status_code == 501, r.text
-        assert "rlsolve.export" in r.json()["message"]
-    else:
-        from rlsolve.export import export_plan
-        assert r.status_code == 200, r.text
-        body = r.json()
-        assert body["plan"] == plan_dict(rlsolve.solve(TINY_SPEC))
-        assert body["content"] == export_plan(rlsolve.solve(TINY_SPEC), TINY_SPEC, "verl").text
-        again = http.post("/v1/export", json={"spec": TINY_SPEC, "plan": body["plan"], "target": "vllm"})
-        assert again.status_code == 200 and again.json()["plan"] is None and again.json()["content"]
-        bad = json.loads(json.dumps(TINY_LAYOUT))
-        bad["parallelism"]["generation"]["dp"] = 3
-        r = http.post("/v1/export", json={"spec": TINY_SPEC, "plan": bad, "target": "vllm"})
-        assert r.status_code == 422 and r.json()["detail"][0]["field"].startswith("plan."), r.text
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["plan"] == plan_dict(rlsolve.solve(TINY_SPEC))
+    assert body["content"] == export_plan(rlsolve.solve(TINY_SPEC), TINY_SPEC, "verl").text
+    again = http.post("/v1/export", json={"spec": TINY_SPEC, "plan": body["plan"], "target": "vllm"})
+    assert again.status_code == 200 and again.json()["plan"] is None and again.json()["content"]
+    bad = json.loads(json.dumps(TINY_LAYOUT))
+    bad["parallelism"]["generation"]["dp"] = 3
+    r = http.post("/v1/export", json={"spec": TINY_SPEC, "plan": bad, "target": "vllm"})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"].startswith("plan."), r.text
     assert http.post("/v1/export", json={"spec": TINY_SPEC, "target": "nope"}).status_code == 422
 
 
@@ -299,21 +296,25 @@ def test_one_json_log_line_per_request(api, http):
 
 
 def test_the_cli_refuses_an_exposed_address_without_a_token_and_needs_the_extra():
-    r = CliRunner().invoke(main, ["serve", "--host", "0.0.0.0"], env={"RLSOLVE_TOKEN": ""})
-    assert r.exit_code == 2 and "token" in r.output
-    code = ("import sys; sys.modules['fastapi'] = None\n"
-            "from rlsolve.cli.main import main\nmain(['serve'])")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "RLSOLVE_TOKEN": ""}
+    p = subprocess.run([sys.executable, "-m", "rlsolve.cli.main", "serve", "--host", "0.0.0.0"], capture_output=True,
+                       text=True, timeout=60, env=env, cwd=str(ROOT))
+    assert p.returncode == 2 and "token" in p.stderr and "Traceback" not in p.stderr
+    code = ("import sys, runpy; sys.modules['fastapi'] = None\n"
+            "sys.argv = ['rlsolve serve']; runpy.run_module('rlsolve.service', run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(ROOT))
     assert p.returncode == 2 and 'pip install "rlsolve[serve]"' in p.stderr and "Traceback" not in p.stderr
 
 
-def test_thread_executor_in_process_embedding():
+@contextlib.contextmanager
+def in_process_server():
     """create_app() inside another program: uvicorn on a thread, the thread executor, 127.0.0.1."""
     import threading
 
     import uvicorn
 
-    from rlsolve.service import ServiceConfig, create_app
+    from rlsolve.service import ServiceConfig
+    from rlsolve.service.app import create_app
     port = free_port()
     app = create_app(ServiceConfig(port=port, workers=1, executor="thread", log_requests=False, token=""))
     server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=port, log_config=None, access_log=False))
@@ -324,14 +325,33 @@ def test_thread_executor_in_process_embedding():
         while not server.started and time.monotonic() < deadline:
             time.sleep(0.05)
         with httpx.Client(base_url=f"http://{HOST}:{port}", timeout=60) as c:
-            assert c.get("/healthz").json()["pool"]["executor"] == "thread"
-            r = c.post("/v1/solve", json=TINY_SPEC)
-            assert r.status_code == 200 and r.json() == plan_dict(rlsolve.solve(TINY_SPEC))
-            assert c.post("/v1/solve", json=INFEASIBLE_SPEC).status_code == 409
+            yield c
     finally:
         server.should_exit = True
         thread.join(30)
     assert not thread.is_alive()
+
+
+def test_thread_executor_in_process_embedding():
+    with in_process_server() as c:
+        assert c.get("/healthz").json()["pool"]["executor"] == "thread"
+        r = c.post("/v1/solve", json=TINY_SPEC)
+        assert r.status_code == 200 and r.json() == plan_dict(rlsolve.solve(TINY_SPEC))
+        assert c.post("/v1/solve", json=INFEASIBLE_SPEC).status_code == 409
+
+
+def test_no_answer_in_time_is_504_naming_the_limit(monkeypatch):
+    """NoAnswerError (the CP-SAT limit ran out with the status unknown) is never a 409: the
+    service answers 504 with the limit, the way the CLI exits 4."""
+    def out_of_time(spec, objective=None, **options):
+        raise rlsolve.NoAnswerError(1.0, "the optimum")
+    monkeypatch.setattr(rlsolve, "solve", out_of_time)  # the thread executor runs in this process
+    with in_process_server() as c:
+        for path, body in (("/v1/solve", TINY_SPEC), ("/v1/explain", {"spec": TINY_SPEC}),
+                           ("/v1/export", {"spec": TINY_SPEC, "target": "verl"})):
+            r = c.post(path, json=body)
+            assert r.status_code == 504, (path, r.text)
+            assert r.json()["error"] == "deadline_exceeded" and "time limit of 1 s" in r.json()["message"]
 
 
 # --- load: 503, 504, SIGTERM (a second server: one worker, no queue, short grace) -------------------

@@ -12,10 +12,11 @@ from click.testing import CliRunner
 
 import rlsolve
 from rlsolve.cli.main import main
+
+from conftest import ROOT
 from rlsolve.errors import SpecError
 from rlsolve.whatif import compare, render, write_memory, write_sweep_plot, write_timeline
 from rlsolve.whatif.figdata import timeline_lanes
-from rlsolve.whatif.svg import memory_svg, sweep_svg, timeline_svg
 from rlsolve.whatif.sweep import cache_key, mark_pareto
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -63,7 +64,7 @@ def parse_svg(path_or_text) -> ET.Element:
     assert len(text) > 500
     root = ET.fromstring(text)
     assert root.tag == f"{SVG_NS}svg"
-    assert float(root.get("width")) > 100 and float(root.get("height")) > 100
+    assert float(root.get("width").removesuffix("pt")) > 100 and float(root.get("height").removesuffix("pt")) > 100
     drawn = [e for e in root.iter() if e.tag[len(SVG_NS):] in ("rect", "circle", "line", "polyline", "path")]
     assert len(drawn) >= 10 and root.findall(f".//{SVG_NS}text")
     return root
@@ -86,6 +87,7 @@ def test_rows_numbers_and_order(study):
                                                rel=1e-3)
         assert r.tokens_per_s_per_kw == pytest.approx(r.tokens_per_s / (r.gpus_used * hw.tdp_w / 1000), rel=1e-3)
         assert r.mode in ("colocated", "sync", "async") and "tp=" in r.generation and "ZeRO-" in r.training
+        assert isinstance(r.gen_tp, int) and r.gen_tp * r.gen_pp * r.gen_dp == r.gen_gpus
     # the same point solved alone gives the same plan
     one = rlsolve.solve(tiny(cluster={"gpu": "L4", "nodes": 2}))
     assert rows[3].tokens_per_s == one.throughput.tokens_per_s and rows[3].mode == one.pipeline.mode
@@ -114,6 +116,17 @@ def test_infeasible_point_is_a_row_not_an_error(tmp_path):
     assert all("GB" in r.reason and not r.pareto and r.tokens_per_s is None for r in rows)
     text = render(rows, "table")
     assert f"infeasible: L4 x 1 node, IB-NDR-400: {rows[1].reason}" in text
+
+
+def test_a_point_out_of_time_is_an_unknown_row_never_cached(tmp_path, monkeypatch):
+    import rlsolve.solver
+
+    def out_of_time(spec, objective=None, **options):
+        raise rlsolve.NoAnswerError(0.5, "the optimum")
+    monkeypatch.setattr(rlsolve.solver, "solve", out_of_time)
+    rows = compare(tiny(), gpus=["L4"], nodes=[1], workers=1, cache_dir=tmp_path)
+    assert [r.status for r in rows] == ["unknown"] and "time limit" in rows[0].reason and not rows[0].feasible
+    assert not list(tmp_path.glob("*.json"))  # a later run searches again
 
 
 def test_cache_resumes_an_interrupted_sweep(study, tmp_path):
@@ -196,6 +209,11 @@ def test_output_formats(study):
     import io
     parsed = list(csv.DictReader(io.StringIO(render(rows, "csv"))))
     assert len(parsed) == 4 and float(parsed[0]["tokens_per_s"]) == rows[0].tokens_per_s
+    # degrees are numbers, one column each, in both machine formats
+    for name in ("gen_tp", "gen_pp", "gen_dp", "train_tp", "train_pp", "train_cp", "train_dp", "train_zero_stage"):
+        assert isinstance(data[0][name], int) and data[0][name] == getattr(rows[0], name)
+        assert int(parsed[0][name]) == getattr(rows[0], name)
+    assert "generation" not in data[0] and "training" not in parsed[0]
     md = render(rows, "markdown").splitlines()
     assert md[0].startswith("| gpu |") and md[1].startswith("|---") and len([x for x in md if x.startswith("| ")]) == 5
 
@@ -213,65 +231,147 @@ def test_ray_executor_matches_the_local_pool(tmp_path):
 
 
 # --- pictures -----------------------------------------------------------------------------
+# Every picture is a matplotlib Figure (rlsolve.whatif.figures); the tests read the Figure
+# before it is saved (labels, scales, series, legend entries) and the saved SVG's text.
 
-def test_sweep_svg_is_a_valid_image(study, tmp_path):
-    rows, _ = study
-    bad = compare(BIG, gpus=["L4"], nodes=[1], cache_dir=False)
-    root = parse_svg(sweep_svg(rows + bad))
-    assert len(root.findall(f".//{SVG_NS}polyline")) >= 2     # a line per GPU type, the front
-    assert len(root.findall(f".//{SVG_NS}circle")) >= len(rows)
-    assert root.findall(f".//{SVG_NS}path")                   # the infeasible cross
+def synthetic_study():
+    """Two GPU types x two networks x 8..64 GPUs, one point infeasible: no solving needed."""
+    from rlsolve.whatif import Row
+    rows = []
+    for gpu, speed in (("H100-SXM-80GB", 1000.0), ("L4", 150.0)):
+        for net, factor in (("IB-NDR-400", 1.0), ("Eth-100", 0.97)):
+            for nodes in (1, 2, 4, 8):
+                n = nodes * 8
+                if gpu == "L4" and nodes == 1 and net == "Eth-100":
+                    rows.append(Row(gpu=gpu, nodes=nodes, network=net, gpus=n, status="infeasible", reason="memory"))
+                    continue
+                tps = speed * n ** 0.9 * factor * 100
+                rows.append(Row(gpu=gpu, nodes=nodes, network=net, gpus=n, status="optimal", gpus_used=n,
+                                tokens_per_s=tps, usd_per_mtok=n * (3.0 if gpu == "L4" else 6.0) / 3600 / tps * 1e6))
+    return mark_pareto(rows)
+
+
+def figure_texts(fig) -> list[str]:
+    return [t.get_text() for t in fig.findobj(match=lambda a: hasattr(a, "get_text") and a.get_text())]
+
+
+def svg_texts(path) -> str:
+    root = parse_svg(path)
+    return " ".join("".join(t.itertext()) for t in root.iter(f"{SVG_NS}text"))
+
+
+def test_sweep_figure_labels_series_and_legend(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional extra: pip install 'rlsolve[plot]')")
+    from rlsolve.whatif.figures import INFEASIBLE_LABEL, sweep_figure
+    rows = synthetic_study()
+    fig = sweep_figure(rows)
+    ax_tps, ax_cost, ax_front = fig.axes
+    for ax in (ax_tps, ax_cost):  # 8..64 GPUs: a log axis, and its label says so
+        assert ax.get_xscale() == "log" and "log scale" in ax.get_xlabel()
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["8", "16", "32", "64"]
+    assert ax_tps.get_ylabel() == "trained tokens/s" and "USD per million" in ax_cost.get_ylabel()
+    # one line per (GPU, network) series, each with its own style: colour by GPU, line and marker by network
+    lines = [ln for ln in ax_tps.get_lines() if not ln.get_label().startswith("_")]
+    assert len(lines) == 4
+    assert len({(ln.get_color(), ln.get_linestyle(), ln.get_marker()) for ln in lines}) == 4
+    assert len({ln.get_linestyle() for ln in lines}) == 2 and len({ln.get_marker() for ln in lines}) == 2
+    # large numbers carry thousands separators
+    fig.canvas.draw()
+    assert any("," in t.get_text() for t in ax_tps.get_yticklabels())
+    # the legend is the figure's, outside every axes, and names every series, the front and the crosses
+    (legend,) = fig.legends
+    entries = [t.get_text() for t in legend.get_texts()]
+    assert {"H100-SXM-80GB, IB-NDR-400", "H100-SXM-80GB, Eth-100", "L4, IB-NDR-400", "L4, Eth-100"} <= set(entries)
+    assert any(e.startswith("Pareto front") for e in entries) and any(INFEASIBLE_LABEL in e for e in entries)
+    box = legend.get_window_extent()
+    assert all(not box.overlaps(ax.get_window_extent()) for ax in fig.axes)
     out = tmp_path / "study.svg"
     write_sweep_plot(rows, out)
-    parse_svg(out)
+    text = svg_texts(out)
+    assert "cluster GPUs (log scale)" in text and "L4, Eth-100" in text and "Pareto front" in text
 
 
 @pytest.mark.parametrize("mode", ["colocated", "sync", "async"])
-def test_timeline_and_memory_svg(plans, mode, tmp_path):
+def test_timeline_figure_names_every_block(plans, mode, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional extra: pip install 'rlsolve[plot]')")
+    from rlsolve.whatif.figdata import PHASES
+    from rlsolve.whatif.figures import timeline_figure
     plan = plans[mode]
     tl = timeline_lanes(plan)
     assert len(tl.lanes) == (1 if mode == "colocated" else 2)
     phases = {s.phase for lane in tl.lanes for s in lane.segments}
-    assert {"decode", "train", "value"} <= phases
+    assert {"decode", "train", "value", "old_logprob"} <= phases
     for lane in tl.lanes:  # lanes are contiguous and end at the step
         assert lane.segments[0].start == 0
         assert all(a.end == pytest.approx(b.start) for a, b in zip(lane.segments, lane.segments[1:]))
         assert lane.segments[-1].end == pytest.approx(tl.step, abs=2e-3)
     assert tl.step == pytest.approx(plan.time_s.step, abs=2e-3)
+    fig = timeline_figure(plan, gpu_names={"main": "H100-SXM-80GB"})
+    ax_time, ax_mem = fig.axes
+    legend = [t.get_text() for t in ax_time.get_legend().get_texts()]
+    for phase in phases:  # every block is in the legend (and the wide ones on the bar too)
+        assert PHASES[phase][0] in legend, (phase, legend)
+    assert "old log-probs" in legend
     if mode == "async":
-        assert tl.overlap and tl.overlap[1] > 0
-    root = parse_svg(timeline_svg(plan))
-    text = " ".join(t.text or "" for t in root.iter(f"{SVG_NS}text"))
-    assert "decode" in text and "GB per GPU" in text
-    if mode == "async":
-        assert "overlap" in text
-    assert len(parse_svg(memory_svg(plan)).findall(f".//{SVG_NS}rect")) >= 5
-    out, mem = tmp_path / "t.svg", tmp_path / "m.svg"
-    write_timeline(plan, out)
-    write_memory(plan, mem)
-    parse_svg(out)
-    root = parse_svg(mem)
-    titles = " ".join(t.text or "" for t in root.iter(f"{SVG_NS}title"))
-    assert "weights" in titles and "capacity" in titles
+        assert any("overlap" in e for e in legend)
+    lanes = " ".join(t.get_text() for t in ax_time.get_yticklabels())
+    assert lanes.count("H100-SXM-80GB") == len(tl.lanes)  # each GPU group names its GPU type
+    on_bars = [t.get_text() for t in ax_time.texts]
+    assert any(t.startswith("decode") for t in on_bars)
+    # memory: a stacked bar per role, a labelled capacity line each
+    assert ax_mem.get_ylabel() == "GB per GPU"
+    mem_legend = [t.get_text() for t in ax_mem.get_legend().get_texts()]
+    assert "GPU memory capacity" in mem_legend and "weights" in mem_legend
+    cap = [t.get_text() for t in ax_mem.texts if t.get_text().startswith("capacity")]
+    assert cap == ["capacity 80 GB (H100-SXM-80GB)"] * 2
+    out = tmp_path / "t.svg"
+    write_timeline(plan, out, spec=ppo([mode]))
+    text = svg_texts(out)
+    assert "old log-probs" in text and "GB per GPU" in text and "H100-SXM-80GB" in text
 
 
-def test_png_pictures(study, plans, tmp_path):
+def test_heterogeneous_timeline_names_each_pools_gpu(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional extra: pip install 'rlsolve[plot]')")
-    rows, _ = study
-    write_sweep_plot(rows, tmp_path / "s.png")
-    write_timeline(plans["async"], tmp_path / "t.png")
-    write_memory(plans["colocated"], tmp_path / "m.png")
-    for name in ("s.png", "t.png", "m.png"):
-        data = (tmp_path / name).read_bytes()
-        assert data.startswith(PNG_MAGIC) and len(data) > 10_000
+    from rlsolve.whatif import pool_gpus
+    from rlsolve.whatif.figures import timeline_figure
+    spec = ROOT / "examples" / "grpo-hetero-h20-h800.yaml"
+    plan = rlsolve.solve(spec, top_k=0)
+    names = pool_gpus(spec)
+    assert names == {"rollout": "H20-96GB", "train": "H800-SXM-80GB"}
+    fig = timeline_figure(plan, gpu_names=names)
+    ax_time, ax_mem = fig.axes
+    lanes = " ".join(t.get_text() for t in ax_time.get_yticklabels())
+    used = {plan.resource_allocation.generation.pool, plan.resource_allocation.training.pool}
+    for pool in used:
+        assert f"pool {pool}: {names[pool]}" in lanes
+    caps = " ".join(t.get_text() for t in ax_mem.texts)
+    for pool in used:
+        assert names[pool] in caps
 
 
-def test_png_without_matplotlib_names_the_install(monkeypatch, plans, tmp_path):
+def test_every_format_is_written(plans, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional extra: pip install 'rlsolve[plot]')")
+    rows = synthetic_study()
+    for ext, magic in (("png", PNG_MAGIC), ("pdf", b"%PDF"), ("svg", b"<?xml")):
+        write_sweep_plot(rows, tmp_path / f"s.{ext}")
+        write_timeline(plans["async"], tmp_path / f"t.{ext}")
+        write_memory(plans["colocated"], tmp_path / f"m.{ext}")
+        for name in ("s", "t", "m"):
+            data = (tmp_path / f"{name}.{ext}").read_bytes()
+            assert data.startswith(magic) and len(data) > 10_000, (name, ext)
+    # the same plan gives the same SVG (no dates, no random ids): the docs' gallery is reproducible
+    write_timeline(plans["async"], tmp_path / "again.svg")
+    assert (tmp_path / "again.svg").read_bytes() == (tmp_path / "t.svg").read_bytes()
+
+
+def test_pictures_without_matplotlib_name_the_install(monkeypatch, plans, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
-    with pytest.raises(SpecError, match=r"pip install 'rlsolve\[plot\]'"):
-        write_timeline(plans["sync"], tmp_path / "t.png")
-    with pytest.raises(SpecError, match=".svg or .png"):
-        write_memory(plans["sync"], tmp_path / "m.pdf")
+    for ext in ("svg", "png", "pdf"):
+        with pytest.raises(SpecError, match=r"pip install 'rlsolve\[plot\]'"):
+            write_timeline(plans["sync"], tmp_path / f"t.{ext}")
+    with pytest.raises(SpecError, match=r"\.svg, \.png or \.pdf"):
+        write_memory(plans["sync"], tmp_path / "m.gif")
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
 # --- command line -------------------------------------------------------------------------
@@ -307,8 +407,8 @@ def test_cli_compare_errors(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "did you mean" in r.output
     r = run("compare", spec, "--price", "L4")
     assert r.exit_code == 2 and "GPU=USD" in r.output
-    r = run("compare", spec, "--plot", str(tmp_path / "p.pdf"), "--no-cache")
-    assert r.exit_code == 2 and ".svg or .png" in r.output
+    r = run("compare", spec, "--plot", str(tmp_path / "p.gif"), "--no-cache")
+    assert r.exit_code == 2 and ".svg, .png or .pdf" in r.output
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     r = run("compare", spec, "--plot", str(tmp_path / "p.png"), "--no-cache")
     assert r.exit_code == 2 and "pip install 'rlsolve[plot]'" in r.output
@@ -328,7 +428,23 @@ def test_cli_timeline(tmp_path):
     assert run("solve", spec, "--format", "yaml", "-o", str(plan)).exit_code == 0
     r = run("timeline", spec, str(tmp_path / "t2.svg"), "--plan", str(plan), "--no-memory-panel")
     assert r.exit_code == 0, r.output
-    root = parse_svg(tmp_path / "t2.svg")
-    assert "GB per GPU" not in " ".join(t.text or "" for t in root.iter(f"{SVG_NS}text"))
+    assert "GB per GPU" not in svg_texts(tmp_path / "t2.svg") and "seconds into the step" in svg_texts(
+        tmp_path / "t2.svg")
+    r = run("timeline", spec, str(tmp_path / "t3.pdf"), "--no-memory-panel")
+    assert r.exit_code == 0 and (tmp_path / "t3.pdf").read_bytes().startswith(b"%PDF")
     r = run("timeline", spec, str(tmp_path / "t.gif"))
-    assert r.exit_code == 2 and ".svg or .png" in r.output
+    assert r.exit_code == 2 and ".svg, .png or .pdf" in r.output
+
+
+def test_the_docs_gallery_is_generated_and_its_pictures_exist():
+    """docs/whatif.md's gallery is the output of benchmarks/gallery.py: every picture it shows
+    is in docs/img and is an SVG whose text names what the caption says."""
+    doc = (ROOT / "docs" / "whatif.md").read_text()
+    section = doc.split("<!-- gallery:begin -->")[1].split("<!-- gallery:end -->")[0]
+    assert "python benchmarks/gallery.py --write docs/whatif.md" in section
+    import re
+    pictures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section)
+    assert len(pictures) == 4
+    for rel in pictures:
+        text = svg_texts(ROOT / "docs" / rel)
+        assert ("Pareto front" in text) if "study" in rel else ("seconds into the step" in text and "capacity" in text)

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import click
 
+from rlsolve.cli.profiles import PROFILE_KEYS, load_profile  # noqa: F401  (solve, cases, calibrate --profile)
 from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
 from rlsolve.writer import Outputs
 
@@ -71,13 +72,13 @@ def _fmt_default() -> str:
 
 def plan_file_text(plan, path: str) -> str:
     """The plan as the file `path` holds it: JSON for .json, else YAML."""
-    from rlsolve.cli.render import dump, plan_dict
+    from rlsolve.present import dump, plan_dict
     return dump(plan_dict(plan), "json" if str(path).endswith(".json") else "yaml")
 
 
 def emit_plan(plan, fmt: str | None) -> None:
     """The plan on stdout; after the files, so a failed write prints no plan."""
-    from rlsolve.cli.render import dump, plan_dict, plan_table
+    from rlsolve.present import dump, plan_dict, plan_table
     fmt = fmt or _fmt_default()
     if fmt == "table":
         click.echo(plan_table(plan), nl=False)
@@ -107,15 +108,18 @@ def main() -> None:
 @click.option("--top", "top_k", type=int, default=None, help="Runner-up plans to report.")
 @click.option("--profile", type=click.Path(), default=None, help="Calibrated GPU profile (rlsolve calibrate).")
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
-              help="Also draw one RL step per GPU group and the per-GPU memory (.svg; .png needs rlsolve[plot]).")
+              help="Also draw one RL step per GPU group and the per-GPU memory (.svg, .png or .pdf; needs rlsolve[plot]).")
+@click.option("--framework", type=click.Choice(["any", "verl", "openrlhf", "nemo-rl"]), default=None,
+              help="Overrides the spec's target.framework: plan only what that framework runs.")
 @FORMAT
 @OUTPUT
 @guarded
 def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int | None, profile: str | None,
-          timeline: str | None, fmt: str | None, out: str | None) -> None:
+          timeline: str | None, framework: str | None, fmt: str | None, out: str | None) -> None:
     """Find the best layout for SPEC (a cluster.yaml; - reads it from standard input)."""
+    from rlsolve.reader import read_yaml
     from rlsolve.solver import solve as _solve
-    from rlsolve.spec import SolverOptions
+    from rlsolve.spec import SolverOptions, load_spec
     opts: dict[str, Any] = {}
     if time_limit is not None:
         opts["time_limit_s"] = checked_flag(SolverOptions, "time_limit_s", time_limit, "--time-limit")
@@ -127,54 +131,24 @@ def solve(spec: str, objective: str | None, time_limit: float | None, top_k: int
         from rlsolve.whatif import check_picture_path
         check_picture_path(timeline, "--timeline")
         outputs.add(timeline, "--timeline")
-    plan = _solve(spec, objective=objective, profile=load_profile(profile), **opts)
+    calibrated = load_profile(profile)
+    source: Any = spec
+    if framework is not None:
+        data = read_yaml(spec)
+        target = data.get("target") if isinstance(data.get("target"), dict) else {}
+        keep = {"version": target["version"]} if target.get("framework") == framework and "version" in target else {}
+        source = {**data, "target": {"framework": framework, **keep}}
+    # read once: the timeline names the pools' GPU types from the spec, and `-` (stdin) reads only once
+    if timeline:
+        source = load_spec(source)
+    plan = _solve(source, objective=objective, profile=calibrated, **opts)
     with outputs:
         if out:
             outputs.write_text(out, plan_file_text(plan, out))
         if timeline:
             from rlsolve.whatif import write_timeline
-            write_timeline(plan, outputs.stage(timeline), field="--timeline")
+            write_timeline(plan, outputs.stage(timeline), field="--timeline", spec=source)
     emit_plan(plan, fmt)
-
-
-# what a profile may override: the catalog's efficiency fields, plus the network's bus bandwidth
-PROFILE_KEYS = ("gemm_fraction", "gemm_fp8_fraction", "gemm_half_size_flops", "attention_fraction", "hbm_fraction",
-                "nvlink_busbw_fraction", "network_busbw_fraction", "kernel_launch_us")
-
-
-def load_profile(path: str | None) -> dict | None:
-    """A calibrated profile: {profile: {GPU name: {efficiency key: positive number}}} (or the
-    inner mapping alone). Anything else, such as a spec file, is refused naming the fix."""
-    import math
-
-    from rlsolve.errors import did_you_mean
-    from rlsolve.hardware_db import find_gpu
-    from rlsolve.reader import read_yaml
-    if not path:
-        return None
-    data = read_yaml(path, what="--profile")
-    prof = data.get("profile", data)
-    fix = "a profile maps GPU names to measured efficiencies; write one with rlsolve calibrate --out profile.yaml"
-    if {"cluster", "model", "rl"} & set(data):
-        raise SpecError(f"{path} is a spec (it has {', '.join(sorted({'cluster', 'model', 'rl'} & set(data)))}), "
-                        f"not a profile; {fix}", field="--profile")
-    if not isinstance(prof, dict) or not prof:
-        raise SpecError(f"{path} is not a profile; {fix}", field="--profile")
-    out: dict[str, dict[str, float]] = {}
-    for gpu, values in prof.items():
-        where = f"--profile: {gpu}"
-        if not isinstance(gpu, str) or not isinstance(values, dict):
-            raise SpecError(f"{path} is not a profile: {gpu!r} is not a GPU with its efficiencies; {fix}",
-                            field="--profile")
-        name = find_gpu(gpu, field=where).name
-        for key, value in values.items():
-            if key not in PROFILE_KEYS:
-                raise SpecError(f"unknown efficiency {key!r}; {did_you_mean(str(key), PROFILE_KEYS)}", field=where)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
-                                                                                       and value > 0):
-                raise SpecError(f"{key} must be a positive number, got {value!r}", field=where)
-        out[name] = {k: float(v) for k, v in values.items()}
-    return out
 
 
 @main.command()
@@ -197,26 +171,30 @@ def estimate(spec: str, layout: str, fmt: str | None, out: str | None) -> None:
 @main.command()
 @click.argument("spec", type=click.Path())
 @click.argument("layout", type=click.Path(), required=False)
+@click.option("--log", "log", type=click.Path(), default=None,
+              help="A run's log (verl, NeMo-RL, OpenRLHF) of LAYOUT: measured vs predicted, and the re-plan.")
+@click.option("--log-format", "log_format", default=None, help="The log's format (default: detected).")
 @guarded
-def explain(spec: str, layout: str | None) -> None:
-    """Why the optimal plan wins; with LAYOUT, why it beats that layout term by term."""
+def explain(spec: str, layout: str | None, log: str | None, log_format: str | None) -> None:
+    """Why the optimal plan wins; with LAYOUT, why it beats that layout term by term; with
+    --log, how the run of LAYOUT went against the model and what a re-plan would gain."""
+    if log is not None:
+        from rlsolve.cli.commands.logs import explain_log
+        explain_log(spec, layout, log, log_format, warmup=1)
+        return
+    from rlsolve.present import differences, differences_text, layout_summary, misfit_summary, plan_table
     from rlsolve.solver import solve as _solve
     from rlsolve.solver.estimate import estimate as _estimate
-    from rlsolve.cli.render import plan_table
     best = _solve(spec)
     click.echo(plan_table(best), nl=False)
     if layout:
         try:
             other = _estimate(spec, layout)
         except InfeasibleError as e:
-            click.echo("\nyour layout does not fit: " + "; ".join(e.reasons))
+            click.echo("\n" + misfit_summary(e.reasons))
             return
-        click.echo(f"\nyour layout: {other.throughput.tokens_per_s:,.0f} tokens/s, step {other.time_s.step:,.1f} s "
-                   f"vs {best.time_s.step:,.1f} s")
-        for k in ("prefill", "decode", "old_logprob", "reference", "reward", "value", "train", "weight_sync", "switch"):
-            a, b = getattr(other.time_s, k), getattr(best.time_s, k)
-            if abs(a - b) > 0.005 * best.time_s.step:
-                click.echo(f"  {k:12s} {a:10,.1f} s  vs {b:10,.1f} s  ({a - b:+,.1f} s)")
+        click.echo("\n" + layout_summary(best, other))
+        click.echo(differences_text(differences(best, other)), nl=False)
 
 
 @main.command()
@@ -224,39 +202,32 @@ def explain(spec: str, layout: str | None) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table")
 def gpus(networks: bool, fmt: str) -> None:
     """List the GPU (or network) catalog."""
-    from rlsolve.cli.render import dump, table
-    from rlsolve.hardware_db import list_gpus, list_networks
-    if networks:
-        rows = [{"name": n.name, "gbps_per_nic": n.gbps_per_nic, "latency_us": n.latency_us,
-                 "busbw_fraction": n.busbw_fraction.value} for n in list_networks()]
-    else:
-        rows = [{"name": g.name, "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops, "memory_gb": g.memory_gb,
-                 "hbm_gbps": g.hbm_gbps, "nvlink_gbps_per_dir": g.nvlink_gbps_per_dir, "nvlink_domain": g.nvlink_domain,
-                 "usd_per_hour": g.price_per_gpu_hour_usd} for g in list_gpus()]
-    click.echo(table(rows, list(rows[0])) if fmt == "table" else dump(rows, fmt), nl=False)
+    from rlsolve.present import GPU_COLUMNS, NETWORK_COLUMNS, dump, gpu_rows, network_rows, table
+    rows, columns = (network_rows(), NETWORK_COLUMNS) if networks else (gpu_rows(), GPU_COLUMNS)
+    click.echo(table(rows, columns) if fmt == "table" else dump(rows, fmt), nl=False)
 
 
 @main.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table")
 def models(fmt: str) -> None:
     """List the model catalog."""
-    from rlsolve.cli.render import dump, table
-    from rlsolve.models import list_models
-    rows = [{"name": m.name, "hf_id": m.hf_id or "", "params_b": round(m.total_params / 1e9, 2),
-             "active_b": round(m.active_params / 1e9, 2), "layers": m.layers, "hidden": m.hidden,
-             "kv_kib_per_token": round(m.kv_bytes_per_token(2.0) / 1024, 1)} for m in list_models()]
-    click.echo(table(rows, list(rows[0])) if fmt == "table" else dump(rows, fmt), nl=False)
+    from rlsolve.present import MODEL_COLUMNS, dump, model_rows, table
+    rows = model_rows()
+    click.echo(table(rows, MODEL_COLUMNS) if fmt == "table" else dump(rows, fmt), nl=False)
 
 
 @main.command()
-def schema() -> None:
-    """Print the JSON schema of the input file."""
+@click.option("--plan", "output", is_flag=True, help="The output schema (the plan) instead of the input's.")
+def schema(output: bool) -> None:
+    """Print the JSON schema of the input file (with --plan: of the plan it produces)."""
+    from rlsolve.plan import Plan
     from rlsolve.spec import Spec
-    click.echo(json.dumps(Spec.model_json_schema(), indent=2))
+    model = Plan if output else Spec
+    click.echo(json.dumps(model.model_json_schema(mode="serialization" if output else "validation"), indent=2))
 
 
 def _register() -> None:
-    from rlsolve.cli.commands import register
+    from rlsolve.cli.commands.registry import register
     register(main)
 
 

@@ -7,65 +7,7 @@ solved for (a path, a dict or a Spec): the plan does not carry the model ids, th
 the lengths or the node size, so an export needs both. Targets and the releases whose own files
 the tests check every exported key against: see `TARGETS` and `PINS`. Pure: no printing, no files.
 """
-from __future__ import annotations
-
-from typing import Any
-
-from rlsolve.errors import SpecError, did_you_mean
-from rlsolve.export.common import PINS, ExportResult, Job, build_job
-
-TARGETS: dict[str, str] = {
-    "verl": "verl 0.9: Hydra overrides as a launch script (python3 -m verl.trainer.main_ppo)",
-    "verl-yaml": "verl 0.9: the same keys as a Hydra config YAML",
-    "openrlhf": "OpenRLHF 0.11: dotted flags of python3 -m openrlhf.cli.train_ppo_ray",
-    "megatron": "Megatron-LM / Megatron-Core 0.19: training arguments (+ the GRPO loop's RL arguments)",
-    "vllm": "vLLM 0.33: vllm serve arguments for the rollout engines",
-    "sglang": "SGLang 0.5: sglang.launch_server arguments for the rollout engines",
-    "deepspeed": "DeepSpeed 0.19: config JSON of the training side",
-    "yaml": "framework-neutral YAML: the layout plus the job from the spec",
-}
+from rlsolve.export.api import TARGETS, export_plan, prepare
+from rlsolve.export.common import PINS, ExportResult
 
 __all__ = ["TARGETS", "PINS", "ExportResult", "export_plan", "prepare"]
-
-
-def prepare(plan: Any, spec: Any) -> Job:
-    """Validate the plan against the spec and join them. SpecError names the field and the fix."""
-    from rlsolve.resolve import resolve
-    from rlsolve.solver.estimate import check_layout, to_layout
-    from rlsolve.spec import load_spec
-    if spec is None:
-        raise SpecError("an export needs the spec the plan was solved for (model ids, batch sizes, lengths, "
-                        "node size); pass it with --spec cluster.yaml", field="--spec")
-    s = load_spec(spec)
-    problem = resolve(s)
-    lay = to_layout(plan)
-    check_layout(problem, lay)
-    return build_job(lay, s, problem)
-
-
-def export_plan(plan: Any, spec: Any, target: str) -> ExportResult:
-    """Translate `plan` (solved for `spec`) into `target`'s own config; see TARGETS."""
-    key = (target or "").strip().lower()
-    if key not in TARGETS:
-        raise SpecError(f"unknown export target {target!r}; {did_you_mean(key, TARGETS)}", field="--to")
-    job = prepare(plan, spec)
-    if key in ("verl", "verl-yaml"):
-        from rlsolve.export import verl
-        return verl.export(job, style="yaml" if key == "verl-yaml" else "sh")
-    if key == "openrlhf":
-        from rlsolve.export import openrlhf
-        return openrlhf.export(job)
-    if key == "megatron":
-        from rlsolve.export import megatron
-        return megatron.export(job)
-    if key == "vllm":
-        from rlsolve.export import vllm
-        return vllm.export(job)
-    if key == "sglang":
-        from rlsolve.export import sglang
-        return sglang.export(job)
-    if key == "deepspeed":
-        from rlsolve.export import deepspeed
-        return deepspeed.export(job)
-    from rlsolve.export import yaml_
-    return yaml_.export(job)

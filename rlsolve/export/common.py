@@ -238,8 +238,8 @@ class Job:
 
     def pools_note(self, framework: str) -> None:
         """Ray-based frameworks size resource pools by GPU count, not GPU type."""
-        if self.heterogeneous:
-            self.notes.warn(f"the plan runs generation on pool {self.gen.pool!r} ({self.gen.gpu}) and training on "
+        if self.heterogeneous:  # expressible (separate pools); which nodes they are is the launcher's business
+            self.notes.note(f"the plan runs generation on pool {self.gen.pool!r} ({self.gen.gpu}) and training on "
                             f"pool {self.train.pool!r} ({self.train.gpu}); {framework} sizes its resource pools by GPU "
                             f"count, not GPU type: pin the roles to those nodes yourself (Ray node labels or custom "
                             f"resources)")

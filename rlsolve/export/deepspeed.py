@@ -18,8 +18,11 @@ COMMENT_KEY = "_comment"
 
 def config(job: Job) -> dict[str, Any]:
     notes, t, opt = job.notes, job.t, job.opt
+    # DeepSpeedConfig checks train_batch_size == micro x grad_accum x world size / sequence_parallel_size,
+    # and the world it launches on includes every AutoTP rank (they see the same samples)
+    replicas = job.train.gpus // max(1, t.cp)
     cfg: dict[str, Any] = {
-        "train_batch_size": job.mini_batch_samples,
+        "train_batch_size": t.micro_batch * t.grad_accum * replicas,
         "train_micro_batch_size_per_gpu": t.micro_batch,
         "gradient_accumulation_steps": t.grad_accum,
         "bf16": {"enabled": True},
@@ -60,7 +63,9 @@ def export(job: Job) -> ExportResult:
     head = header_lines(PIN, job, "config JSON of the policy's training side")
     head += [f"Launch on {job.train.nodes} node(s) x {job.train.per_node} GPUs "
              f"(deepspeed --num_nodes {job.train.nodes} --num_gpus {job.train.per_node} ...).",
-             f"train_batch_size = micro {job.t.micro_batch} x grad_accum {job.t.grad_accum} x dp {job.t.dp} samples.",
+             f"train_batch_size = micro {job.t.micro_batch} x grad_accum {job.t.grad_accum} x {job.train.gpus // max(1, job.t.cp)} "
+             f"ranks (GPUs / sequence_parallel_size; each of the dp {job.t.dp} replicas' {job.train.gpus // max(1, job.t.cp) // job.t.dp} "
+             f"AutoTP/pipeline ranks counts the same samples): {job.mini_batch_samples} distinct samples per step.",
              "The generation side is not part of this file: export it with --to vllm or --to sglang."]
     doc = {COMMENT_KEY: head + warning_lines(job.notes)}
     doc.update(cfg)

@@ -11,12 +11,60 @@ inference inside the training processes (colocated), so the rollout layout maps 
 """
 from __future__ import annotations
 
-from rlsolve.perf.train import expert_tp
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_block, header_lines, render_array,
                                    warning_lines)
+from rlsolve.perf.train import expert_tp
+from rlsolve.reader import parse_yaml
 
 PIN = PINS["megatron"]
+
+
+class RopeScaling(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["llama3", "yarn"]
+    factor: float = Field(gt=0)
+    mscale: float = 1.0
+    mscale_all_dim: float = 0.0
+
+
+class Family(BaseModel):
+    """A checkpoint family's facts beyond the architecture catalog (model_shapes.yaml)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    normalization: Literal["RMSNorm", "LayerNorm"]
+    norm_epsilon: float = Field(gt=0)
+    rope_theta: int = Field(gt=0)
+    rope_scaling: RopeScaling | None = None
+    qk_layernorm: bool = False
+    source: str = Field(min_length=10)
+
+
+@lru_cache(maxsize=1)
+def _families() -> dict[str, Family]:
+    data = parse_yaml(Path(__file__).with_name("model_shapes.yaml").read_text(encoding="utf-8"), "model_shapes.yaml",
+                      "export model shapes")["families"]
+    return {k: Family.model_validate(v) for k, v in data.items()}
+
+
+def family_of(name: str) -> Family | None:
+    """The family whose prefix matches the catalog name (the longest prefix wins)."""
+    fams = _families()
+    for prefix in sorted(fams, key=len, reverse=True):
+        if name.startswith(prefix):
+            return fams[prefix]
+    return None
+
+
+def padded_vocab_divisor(vocab: int, tp: int) -> int:
+    """--make-vocab-size-divisible-by such that Megatron's padding (to a multiple of it x TP) keeps
+    the checkpoint's vocabulary size."""
+    return vocab // tp if vocab % tp == 0 else 1
 
 
 def _model_shape(job: Job, s: Section) -> None:
@@ -52,6 +100,35 @@ def _model_shape(job: Job, s: Section) -> None:
             s.add("--moe-shared-expert-intermediate-size", a.shared_experts * a.d_moe_ffn)
         if a.dense_layers:
             s.add("--moe-layer-freq", f"([0]*{a.dense_layers}+[1]*{a.layers - a.dense_layers})")
+    s.flag("--disable-bias-linear", comment="no biases on the linear layers (q/k/v: see --add-qkv-bias)")
+    s.add("--position-embedding-type", "rope")
+    fam = family_of(a.name)
+    if fam is None:
+        job.notes.warn(f"no normalization/RoPE facts for {a.name} in rlsolve/export/model_shapes.yaml: Megatron's "
+                       f"defaults (LayerNorm, RoPE base 10000) apply; add its family there")
+    else:
+        s.add("--normalization", fam.normalization, fam.source.split(":")[0])
+        s.add("--norm-epsilon", fam.norm_epsilon)
+        s.add("--rotary-base", fam.rope_theta)
+        sc = fam.rope_scaling
+        if sc is not None and sc.type == "llama3":
+            s.flag("--use-rope-scaling", comment="Llama 3.x frequency scaling")
+            s.add("--rope-scaling-factor", sc.factor)
+        elif sc is not None:
+            s.add("--rope-type", "yarn")
+            s.add("--rotary-scaling-factor", sc.factor)
+            s.add("--mscale", sc.mscale)
+            s.add("--mscale-all-dim", sc.mscale_all_dim)
+        if fam.qk_layernorm:
+            s.flag("--qk-layernorm")
+    if a.hf_id:
+        s.add("--tokenizer-type", "HuggingFaceTokenizer")
+        s.add("--tokenizer-model", a.hf_id)
+    else:
+        s.add("--tokenizer-type", "HuggingFaceTokenizer")
+        s.add("--tokenizer-model", job.model_id("policy"))
+    s.add("--make-vocab-size-divisible-by", padded_vocab_divisor(a.vocab, job.t.tp),
+          f"keeps the checkpoint's {a.vocab}-token vocabulary at tp={job.t.tp}")
     s.add("--seq-length", job.max_len, "prompt + response")
     s.add("--max-position-embeddings", job.max_len)
     s.flag("--bf16")
@@ -91,6 +168,7 @@ def sections(job: Job) -> list[Section]:
     if t.zero_stage >= 2:
         s.flag("--use-megatron-fsdp", comment=f"ZeRO-{t.zero_stage} as Megatron-FSDP")
         s.add("--data-parallel-sharding-strategy", "optim_grads" if t.zero_stage == 2 else "optim_grads_params")
+        s.add("--ckpt-format", "fsdp_dtensor", "Megatron-FSDP saves only this format (validate_args)")
     if t.recompute != "none":
         s.add("--recompute-granularity", t.recompute)
     if t.recompute == "full":
@@ -148,6 +226,8 @@ def export(job: Job) -> ExportResult:
     head += ["Units: --micro-batch-size and --global-batch-size count samples.",
              f"Launch on {world.nodes} node(s) x {world.per_node} GPUs; set MASTER_ADDR and NODE_RANK per node."]
     text = "#!/usr/bin/env bash\n" + comment_block(head + warning_lines(job.notes)) + "set -euo pipefail\n"
+    if (job.t.tp > 1 or job.t.cp > 1) and job.t.zero_stage < 2:
+        text += "export CUDA_DEVICE_MAX_CONNECTIONS=1  # validate_args: TP/CP overlap needs one hardware queue (pre-Blackwell)\n"
     text += render_array("MEGATRON_ARGS", secs, "argparse")
     launch = (f"torchrun --nnodes {world.nodes} --nproc-per-node {world.per_node} --node-rank ${{NODE_RANK:-0}} "
               f"--master-addr ${{MASTER_ADDR:-127.0.0.1}} --master-port ${{MASTER_PORT:-6000}}")

@@ -5,12 +5,14 @@ generation side only).
 of ep GPUs with `--attn-dp-size` attention-DP ranks holds ep/tp of the plan's replicas). When a
 replica fits in a node, each generation node runs one server with its share of the replicas;
 a replica that spans nodes is one server over `--nnodes` nodes (`--node-rank`, `--dist-init-addr`).
-`--mem-fraction-static` is the plan's engine memory fraction (weights + KV pool, per GPU).
+`--mem-fraction-static` is SGLang's own fraction: the plan's weights + KV pool per GPU over its memory.
 Every flag exists in SGLang 0.5.23's server arguments (`sglang/srt/arg_groups/fields/*.py`
 dataclass fields, `--` + field name with `-` or an explicit `Arg(cli_name/aliases)`).
 """
 from __future__ import annotations
 
+from rlsolve.errors import InfeasibleError
+from rlsolve.solver.estimate import estimate
 from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_block, header_lines, render_array,
                                    warning_lines)
 
@@ -28,6 +30,20 @@ def layout(job: Job) -> dict:
         servers = gen.nodes
         return {"spans_nodes": False, "servers": servers, "dp": max(1, g.dp // k // servers), "nnodes": 1, "attn": k}
     return {"spans_nodes": True, "servers": g.dp // k, "dp": 1, "nnodes": -(-group // gen.gpus_per_node), "attn": k}
+
+
+def static_fraction(job: Job) -> float:
+    """SGLang's --mem-fraction-static: the share of GPU memory for the model weights and the KV-cache
+    pool ("The fraction of the memory used for static allocation (model
+    weights and KV cache memory pool)", sglang/srt/arg_groups/fields/schedule.py), unlike vLLM's gpu_memory_utilization, which also covers
+    activations and the engine's other buffers. Weights and KV per GPU come from re-scoring the plan."""
+    try:
+        mem = estimate(job.spec, job.lay).memory_gb_per_gpu.generation
+    except InfeasibleError as e:
+        job.notes.warn(f"the layout does not fit ({'; '.join(e.reasons)}): --mem-fraction-static is the plan's "
+                       f"gpu_memory_utilization, which by SGLang's definition leaves too little for activations")
+        return job.opt.gpu_memory_utilization or 0.9
+    return round((mem.weights + mem.kv_cache) / mem.capacity, 3)
 
 
 def sections(job: Job) -> list[Section]:
@@ -58,9 +74,9 @@ def sections(job: Job) -> list[Section]:
     secs.append(s)
 
     s = Section("memory and scheduling")
-    util = job.memory_fraction("SGLang", "auto")
-    if util is not None:
-        s.add("--mem-fraction-static", util, "weights + KV pool, from the plan")
+    frac = static_fraction(job)
+    s.add("--mem-fraction-static", frac, "SGLang's static pool: model weights + KV cache per GPU (activations, "
+          "CUDA graphs and the runtime stay outside it), from the plan")
     s.add("--max-running-requests", job.max_num_seqs() * k,
           "per engine" + (f" (SGLang divides it over the {k} attention-DP ranks)" if k > 1 else " replica"))
     s.add("--context-length", job.max_len, "prompt + response")

@@ -12,10 +12,11 @@ Every key exists in verl 0.9.1's `_generated_ppo_trainer.yaml` (FSDP engine) or
 """
 from __future__ import annotations
 
-from rlsolve.perf.train import expert_tp
-
 from typing import Any
 
+from rlsolve.frameworks import capabilities
+from rlsolve.frameworks.rules import strategy_for
+from rlsolve.perf.train import expert_tp
 from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_block, dump_yaml, header_lines,
                                    nest, render_array, warning_lines)
 
@@ -24,8 +25,12 @@ AR = "actor_rollout_ref"
 
 
 def engine_of(job: Job) -> str:
-    """verl's model engine: `megatron` or `dp` (FSDP)."""
-    return "megatron" if job.framework == "megatron" else "dp"
+    """verl's model engine: `megatron` or `dp` (FSDP): the plan's own strategy when verl runs the
+    layout with it, else the one that does (rlsolve/frameworks/capabilities.yaml)."""
+    t = job.t
+    strategy = strategy_for(capabilities("verl"), job.framework, t.tp, t.pp, t.cp, t.ep, t.vp, t.zero_stage,
+                            t.recompute)
+    return "megatron" if strategy == "megatron" else "dp"
 
 
 def _megatron_layout(job: Job, s: Section, prefix: str, offload: bool) -> None:
@@ -65,7 +70,7 @@ def _fsdp_layout(job: Job, s: Section, prefix: str, offload: bool) -> None:
 def _check_fsdp(job: Job) -> None:
     t, notes = job.t, job.notes
     if job.framework == "deepspeed":
-        notes.warn("verl 0.9 has no DeepSpeed engine: the training side is exported for verl's FSDP engine")
+        notes.note("verl 0.9 has no DeepSpeed engine: the training side is exported for verl's FSDP engine")
     if t.tp > 1 or t.pp > 1 or t.ep > 1 or t.vp > 1:
         notes.warn(f"verl's FSDP engine has no tensor/pipeline/expert/virtual-pipeline parallelism: training "
                    f"tp={t.tp} pp={t.pp} ep={t.ep} vp={t.vp} is not expressible (plan framework "
@@ -262,11 +267,11 @@ def _yaml(job: Job, secs: list[Section]) -> ExportResult:
     for k in ("data.train_files", "data.val_files"):
         values[k] = "${oc.env:" + k.split(".")[1].upper() + "}"
     head = header_lines(PIN, job, "a Hydra config for `python3 -m verl.trainer.main_ppo`")
-    head += [f"Run: python3 -m verl.trainer.main_ppo --config-path=$PWD --config-name=verl_plan "
-             f"model_engine={engine}",
-             "(model_engine is a config group: pass it on the command line as above)",
+    head += ["Run: python3 -m verl.trainer.main_ppo --config-path=$PWD --config-name=verl_plan",
+             f"(the defaults list selects the {engine} model engine, as model_engine={engine} would on the command line)",
              "Units: data.train_batch_size and ppo_mini_batch_size count prompts; micro-batches count samples."]
-    doc = {"hydra": {"searchpath": ["pkg://verl.trainer.config"]}, "defaults": ["ppo_trainer", "_self_"]}
+    doc = {"hydra": {"searchpath": ["pkg://verl.trainer.config"]},
+           "defaults": ["ppo_trainer", {"override /model_engine": engine}, "_self_"]}
     doc.update(nest(values))
     text = comment_block(head + warning_lines(job.notes)) + dump_yaml(doc)
     return ExportResult(text=text, warnings=list(job.notes.warnings), filename="verl_plan.yaml", target="verl-yaml",

@@ -77,7 +77,7 @@ class StepModel:
             self.attn_flops_ctx = 2.0 * (arch.q_width + arch.v_width) * arch.layers / n
         # 2 all-reduces per layer (attention, MLP); a GPU runs its L/pp layers for pp micro-batches
         self.tp_ar_per_token = 2 * arch.layers
-        self.overhead = constants()["decode_step_overhead_us"] * 1e-6
+        self.overhead = dev.decode_step_overhead_s
         self.hbm, self.attn_rate = dev.hbm_bytes_per_s, dev.attention_flops
         self.gemm_rate = dev.peak_flops * dev.gemm_fraction
         self.pp_hops = (lay.pp - 1) * dev.p2p(1.0, lay.tp * lay.pp) if lay.pp > 1 else 0.0

@@ -63,6 +63,38 @@ class Device:
     def launch_s(self) -> float:
         return self._ov("kernel_launch_us", self.pool.gpu.efficiency.kernel_launch_us.value) * 1e-6
 
+    # --- framework factors a profile fitted on a run's log may set (rlsolve calibrate --from-log);
+    # without a profile each is the model's own value, so plans are unchanged ------------------
+    @property
+    def decode_step_overhead_s(self) -> float:
+        """Host time per decode step of the engine (scheduler, sampler, detokenizer):
+        constants.yaml decode_step_overhead_us unless a profile sets `decode_step_overhead_us`."""
+        return self._ov("decode_step_overhead_us", constants()["decode_step_overhead_us"]) * 1e-6
+
+    @property
+    def train_efficiency(self) -> float:
+        """Share of the model's training speed a framework reaches (1.0 = the model as is);
+        training times are divided by it. Profile key `train_efficiency`."""
+        return self._ov("train_efficiency", 1.0)
+
+    @property
+    def logprob_efficiency(self) -> float:
+        """The same for forward-only passes (old log-probs, reference, reward, value forward).
+        Profile key `logprob_efficiency`."""
+        return self._ov("logprob_efficiency", 1.0)
+
+    @property
+    def refit_bytes_per_s(self) -> float:
+        """Colocated refit rate per engine GPU: constants.yaml colocated_refit_gbps_per_gpu unless
+        a profile sets `colocated_refit_gbps_per_gpu`."""
+        return self._ov("colocated_refit_gbps_per_gpu", constants()["colocated_refit_gbps_per_gpu"]) * GB
+
+    @property
+    def step_overhead_s(self) -> float:
+        """Framework time per RL step outside every modelled phase (data preparation, reward
+        and advantage bookkeeping, Ray transfers): 0 unless a profile sets `step_overhead_s`."""
+        return self._ov("step_overhead_s", 0.0)
+
     def gemm_time(self, flops: float, count: float = 1.0) -> float:
         """Time of `count` GEMMs of `flops` each. Small GEMMs fill fewer SMs and tiles: the
         achieved fraction is gemm_fraction * f / (f + f_half), f_half from the catalog."""

@@ -356,7 +356,7 @@ def sync_time(problem: Problem, pool_train: PoolHW, pool_gen: PoolHW, gen: GenLa
         share = weight_bytes_per_gpu(problem.policy, gen, 1.0) / problem.policy.total_params
         recv = _sync_bytes(problem) * share
         bw, lat = dev.link(min(pool_gen.scaleup_size, max(gen.tp * gen.pp, 2)))
-        t = max(recv / bw + lat + dev.stream_time(2 * recv), recv / (constants()["colocated_refit_gbps_per_gpu"] * GB))
+        t = max(recv / bw + lat + dev.stream_time(2 * recv), recv / dev.refit_bytes_per_s)
         return t, t
     recv = recv_time(problem, pool_gen, gen)
     return max(recv, send_time(problem, pool_train, n_train)), recv
@@ -402,6 +402,7 @@ class StepEstimate:
     pool_train: PoolHW | None = None
     aux: AuxSide | None = None
     notes: list[str] = field(default_factory=list)
+    overhead: float = 0.0      # framework time per step outside the phases (profile step_overhead_s)
 
     @property
     def usd_per_hour(self) -> float:
@@ -443,10 +444,13 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
         step = compose_step(mode, gen.time, t_aux + train.time, exposed, send_time(problem, pool_train, train.gpus))
         used = gen.gpus + train.gpus
     used += aux.gpus if aux is not None else 0
+    # framework time outside every modelled phase (0 unless a profile fitted on a log sets it)
+    overhead = device(pool_gen, wl.precision, problem.profile).step_overhead_s
+    step += overhead
     total = sum(p.n_gpus for p in problem.pools)
     return StepEstimate(mode=mode, gen=gen, train=train, sync=sync, sync_exposed=exposed, switch=switch,
                         step=step, tokens_per_step=wl.tokens_per_step, n_gpus_used=used, n_gpus_total=total,
-                        pool_gen=pool_gen, pool_train=pool_train, aux=aux)
+                        pool_gen=pool_gen, pool_train=pool_train, aux=aux, overhead=overhead)
 
 
 def step_flops(problem: Problem) -> tuple[float, float]:

@@ -362,7 +362,7 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
         compute=m * (st["fwd_compute"] + st["bwd_compute"]),
         tp_comm=m * st["tp"], cp_comm=m * st["cp"], ep_comm=m * st["ep"], pp_comm=p2p,
         bubble=bubble, dp_comm=dp_exposed, optimizer=opt)
-    return t.scaled(optimizer_steps)
+    return t.scaled(optimizer_steps / dev.train_efficiency)
 
 
 def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float,
@@ -370,7 +370,7 @@ def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: i
     """Forward-only pass (log-probs, reference, reward, value) over `sequences`."""
     st = st or stage_times(arch, dev, lay, seq_len)
     m = max(1.0, sequences / (lay.dp * lay.micro_batch))
-    return (m + lay.pp - 1) * (st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0))
+    return (m + lay.pp - 1) * (st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0)) / dev.logprob_efficiency
 
 
 def model_flops(arch: Architecture, tokens: float, seq_len: float, *, recompute: bool = False,

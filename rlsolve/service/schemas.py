@@ -6,12 +6,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlsolve.export import TARGETS
 from rlsolve.plan import Layout, Plan
 from rlsolve.spec import InlineNetwork, Spec
+from rlsolve.whatif import Row
 
 ErrorCode = Literal["invalid_input", "infeasible", "unauthorized", "payload_too_large", "overloaded",
-                    "deadline_exceeded", "not_implemented", "not_found", "method_not_allowed",
-                    "unsupported_media_type", "bad_request", "internal"]
+                    "deadline_exceeded", "not_found", "method_not_allowed", "unsupported_media_type", "bad_request",
+                    "internal"]
 
 
 class FieldError(BaseModel):
@@ -83,18 +85,11 @@ class CompareRequest(BaseModel):
 
 
 class CompareResponse(BaseModel):
-    result: Any = Field(description="What rlsolve.whatif.compare returns, as JSON (one row per point).")
+    result: list[Row] = Field(description="One row per cluster, in the order gpus x nodes x networks: what "
+                              "`rlsolve compare --format json` prints (degrees as numbers; an infinite cost as null).")
 
 
-def _export_targets() -> tuple[str, ...]:
-    try:
-        from rlsolve.export import TARGETS
-        return tuple(TARGETS)
-    except ImportError:  # the exporter is optional here: /v1/export answers 501 without it
-        return ("verl", "verl-yaml", "openrlhf", "megatron", "vllm", "sglang", "deepspeed", "yaml")
-
-
-ExportTarget = Literal[_export_targets()]  # type: ignore[valid-type]
+ExportTarget = Literal[tuple(TARGETS)]  # type: ignore[valid-type]
 
 
 class ExportRequest(BaseModel):
@@ -107,8 +102,7 @@ class ExportRequest(BaseModel):
 
 class ExportResponse(BaseModel):
     target: str
-    content: str | None = Field(description="The exported file or launch command.")
-    data: Any = Field(None, description="The exporter's answer as JSON when it is not text.")
+    content: str = Field(description="The exported file or launch command.")
     filename: str | None = Field(None, description="Suggested file name.")
     framework: str | None = Field(None, description="Framework and version the output targets.")
     warnings: list[str] = Field(default_factory=list, description="Plan decisions the framework cannot express "

@@ -21,7 +21,8 @@ from rlsolve.solver.diagnose import diagnose
 from rlsolve.solver.estimate import evaluate_layout
 from rlsolve.solver.program import Program, run
 from rlsolve.solver.report import build_plan
-from rlsolve.solver.rules import aux_models, modes_allowed
+from rlsolve.frameworks.rules import strategy_for
+from rlsolve.solver.rules import aux_models, modes_allowed, target_caps
 from rlsolve.spec import Spec, load_spec
 
 SOLVER_KEYS = {"time_limit_s", "workers", "deterministic", "top_k"}
@@ -29,11 +30,12 @@ SOLVER_KEYS = {"time_limit_s", "workers", "deterministic", "top_k"}
 ALT_DETERMINISTIC_TIME = 1.0
 
 
-def framework_for(t: TrainCand) -> str:
+def framework_for(problem: Problem, t: TrainCand) -> str:
+    """The training engine: FSDP for ZeRO-3 without model parallelism, else Megatron, unless
+    the target runs the layout only on another of its strategies."""
     L = t.layout
-    if L.tp == L.pp == L.cp == L.ep == 1 and L.zero_stage == 3:
-        return "fsdp"
-    return "megatron"
+    preferred = "fsdp" if L.tp == L.pp == L.cp == L.ep == 1 and L.zero_stage == 3 else "megatron"
+    return strategy_for(target_caps(problem), preferred, L.tp, L.pp, L.cp, L.ep, L.vp, L.zero_stage, L.recompute)
 
 
 def make_program(problem: Problem, cands: Candidates, modes: list[str], objective: str = "throughput",
@@ -77,7 +79,7 @@ def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand, ac: Aux
         pipeline=Pipeline(mode=mode, staleness=problem.workload.max_staleness if mode == "async" else 0),
         resource_allocation=ResourceAllocation(
             generation=RoleGPUs(pool=problem.pools[gc.pool].name, gpus=gc.gpus, engine="vllm"),
-            training=RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.gpus, framework=framework_for(tc)),
+            training=RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.gpus, framework=framework_for(problem, tc)),
             auxiliary=None if ac is None else RoleGPUs(pool=problem.pools[ac.pool].name, gpus=ac.gpus, engine="vllm")),
         placement=placement,
         parallelism=Parallelism(

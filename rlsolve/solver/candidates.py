@@ -33,9 +33,9 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.rules import (RECOMPUTE, aux_models, count_user_violations, gen_universe, gen_violations, micro_batches,
-                                  modes_allowed, role_counts, train_bases, train_layout_violations,
-                                  train_shape_violations, train_shapes)
+from rlsolve.solver.rules import (RECOMPUTE, aux_models, count_user_violations, engine_cap_violations, gen_universe,
+                                  gen_violations, micro_batches, modes_allowed, role_counts, target_placement_violations,
+                                  train_bases, train_layout_violations, train_shape_violations, train_shapes)
 from rlsolve.solver.scale import INF_TIME, mem_units_up, time_units
 
 __all__ = ["AuxCand", "Candidates", "GenCand", "TrainCand", "enumerate_candidates", "modes_allowed"]
@@ -177,6 +177,8 @@ def _aux_candidates(problem: Problem) -> list[AuxCand]:
     for p, pool in enumerate(problem.pools):
         for hosts in subsets:
             for q in (("none", "int8", "int4") if "reward" in hosts else ("none",)):
+                if not _hosted_allowed(problem, "auxiliary", hosts, q):
+                    continue
                 best = math.inf
                 for n in role_counts(pool):
                     side = aux_side(problem, pool, n, hosts, q)
@@ -197,7 +199,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     cache: dict[tuple, Any] = {}
     found: list[TrainCand] = []
     best_disagg: dict[tuple, float] = {}
-    variants = {kind: list(_aux_variants(problem, kind == "disagg" or not single)) for kind in ("colocated", "disagg")}
+    variants = {kind: [v for v in _aux_variants(problem, kind == "disagg" or not single)
+                       if _target_allows(problem, modes, kind, *v)] for kind in ("colocated", "disagg")}
     for n, tp, pp, cp, dp in train_shapes(problem, pool):
         deadline.check("enumerating training layouts")
         kinds = []
@@ -242,7 +245,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t,
                                          reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                                          fits=True, states=mem.states + resident)
-                        for off in ((False, True) if kind == "colocated" else (False,)):
+                        offloads = (False, True) if kind == "colocated" and _target_allows(
+                            problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
+                        for off in offloads:
                             switch = 2 * dev.pcie_time(side.states) if off else 0.0
                             send = send_time(problem, pool, n) if kind == "disagg" else 0.0
                             found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
@@ -412,24 +417,27 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         deadline.check("simulating engine layouts")
         if mode == "colocated":
             side = gen_side(problem, pool, lay, reserved=extra * 1e9)
-            out.evaluated += 1
             sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
+        else:
+            side = gen_side(problem, pool, lay, aux_models=_aux_on_gen(problem, extra, q))
+            g = GenCand(mode, lay, extra, q, 0, side, recv_time(problem, pool, lay), pool=p)
+        out.evaluated += 1
+        if not side.fits or engine_cap_violations(problem, lay, side.max_num_seqs):
+            continue
+        found.append(g)
+        # the best plan this candidate makes with a trainer that hosts what it does not
+        if mode == "colocated":
             t = coloc.colocated(p, n, extra, frozenset())
             if t is not None:
                 incumbent["colocated"] = min(incumbent["colocated"], time_units(g.time) + time_units(t.time))
         else:
-            side = gen_side(problem, pool, lay, aux_models=_aux_on_gen(problem, extra, q))
-            out.evaluated += 1
-            g = GenCand(mode, lay, extra, q, 0, side, recv_time(problem, pool, lay), pool=p)
             t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools), extra)
             if t is not None:
                 for m in d_modes:
                     step = compose_step(m, time_units(g.time), time_units(t.time), time_units(g.sync),
                                         time_units(t.send))
                     incumbent[m] = min(incumbent[m], step)
-        if side.fits:
-            found.append(g)
     return found
 
 
@@ -437,7 +445,39 @@ def _aux_on_gen(problem: Problem, hosts: frozenset, quant: str) -> tuple:
     return tuple((h, getattr(problem, h), QUANT_BYTES[quant] if h == "reward" else 2.0) for h in sorted(hosts))
 
 
+def _target_allows(problem: Problem, modes: list[str], kind: str, hosts: frozenset, reference: str, quant: str,
+                   offload: bool = False) -> bool:
+    """The target runs a training candidate's placements in its mode (a disaggregated
+    candidate in every disaggregated mode the program may pick, as the program does not tie
+    a candidate to one of them)."""
+    reward = "cpu" if problem.reward is None else ("training" if "reward" in hosts else "elsewhere")
+    each = ["colocated"] if kind == "colocated" else [m for m in modes if m != "colocated"]
+    return not any(target_placement_violations(problem, m, reference=reference, reward=reward, quant=quant,
+                                               offload=offload) for m in each)
+
+
+def _hosted_allowed(problem: Problem, where: str, hosts: frozenset, quant: str) -> bool:
+    """The target runs these models on the engines' GPUs (`generation`) or on a group of their
+    own (`auxiliary`) in some mode the program may pick, the others on the trainers."""
+    if not hosts:
+        return True
+    place = {m: (where if m in hosts else "training") for m in ("reference", "reward")}
+    if problem.reward is None:
+        place["reward"] = "cpu"
+    if problem.reference is None:
+        place["reference"] = "none"
+    aux = hosts if where == "auxiliary" else frozenset()
+    return any(not target_placement_violations(problem, m, quant=quant, auxiliary=aux, **place)
+               for m in modes_allowed(problem))
+
+
 def _gen_host_variants(problem: Problem):
+    for hosts, q in _all_gen_host_variants(problem):
+        if _hosted_allowed(problem, "generation", hosts, q):
+            yield hosts, q
+
+
+def _all_gen_host_variants(problem: Problem):
     yield frozenset(), "none"
     if problem.reference is not None:
         yield frozenset({"reference"}), "none"

@@ -10,6 +10,7 @@ of a rule.
 
 Groups: `structure` (a layout no framework can build: divisibility, world sizes, domains),
 `rl.batch` (the batch per optimizer step does not split over the data-parallel ranks),
+`target` (what the target framework cannot run: rlsolve/frameworks/capabilities.yaml),
 `constraints.training` / `constraints.generation` / `constraints.modes` (the user's),
 `cluster.size`, and the memory groups that the performance model decides
 (`memory.training`, `memory.generation`, `memory.colocated`)."""
@@ -21,6 +22,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
 from rlsolve.errors import SpecError
+from rlsolve.frameworks import FrameworkCaps, capabilities, generation_ok, mode_ok, placement_ok, training_ok
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
@@ -46,6 +48,16 @@ class Violation:
 def divisors(n: int) -> tuple[int, ...]:
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return tuple(sorted(set(small + [n // d for d in small])))
+
+
+def target_caps(problem: Problem) -> FrameworkCaps | None:
+    """The target framework's capabilities (None: target any, no restriction)."""
+    t = problem.spec.target
+    return capabilities(t.framework, t.version)
+
+
+def _target(verdict, field: str) -> list[Violation]:
+    return [] if verdict else [Violation("target", field, verdict.reason)]
 
 
 # --- user constraints (one allowed value or a list) ---------------------------------------
@@ -169,7 +181,17 @@ def gen_violations(problem: Problem, pool: PoolHW, n: int, lay: GenLayout, *, us
                              f"needs an MoE policy whose experts it divides"))
     if user:
         out += _user("generation", cons, {k: getattr(lay, k) for k in GEN_KEYS}, n)
+        out += _target(generation_ok(target_caps(problem), "vllm", lay.tp, lay.pp, lay.dp, lay.ep),
+                       "parallelism.generation")
     return out
+
+
+def engine_cap_violations(problem: Problem, lay: GenLayout, max_num_seqs: int | None) -> list[Violation]:
+    """An engine scored with a cap on concurrent sequences needs a target that can set it."""
+    if not max_num_seqs:
+        return []
+    return _target(generation_ok(target_caps(problem), "vllm", lay.tp, lay.pp, lay.dp, lay.ep,
+                                 max_num_seqs=max_num_seqs), "optimization.max_num_seqs")
 
 
 # --- training -----------------------------------------------------------------------------
@@ -295,6 +317,8 @@ def train_layout_violations(problem: Problem, lay: TrainLayout, *, user: bool = 
     if user:
         out += _user("training", cons, {k: getattr(lay, k) for k in ("ep", "vp", "zero_stage", "micro_batch",
                                                                       "recompute")}, None)
+        out += _target(training_ok(target_caps(problem), lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage,
+                                   lay.recompute), f)
     return out
 
 
@@ -308,19 +332,36 @@ def train_violations(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout, *
 # --- the step: modes, placement, pools ----------------------------------------------------
 
 def modes_allowed(problem: Problem) -> list[str]:
-    allowed_modes = problem.spec.constraints.modes or list(MODES)
-    if problem.workload.max_staleness == 0:
-        allowed_modes = [m for m in allowed_modes if m != "async"]
-    return [m for m in MODES if m in allowed_modes]
+    return [m for m in MODES if not mode_violations(problem, m)]
 
 
-def mode_violations(problem: Problem, mode: str) -> list[Violation]:
+def mode_violations(problem: Problem, mode: str, *, user: bool = True) -> list[Violation]:
+    """The user's modes, staleness, and (user=True) what the target runs: the mode, with the
+    critic training beside the policy."""
     if mode == "async" and problem.workload.max_staleness == 0:
         return [Violation("constraints.modes", "pipeline.mode", "async overlap needs rl.max_staleness >= 1")]
-    if mode not in modes_allowed(problem):
+    if not user:
+        return []
+    if mode not in (problem.spec.constraints.modes or MODES):
         return [Violation("constraints.modes", "pipeline.mode",
                           f"{mode} is not in constraints.modes {problem.spec.constraints.modes}")]
-    return []
+    caps = target_caps(problem)
+    out = _target(mode_ok(caps, mode), "pipeline.mode")
+    critic = "training" if problem.value is not None else "none"
+    if not out and caps is not None and critic not in caps.placements[mode].value.value:
+        out.append(Violation("target", "placement.value", f"{problem.spec.target.framework} does not train a critic "
+                             f"beside the policy in {mode} mode (source: {caps.placements[mode].source})"))
+    return out
+
+
+def target_placement_violations(problem: Problem, mode: str, *, reference: str, reward: str, quant: str = "none",
+                                offload: bool = False, auxiliary: frozenset = frozenset()) -> list[Violation]:
+    """Where the target runs the reference, reward and value models in this mode (`elsewhere`:
+    on the engines or an auxiliary group), the reward's precision, offloading the training
+    state during rollout, and the models on an auxiliary group."""
+    return _target(placement_ok(target_caps(problem), mode, reference=reference, reward=reward,
+                                value="training" if problem.value is not None else "none",
+                                reward_quantization=quant, train_offload=offload, auxiliary=auxiliary), "placement")
 
 
 def aux_models(problem: Problem) -> list[str]:
@@ -406,10 +447,15 @@ def layout_violations(problem: Problem, lay, *, user: bool = True) -> list[Viola
     mode = lay.pipeline.mode
     out = gen_violations(problem, pg, ra.generation.gpus, g, user=user) + \
         train_violations(problem, pt, ra.training.gpus, t, user=user)
-    out += mode_violations(problem, mode) if user else [v for v in mode_violations(problem, mode)
-                                                         if "max_staleness" in v.message]
+    out += mode_violations(problem, mode, user=user)
     pl = lay.placement
     out += placement_violations(problem, mode, pl.reference, pl.reward, ra.auxiliary is not None)
+    if user:
+        aux = frozenset(m for m in ("reference", "reward") if getattr(pl, m) == "auxiliary")
+        out += target_placement_violations(problem, mode, reference=pl.reference, reward=pl.reward,
+                                           quant=lay.optimization.reward_quantization,
+                                           offload=lay.optimization.train_offload_during_rollout, auxiliary=aux)
+        out += engine_cap_violations(problem, g, lay.optimization.max_num_seqs)
     uses = [("generation", pg, ra.generation.gpus), ("training", pt, ra.training.gpus)]
     if ra.auxiliary is not None:
         uses.append(("auxiliary", pool_named(problem, ra.auxiliary.pool, "layout.resource_allocation.auxiliary.pool"),

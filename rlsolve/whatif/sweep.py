@@ -30,9 +30,11 @@ from typing import Any, Callable, Iterable, Sequence
 from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
 from rlsolve.reader import read_text
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: degrees as numbers
 EXECUTORS = ("local", "ray")
 Progress = Callable[[int, int], None]
+DEGREES = ("gen_tp", "gen_pp", "gen_dp", "gen_ep", "train_tp", "train_pp", "train_cp", "train_dp", "train_ep",
+           "train_zero_stage")
 
 
 @dataclass
@@ -43,7 +45,7 @@ class Row:
     nodes: int
     network: str
     gpus: int                                  # GPUs in the cluster (nodes x GPUs per node)
-    status: str                                # optimal | feasible | infeasible | invalid | unknown
+    status: str                                # optimal | feasible | infeasible | invalid | unknown (out of time)
     gpus_used: int = 0                         # GPUs the plan uses (the cost objective may idle some)
     tokens_per_s: float | None = None          # trained tokens/s (SPEC section 4)
     tokens_per_s_per_gpu: float | None = None  # per GPU used
@@ -51,8 +53,17 @@ class Row:
     mode: str | None = None                    # colocated | sync | async
     gen_gpus: int | None = None
     train_gpus: int | None = None
-    generation: str | None = None              # "tp=2 pp=1 dp=4"
-    training: str | None = None                # "tp=4 pp=2 cp=1 dp=2 ep=1 ZeRO-1"
+    # the plan's degrees, as numbers (None when infeasible)
+    gen_tp: int | None = None
+    gen_pp: int | None = None
+    gen_dp: int | None = None                  # engine replicas
+    gen_ep: int | None = None
+    train_tp: int | None = None
+    train_pp: int | None = None
+    train_cp: int | None = None
+    train_dp: int | None = None
+    train_ep: int | None = None
+    train_zero_stage: int | None = None
     objective: str = "throughput"
     price_usd_per_gpu_hour: float = 0.0
     price_source: str = ""
@@ -71,6 +82,21 @@ class Row:
     @property
     def label(self) -> str:
         return f"{self.gpu} x {self.nodes} node{'s' if self.nodes != 1 else ''}, {self.network}"
+
+    @property
+    def generation(self) -> str | None:
+        """The generation degrees as text, e.g. "tp=2 pp=1 dp=4"."""
+        if self.gen_tp is None:
+            return None
+        return f"tp={self.gen_tp} pp={self.gen_pp} dp={self.gen_dp}" + (f" ep={self.gen_ep}" if self.gen_ep > 1 else "")
+
+    @property
+    def training(self) -> str | None:
+        """The training degrees as text, e.g. "tp=4 pp=2 cp=1 dp=2 ZeRO-1"."""
+        if self.train_tp is None:
+            return None
+        return (f"tp={self.train_tp} pp={self.train_pp} cp={self.train_cp} dp={self.train_dp}"
+                + (f" ep={self.train_ep}" if self.train_ep > 1 else "") + f" ZeRO-{self.train_zero_stage}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -174,7 +200,7 @@ def solve_point(spec: dict, objective: str | None) -> dict[str, Any]:
         plan = solve(spec, objective=objective)
     except InfeasibleError as e:
         return {"status": "infeasible", "reason": "; ".join(e.reasons)}
-    except NoAnswerError as e:  # not proven either way: shown as unknown, never cached
+    except NoAnswerError as e:  # out of time, not proven impossible: a row, never cached
         return {"status": "unknown", "reason": str(e)}
     except SpecError as e:
         return {"status": "invalid", "reason": str(e)}
@@ -186,9 +212,9 @@ def solve_point(spec: dict, objective: str | None) -> dict[str, Any]:
         "status": plan.status, "mode": plan.pipeline.mode,
         "tokens_per_s": plan.throughput.tokens_per_s, "step_s": plan.time_s.step, "gpus_used": used,
         "gen_gpus": ra.generation.gpus, "train_gpus": ra.training.gpus,
-        "generation": f"tp={g.tp} pp={g.pp} dp={g.dp}" + (f" ep={g.ep}" if g.ep > 1 else ""),
-        "training": f"tp={t.tp} pp={t.pp} cp={t.cp} dp={t.dp}" + (f" ep={t.ep}" if t.ep > 1 else "")
-                    + f" ZeRO-{t.zero_stage}",
+        "gen_tp": g.tp, "gen_pp": g.pp, "gen_dp": g.dp, "gen_ep": g.ep,
+        "train_tp": t.tp, "train_pp": t.pp, "train_cp": t.cp, "train_dp": t.dp, "train_ep": t.ep,
+        "train_zero_stage": t.zero_stage,
     }
 
 
@@ -210,7 +236,8 @@ def _row(p: _Point, res: dict[str, Any], objective: str, from_cache: bool) -> Ro
         row.step_s = res["step_s"]
         row.mode = res["mode"]
         row.gen_gpus, row.train_gpus = res["gen_gpus"], res["train_gpus"]
-        row.generation, row.training = res["generation"], res["training"]
+        for name in DEGREES:
+            setattr(row, name, int(res[name]))
         row.usd_per_hour = _sig(used * p.price)
         row.usd_per_mtok = _sig(used * p.price / 3600.0 / tps * 1e6) if tps > 0 else math.inf
         row.tokens_per_s_per_kw = _sig(tps / (used * p.tdp_w / 1000.0))

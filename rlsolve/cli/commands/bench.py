@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from rlsolve.cli.commands.logs import LOG_FORMAT, WARMUP, calibrate_from_log
 from rlsolve.cli.main import checked_flag, guarded
 from rlsolve.errors import SpecError
 from rlsolve.reader import STDIN
@@ -42,7 +43,7 @@ def _eff(row: dict[str, Any]) -> str:
 
 
 def _report(items: list[dict[str, Any]], info: dict[str, Any], profile: dict[str, Any]) -> str:
-    from rlsolve.cli.render import table
+    from rlsolve.present import table
     rows = [{"item": r["item"], "measured": _secs(r.get("measured_s")), "assumed": _secs(r.get("assumed_s")),
              "meas/assumed": f"{r['measured_over_assumed']:.2f}x" if "measured_over_assumed" in r else "-",
              "rate": _rate(r), "profile key": r["key"], "measured vs assumed": _eff(r)} for r in items]
@@ -95,16 +96,29 @@ def validate(plan: str, spec: str | None, device: str, nproc: int | None, out: s
 @click.command()
 @DEVICE
 @NPROC
+@click.option("--from-log", "from_log", type=click.Path(), default=None,
+              help="Fit the profile to a run's log (verl, NeMo-RL, OpenRLHF) instead of measuring; needs --spec.")
+@click.option("--spec", type=click.Path(), default=None, help="With --from-log: the cluster spec the run used.")
+@click.option("--layout", type=click.Path(), default=None,
+              help="With --from-log: the layout that ran (a plan file or its layout sections).")
+@LOG_FORMAT
+@WARMUP
+@click.option("--profile", "base_profile", type=click.Path(), default=None,
+              help="With --from-log: a profile to start from (say a torch calibrate's); the fitted factors are added.")
 @click.option("--gpu", default=None, help="Catalog GPU the profile is for (default: the one the device name "
               "names; required on the CPU).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), required=True,
               help="Profile file to write, for `rlsolve solve --profile`.")
 @guarded
-def calibrate(device: str, nproc: int | None, gpu: str | None, out: str) -> None:
+def calibrate(device: str, nproc: int | None, from_log: str | None, spec: str | None, layout: str | None,
+              log_format: str | None, warmup: int, base_profile: str | None, gpu: str | None, out: str) -> None:
     """Measure this machine's GPU and write a profile (efficiencies that replace the
-    catalog's) for `rlsolve solve --profile`."""
+    catalog's) for `rlsolve solve --profile`; with --from-log, fit it to a run's log."""
+    if from_log is not None:
+        calibrate_from_log(spec, layout, from_log, log_format, warmup, out, base_profile)
+        return
     from rlsolve.bench import calibrate as _calibrate
-    from rlsolve.cli.render import dump
+    from rlsolve.present import dump
     nproc = checked_flag(Pool, "gpus_per_node", nproc, "--nproc")
     with Outputs() as outputs:
         outputs.add(out, "--out")

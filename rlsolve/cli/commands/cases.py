@@ -11,13 +11,16 @@ from rlsolve.cli.main import guarded
 @click.command()
 @click.argument("path", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table")
+@click.option("--profile", type=click.Path(), default=None,
+              help="A profile (rlsolve calibrate, or calibrate --from-log) applied to every row on its GPUs.")
 @guarded
-def cases(path: str, fmt: str) -> None:
+def cases(path: str, fmt: str, profile: str | None) -> None:
     """Predict every row of a reference-case FILE and print the error per row and the medians."""
     from rlsolve.cases import score_cases
-    from rlsolve.cli.render import table
+    from rlsolve.cli.profiles import load_profile
+    from rlsolve.present import table
     from rlsolve.reader import read_yaml
-    report = score_cases(read_yaml(path, what="cases file"))
+    report = score_cases(read_yaml(path, what="cases file"), profile=load_profile(profile))
     if fmt == "json":
         click.echo(json.dumps({"rows": [r.__dict__ for r in report.rows], "summary": report.summary()}, indent=2))
         return

@@ -8,7 +8,7 @@ import click
 
 from rlsolve.cli.main import EXIT_INFEASIBLE, EXIT_NO_ANSWER, checked_flag, guarded
 from rlsolve.errors import SpecError
-from rlsolve.spec import Pool
+from rlsolve.spec import Pool, load_spec
 from rlsolve.writer import Outputs
 
 
@@ -53,7 +53,7 @@ def _prices(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
               help="Output format.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
-              help="Also draw throughput and cost against cluster size (.svg, or .png with matplotlib).")
+              help="Also draw throughput and cost against cluster size (.svg, .png or .pdf; needs rlsolve[plot]).")
 @click.option("--price", "prices", multiple=True, help="Override a GPU's price for this run: GPU=USD per GPU-hour.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local",
               help="local: a process pool on this machine; ray: tasks on a Ray cluster.")
@@ -100,7 +100,7 @@ def compare(spec: str, gpus: tuple[str, ...], nodes: tuple[str, ...], networks: 
 @click.argument("spec", type=click.Path())
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option("--memory", type=click.Path(dir_okay=False), default=None,
-              help="Also draw the per-GPU memory per role on its own (.svg or .png).")
+              help="Also draw the per-GPU memory per role on its own (.svg, .png or .pdf).")
 @click.option("--plan", "plan_path", type=click.Path(), default=None,
               help="Draw this plan (or hand-written layout) re-scored on SPEC instead of solving.")
 @click.option("--objective", type=click.Choice(["throughput", "cost"]), default=None, help="Overrides the spec's.")
@@ -108,7 +108,7 @@ def compare(spec: str, gpus: tuple[str, ...], nodes: tuple[str, ...], networks: 
 @guarded
 def timeline(spec: str, out: str, memory: str | None, plan_path: str | None, objective: str | None,
              no_memory_panel: bool) -> None:
-    """Draw one RL step of SPEC's plan as a timeline per GPU group, to OUT (.svg or .png).
+    """Draw one RL step of SPEC's plan as a timeline per GPU group, to OUT (.svg, .png or .pdf).
 
     Phases: prefill, decode, reward, reference, value, old log-probs, train, weight sync;
     async overlap is shaded. Below it, the per-GPU memory of each role as stacked bars."""
@@ -118,16 +118,17 @@ def timeline(spec: str, out: str, memory: str | None, plan_path: str | None, obj
         if path:
             check_picture_path(path, field)
             outputs.add(path, field)
+    source = load_spec(spec)  # read once (`-` is stdin): the plan and the pictures' GPU names come from it
     if plan_path:
         from rlsolve.solver.estimate import estimate
-        plan = estimate(spec, plan_path)
+        plan = estimate(source, plan_path)
     else:
         from rlsolve.solver import solve
-        plan = solve(spec, objective=objective, top_k=0)
+        plan = solve(source, objective=objective, top_k=0)
     with outputs:
-        write_timeline(plan, outputs.stage(out), with_memory=not no_memory_panel, field="out")
+        write_timeline(plan, outputs.stage(out), with_memory=not no_memory_panel, field="out", spec=source)
         if memory:
-            write_memory(plan, outputs.stage(memory), field="--memory")
+            write_memory(plan, outputs.stage(memory), field="--memory", spec=source)
     click.echo(f"wrote {out}", err=True)
     if memory:
         click.echo(f"wrote {memory}", err=True)

@@ -7,7 +7,7 @@ from rlsolve.cli.main import guarded
 from rlsolve.errors import SpecError
 from rlsolve.writer import Outputs
 
-_TARGETS = ("verl", "verl-yaml", "openrlhf", "megatron", "vllm", "sglang", "deepspeed", "yaml")
+_TARGETS = ("verl", "verl-yaml", "openrlhf", "megatron", "vllm", "sglang", "deepspeed", "nemo-rl", "yaml")
 
 
 @click.command("export")

@@ -1,55 +1,28 @@
-"""`rlsolve serve`: the HTTP API (FastAPI + uvicorn, installed with `pip install "rlsolve[serve]"`)."""
+"""`rlsolve serve`: runs the service's own program, `python -m rlsolve.service`, with the same
+arguments. A process boundary rather than an import: the CLI and the service never import
+each other, and the server gets the process (signals, exit code) to itself."""
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import click
 
-EXIT_INVALID = 2
 
-
-@click.command()
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind. Anything but loopback needs a bearer token.")
-@click.option("--port", default=8000, show_default=True, type=int, help="TCP port (0: any free port).")
-@click.option("--workers", default=2, show_default=True, type=int, help="Solves running at once (worker processes).")
-@click.option("--queue", "max_queue", default=32, show_default=True, type=int,
-              help="Requests that may wait for a worker; beyond that the answer is 503 with Retry-After.")
-@click.option("--token", default=None, envvar="RLSOLVE_TOKEN", show_envvar=True,
-              help="Bearer token clients must send (Authorization: Bearer TOKEN); required off loopback.")
-@click.option("--time-limit", "default_time_limit", default=10.0, show_default=True, type=float,
-              help="CP-SAT time limit of a request that sets none, seconds.")
-@click.option("--max-time-limit", default=60.0, show_default=True, type=float,
-              help="Cap on a request's time limit, seconds.")
-@click.option("--grace", "grace_s", default=60.0, show_default=True, type=float,
-              help="Wall-clock seconds a request may run beyond its CP-SAT time limits (enumeration, "
-                   "explanations) before its worker is stopped and the answer is 504.")
-@click.option("--max-gpus", default=16384, show_default=True, type=int,
-              help="Largest cluster (GPUs in all) a request may describe; larger ones get 422.")
-@click.option("--executor", type=click.Choice(["process", "thread"]), default="process", show_default=True,
-              help="process: workers are processes, a runaway solve is stopped at its budget; thread: in-process.")
-def serve(host: str, port: int, workers: int, max_queue: int, token: str | None, default_time_limit: float,
-          max_time_limit: float, grace_s: float, max_gpus: int, executor: str) -> None:
+@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+               add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def serve(args: tuple[str, ...]) -> None:
     """Serve the HTTP API (POST /v1/solve, /v1/estimate, /v1/explain, /v1/compare, /v1/export;
-    GET /v1/gpus, /v1/models, /healthz, /docs) until SIGTERM or Ctrl-C."""
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as e:
-        click.echo(f"error: serve needs FastAPI and uvicorn ({e.name} is missing); install them with "
-                   f"pip install \"rlsolve[serve]\"", err=True)
-        sys.exit(EXIT_INVALID)
-    from rlsolve.service import ServiceConfig, run
-    config = ServiceConfig(host=host, port=port, workers=workers, max_queue=max_queue, token=token or None,
-                           executor=executor, default_time_limit_s=default_time_limit,
-                           max_time_limit_s=max_time_limit, grace_s=grace_s,
-                           max_gpus=max_gpus)
-    try:
-        config.check()
-    except ValueError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_INVALID)
-    run(config)
+    GET /v1/gpus, /v1/models, /healthz, /docs) until SIGTERM. `rlsolve serve --help` lists the
+    options (--host, --port, --workers, --queue, --token, --time-limit, ...)."""
+    argv = [sys.executable, "-m", "rlsolve.service", *args]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.name == "posix":
+        os.execv(sys.executable, argv)  # the server replaces this process: SIGTERM reaches it directly
+    sys.exit(subprocess.call(argv))
 
 
 COMMANDS = [serve]

@@ -1,0 +1,98 @@
+"""NeMo-RL 0.7: a GRPO config YAML (`uv run examples/run_grpo_math.py --config nemo_rl_plan.yaml`) that
+inherits NeMo-RL's own `examples/configs/grpo_math_1B.yaml` through its `defaults` key and overrides the
+plan's decisions: the policy's training layout (`policy.dtensor_cfg` for FSDP2, or
+`policy.megatron_cfg`), the vLLM generation layout (`policy.generation.vllm_cfg`), colocation and
+the generation resources, async GRPO, and the cluster.
+
+Units: `grpo.num_prompts_per_step` counts prompts; `policy.train_global_batch_size` and
+`policy.train_micro_batch_size` count samples. `vllm_cfg.gpu_memory_utilization` is vLLM's own fraction
+(weights + KV cache + engine overhead), the plan's. Keys: NeMo-RL v0.7.0 `examples/configs/grpo_math_1B.yaml`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rlsolve.export.common import ExportResult, Job, comment_block, dump_yaml, header_lines, nest, warning_lines, Pin
+from rlsolve.frameworks import capabilities
+from rlsolve.frameworks.rules import strategy_for
+
+PIN = Pin("NeMo-RL", "0.7", "0.7.0", "nemo-rl (git tag v0.7.0; the PyPI name holds a placeholder)")
+BASE = "examples/configs/grpo_math_1B.yaml"
+
+
+def strategy(job: Job) -> str:
+    t = job.t
+    return strategy_for(capabilities("nemo-rl"), job.framework, t.tp, t.pp, t.cp, t.ep, t.vp, t.zero_stage,
+                        t.recompute)
+
+
+def values(job: Job) -> dict[str, Any]:
+    notes, t, g, opt = job.notes, job.t, job.g, job.opt
+    if job.algorithm != "grpo":
+        notes.warn("PPO is not exported for NeMo-RL yet (its examples/configs/ppo_math_1B.yaml value section): "
+                   "use --to verl or --to openrlhf")
+    v: dict[str, Any] = {
+        "grpo.num_prompts_per_step": job.prompts,
+        "grpo.num_generations_per_prompt": job.n,
+        "grpo.async_grpo.enabled": job.mode == "async",
+        "policy.model_name": job.model_id("policy"),
+        "policy.train_global_batch_size": job.mini_batch_samples,
+        "policy.train_micro_batch_size": t.micro_batch,
+        "policy.logprob_batch_size": t.micro_batch,
+        "policy.max_total_sequence_length": job.max_len,
+        "loss_fn.reference_policy_kl_penalty": 0.01 if job.has_reference else 0.0,
+    }
+    if job.mode == "async":
+        v["grpo.async_grpo.max_trajectory_age_steps"] = job.staleness
+    offload = opt.train_offload_during_rollout
+    if strategy(job) == "megatron":
+        m = "policy.megatron_cfg."
+        v.update({"policy.dtensor_cfg.enabled": False, m + "enabled": True,
+                  m + "tensor_model_parallel_size": t.tp, m + "pipeline_model_parallel_size": t.pp,
+                  m + "context_parallel_size": t.cp, m + "expert_model_parallel_size": t.ep,
+                  m + "sequence_parallel": bool(t.sequence_parallel and t.tp > 1),
+                  m + "activation_checkpointing": t.recompute != "none",
+                  m + "optimizer.use_distributed_optimizer": t.zero_stage >= 1,
+                  m + "optimizer.optimizer_cpu_offload": offload})
+        if t.recompute != "none":
+            v[m + "recompute_granularity"] = t.recompute
+    else:
+        d = "policy.dtensor_cfg."
+        v.update({d + "enabled": True, "policy.megatron_cfg.enabled": False,
+                  d + "tensor_parallel_size": t.tp, d + "context_parallel_size": t.cp,
+                  d + "sequence_parallel": bool(t.sequence_parallel and t.tp > 1),
+                  d + "activation_checkpointing": t.recompute != "none", d + "cpu_offload": offload})
+    gv = "policy.generation.vllm_cfg."
+    v.update({gv + "tensor_parallel_size": g.tp, gv + "pipeline_parallel_size": g.pp,
+              gv + "expert_parallel_size": g.ep, gv + "max_model_len": job.max_len})
+    util = job.memory_fraction("NeMo-RL", "0.6")
+    if util is not None:
+        v[gv + "gpu_memory_utilization"] = util
+    col = "policy.generation.colocated."
+    v[col + "enabled"] = job.colocated
+    g_per_node = job.train.gpus_per_node
+    if job.colocated:
+        v.update({"cluster.num_nodes": job.train.nodes, "cluster.gpus_per_node": job.train.per_node})
+    elif job.train.gpus + job.gen.gpus <= g_per_node:  # one node: generation takes resources.gpus_per_node of it
+        v.update({"cluster.num_nodes": 1, "cluster.gpus_per_node": job.train.gpus + job.gen.gpus,
+                  col + "resources.num_nodes": 1, col + "resources.gpus_per_node": job.gen.gpus})
+    else:  # several nodes: generation takes resources.num_nodes whole nodes
+        v.update({"cluster.num_nodes": job.train.nodes + job.gen.nodes, "cluster.gpus_per_node": g_per_node,
+                  col + "resources.num_nodes": job.gen.nodes, col + "resources.gpus_per_node": g_per_node})
+    if job.reward_model is not None:
+        notes.warn("a reward model is not exported for NeMo-RL yet (env.reward_model of examples/configs/"
+                   "grpo_rm_1B.yaml)")
+    return v
+
+
+def export(job: Job) -> ExportResult:
+    vals = values(job)
+    head = header_lines(PIN, job, "a GRPO config YAML inheriting NeMo-RL's " + BASE)
+    head += ["Put this file at the root of a NeMo-RL v0.7.0 checkout (defaults: resolves from there) and run",
+             "uv run examples/run_grpo_math.py --config nemo_rl_plan.yaml",
+             "Units: grpo.num_prompts_per_step counts prompts; policy.train_*_batch_size count samples."]
+    doc = {"defaults": BASE}
+    doc.update(nest(vals))
+    text = comment_block(head + warning_lines(job.notes)) + dump_yaml(doc)
+    return ExportResult(text=text, warnings=list(job.notes.warnings), filename="nemo_rl_plan.yaml", target="nemo-rl",
+                        framework=PIN.label)

@@ -1,0 +1,316 @@
+"""Run each framework's OWN validation code on an export (the pinned releases, installed without their
+GPU dependencies by the README's test step: `pip install --no-deps --ignore-requires-python -r
+tests/frameworks.txt`). Nothing here re-implements a framework's checks: each function feeds the
+exported text to the code the framework runs at launch and returns what that code built.
+
+- verl 0.9.1: Hydra compose of `ppo_trainer` with the script's overrides (or the exported YAML as the
+  config), `verl.utils.config.validate_config` (as `main_ppo.main` calls it), the rollout section
+  instantiated to `RolloutConfig` the way verl's agent loop does (`omega_conf_to_dataclass`).
+- OpenRLHF 0.11.2: `python -m openrlhf.cli.train_ppo_ray` run as `__main__` with the script's flags:
+  its argparse parser, `hierarchize` and every post-parse check; then `train(args)` up to where it
+  would start Ray actors (its colocation assertions run), with Ray's placement calls stubbed.
+- vLLM 0.33.0: the `vllm serve` subcommand parser, `validate_parsed_serve_args`, and
+  `AsyncEngineArgs.from_cli_args` (VLLM_TARGET_DEVICE=cpu: vLLM's own switch for a CPU platform).
+- SGLang 0.5.23: `sglang.srt.server_args.prepare_server_args` (parser + ServerArgs.__post_init__).
+- DeepSpeed 0.19.8: `DeepSpeedConfig(config)` with `deepspeed.comm`'s world size and rank set to what
+  the file launches on (its batch assertion divides by that world size).
+- Megatron-Core 0.19.2 (`megatron.training`): `parse_args()` + `validate_args()` with WORLD_SIZE =
+  the launch's GPUs.
+Shims, each the least that lets the framework's module import on a CPU-only Python 3.11:
+`flash_attn` (a CUDA-only package; OpenRLHF imports three names at module level and calls none of
+them while parsing), `typing.override` (Python 3.12; Megatron-Core 0.19 imports it).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import json
+import os
+import re
+import runpy
+import shlex
+import sys
+import tempfile
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+
+class Reached(Exception):
+    """Raised by a stub where the framework would start GPU work: everything before it ran."""
+
+    def __init__(self, payload: Any = None):
+        super().__init__("reached")
+        self.payload = payload
+
+
+# --- shims ---------------------------------------------------------------------------------------
+
+def _shim_flash_attn() -> None:
+    if "flash_attn" in sys.modules:
+        return
+    names = {"flash_attn": {}, "flash_attn.bert_padding": dict.fromkeys(
+        ("index_first_axis", "pad_input", "rearrange", "unpad_input")),
+        "flash_attn.utils": {}, "flash_attn.utils.distributed": {"all_gather": None}}
+    for name, attrs in names.items():
+        mod = types.ModuleType(name)
+        mod.__dict__.update(attrs)
+        mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        sys.modules[name] = mod
+    sys.modules["flash_attn"].bert_padding = sys.modules["flash_attn.bert_padding"]
+    sys.modules["flash_attn"].utils = sys.modules["flash_attn.utils"]
+    sys.modules["flash_attn.utils"].distributed = sys.modules["flash_attn.utils.distributed"]
+
+
+def _shim_typing_override() -> None:
+    if not hasattr(typing, "override"):
+        import typing_extensions
+        typing.override = typing_extensions.override
+
+
+# --- parsing an exported script --------------------------------------------------------------------
+
+def bash_array(text: str, name: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index(f"{name}=(")
+    end = start + lines[start:].index(")")
+    return shlex.split("\n".join(lines[start + 1:end]), comments=True)
+
+
+def expand(words: list[str], env: dict[str, str]) -> list[str]:
+    """Substitute the script's $VARS with test values."""
+    return [re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), m.group(0)), w) for w in words]
+
+
+# --- verl ----------------------------------------------------------------------------------------
+
+def _hf_dir(arch, root: Path) -> str:
+    """A local model directory for verl's HFModelConfig (it reads config.json where a run would
+    download it): the architecture's shape as a Llama-style config."""
+    d = root / f"model-{arch.name}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": arch.hidden,
+        "num_hidden_layers": arch.layers, "num_attention_heads": arch.heads, "num_key_value_heads": arch.n_kv_heads,
+        "intermediate_size": arch.ffn or 4 * arch.hidden, "vocab_size": arch.vocab, "max_position_embeddings": 131072}))
+    return str(d)
+
+
+def verl(result, job) -> Any:
+    """verl's own compose + validate_config + RolloutConfig; returns the composed config."""
+    from hydra import compose, initialize_config_dir, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+    from verl.workers.config import RolloutConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # verl builds the critic's HFModelConfig from the model directory: a local one stands in
+        extra = []
+        if job.critic is not None:
+            extra = [f"critic.model.path={_hf_dir(job.critic, Path(tmp))}", "+critic.model.load_tokenizer=false"]
+        GlobalHydra.instance().clear()
+        if result.target == "verl":
+            words = expand(bash_array(result.text, "VERL_ARGS"), {"TRAIN_FILES": "/data/train.parquet",
+                                                                  "VAL_FILES": "/data/val.parquet"})
+            with initialize_config_module("verl.trainer.config", version_base=None):
+                cfg = compose("ppo_trainer", overrides=words + extra)
+        else:
+            Path(tmp, "verl_plan.yaml").write_text(result.text)
+            os.environ.setdefault("TRAIN_FILES", "/data/train.parquet")
+            os.environ.setdefault("VAL_FILES", "/data/val.parquet")
+            with initialize_config_dir(config_dir=tmp, version_base=None):
+                cfg = compose("verl_plan", overrides=extra)
+        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+        rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+        assert isinstance(rollout, RolloutConfig)
+        GlobalHydra.instance().clear()
+        return cfg
+
+
+# --- OpenRLHF ------------------------------------------------------------------------------------
+
+def openrlhf(result, job) -> Any:
+    """OpenRLHF's train_ppo_ray as __main__: parser, hierarchize, post-parse checks, then train()
+    until its first Ray actor group. Returns the parsed (hierarchical) args."""
+    _shim_flash_attn()
+    import ray
+    import ray.util.placement_group  # noqa: F401  (ray.util's attribute of that name is the function)
+    ray_pg = sys.modules["ray.util.placement_group"]
+    import openrlhf.trainer.ray as orl_ray
+    import openrlhf.trainer.ray.launcher as orl_launcher
+    import openrlhf.utils as orl_utils
+
+    words = expand(bash_array(result.text, "OPENRLHF_ARGS"),
+                   {"PROMPT_DATASET": "/data/prompts.jsonl", "REWARD_FUNC": "/data/reward.py",
+                    "POLICY_MODEL_PATH": "/models/policy"})
+    seen: dict[str, Any] = {}
+
+    class Group:
+        """Records each actor group train() asks for instead of starting Ray actors."""
+
+        def __init__(self, num_nodes, num_gpus_per_node, cls, pg=None, num_gpus_per_actor=1, duplicate_actors=1):
+            seen.setdefault("groups", []).append((re.search(r"(\w+Actor)\b", str(cls)).group(1), num_nodes, num_gpus_per_node, pg is not None,
+                                                  num_gpus_per_actor, duplicate_actors))
+
+    def stop_at_trainer(*a, **k):
+        raise Reached()
+
+    patches = [(ray, "is_initialized", lambda: True), (ray, "get", lambda x: x),
+               (ray_pg, "placement_group", lambda bundles, strategy=None: types.SimpleNamespace(ready=lambda: None)),
+               (orl_utils, "get_strategy", lambda args: seen.setdefault("args", args) and
+                types.SimpleNamespace(print=lambda *a: None)),
+               (orl_ray, "create_vllm_engines", lambda *a, **k: seen.setdefault("vllm", (a, k))),
+               (orl_launcher, "RayActorGroup", Group)]
+    import openrlhf.trainer.ppo_trainer as orl_trainer
+    import openrlhf.trainer.ppo_trainer_async as orl_trainer_async
+    for mod in (orl_trainer, orl_trainer_async):
+        for name in ("PPOTrainer", "PPOTrainerAsync"):
+            if hasattr(mod, name):
+                patches.append((mod, name, types.SimpleNamespace(remote=stop_at_trainer)))
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    argv = sys.argv
+    try:
+        for obj, name, value in patches:
+            setattr(obj, name, value)
+        sys.argv = ["train_ppo_ray.py", *words]
+        with contextlib.redirect_stdout(open(os.devnull, "w")):
+            runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=False)
+    except Reached:
+        pass
+    finally:
+        sys.argv = argv
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+    assert "args" in seen and "groups" in seen, "train() did not reach its actor groups"
+    return seen
+
+
+# --- vLLM ----------------------------------------------------------------------------------------
+
+def vllm(result, job) -> Any:
+    """`vllm serve MODEL ARGS...` through vLLM's own parser and EngineArgs; one per server layout
+    (a multi-node server's rank-0 node and a secondary, headless node)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.entrypoints.common.cli_args import validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    model = re.search(r"^vllm serve (\S+) ", result.text, re.M).group(1)
+    model = expand([model], {"POLICY_MODEL_PATH": "/models/policy"})[0]
+    words = bash_array(result.text, "VLLM_ARGS")
+    out = []
+    for node_rank in ("0", "1"):
+        node = _node_args(result.text, node_rank)
+        parser = FlexibleArgumentParser()
+        ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+        args = parser.parse_args(["serve", model, *words, *node])
+        validate_parsed_serve_args(args)
+        out.append(AsyncEngineArgs.from_cli_args(args))
+    return out
+
+
+def _node_args(text: str, node_rank: str) -> list[str]:
+    """The script's NODE_ARGS for one node: the array plus the `--headless` it appends past node 0."""
+    m = re.search(r"^NODE_ARGS=\((.*)\)$", text, re.M)
+    words = shlex.split(m.group(1)) if m else []
+    env = {"NODE_RANK": node_rank, "HEAD_ADDR": "10.0.0.1", "MASTER_ADDR": "10.0.0.1"}
+    words = [_shell_value(w, env) for w in words]
+    if node_rank != "0" and "NODE_ARGS+=(--headless)" in text:
+        words.append("--headless")
+    return words
+
+
+def _shell_value(word: str, env: dict[str, str]) -> str:
+    word = re.sub(r"\$\{(\w+):-[^}]*\}", lambda m: env[m.group(1)], word)
+    arith = re.fullmatch(r"\$\(\((.*)\)\)", word)
+    return str(eval(arith.group(1), {"__builtins__": {}})) if arith else word  # the script's $(( a * b ))
+
+
+# --- SGLang --------------------------------------------------------------------------------------
+
+def sglang(result, job) -> Any:
+    from sglang.srt.server_args import prepare_server_args
+    model = re.search(r"--model-path (\S+) ", result.text).group(1)
+    model = expand([model], {"POLICY_MODEL_PATH": "/models/policy"})[0]
+    words = bash_array(result.text, "SGLANG_ARGS")
+    node = _node_args(result.text, "0")
+    return prepare_server_args(["--model-path", model, *words, *node])
+
+
+# --- DeepSpeed -----------------------------------------------------------------------------------
+
+def deepspeed(result, job) -> Any:
+    """DeepSpeedConfig as `deepspeed --num_nodes N --num_gpus G` would build it on rank 0."""
+    import deepspeed.comm as ds_comm
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    m = re.search(r"deepspeed --num_nodes (\d+) --num_gpus (\d+)", result.text)
+    world = int(m.group(1)) * int(m.group(2))
+    cfg = json.loads(result.text)
+    saved = ds_comm.get_world_size, ds_comm.get_rank
+    ds_comm.get_world_size = lambda group=None: world
+    ds_comm.get_rank = lambda group=None: 0
+    try:
+        return DeepSpeedConfig(cfg), world
+    finally:
+        ds_comm.get_world_size, ds_comm.get_rank = saved
+
+
+# --- Megatron-LM ---------------------------------------------------------------------------------
+
+def megatron(result, job) -> Any:
+    """Megatron's parse_args + validate_args on the exported arguments, at the launch's world size."""
+    _shim_typing_override()
+    import megatron.training.arguments as mg_args
+    from megatron.training.arguments import parse_args, validate_args
+
+    m = re.search(r"torchrun --nnodes (\d+) --nproc-per-node (\d+)", result.text)
+    world = int(m.group(1)) * int(m.group(2))
+    words = expand(bash_array(result.text, "MEGATRON_ARGS"), {"POLICY_MODEL_PATH": "/models/policy",
+                                                             "DATA_PATH": "/data/prompts"})
+    exports = dict(re.findall(r"^export (\w+)=(\S+)", result.text, re.M))
+    argv, env = sys.argv, {k: os.environ.get(k) for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", *exports)}
+    try:
+        sys.argv = ["train_rl.py", *words]
+        os.environ.update(WORLD_SIZE=str(world), RANK="0", LOCAL_RANK="0", **exports)
+        args = parse_args()
+        # validate_args asks CUDA for the GPU's compute capability: answer with the plan's GPU's
+        saved = mg_args.get_device_arch_version
+        mg_args.get_device_arch_version = lambda: _arch_major(job.train.gpu)
+        try:
+            with contextlib.redirect_stdout(open(os.devnull, "w")):
+                validate_args(args)
+        finally:
+            mg_args.get_device_arch_version = saved
+        return args
+    finally:
+        sys.argv = argv
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _arch_major(gpu: str) -> int:
+    """CUDA compute capability major of a catalog GPU (8 Ampere/Ada, 9 Hopper, 10 Blackwell)."""
+    name = gpu.upper()
+    if name.startswith(("B", "GB")):
+        return 10
+    if name.startswith("H"):
+        return 9
+    return 8
+
+
+VALIDATORS = {"verl": verl, "verl-yaml": verl, "openrlhf": openrlhf, "vllm": vllm, "sglang": sglang,
+              "deepspeed": deepspeed, "megatron": megatron}
+
+
+def load_yaml(text: str) -> Any:
+    return yaml.safe_load(text)

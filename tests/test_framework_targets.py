@@ -1,0 +1,242 @@
+"""Plans a framework can run: every example solved for every target framework exports to it with no
+warning, passes that framework's OWN validators (tests/framework_validators.py runs them), and the
+numbers the validators built equal the plan's. The engine and trainer exports (vLLM, SGLang,
+DeepSpeed, Megatron-LM) of every plan pass their validators too. Plus the capability catalog and
+the rules the solver uses."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import rlsolve
+from rlsolve.cli.main import main
+from rlsolve.errors import SpecError
+from rlsolve.export import export_plan, prepare
+from rlsolve.frameworks import capabilities, generation_ok, placement_ok, training_ok
+from rlsolve.frameworks.catalog import Catalog, _catalog
+
+from conftest import EXAMPLES, ROOT
+from test_export import CHECKS
+
+FRAMEWORK_EXPORTS = {"verl": ("verl", "verl-yaml"), "openrlhf": ("openrlhf",), "nemo-rl": ("nemo-rl",)}
+
+
+def _installed() -> bool:
+    try:
+        import deepspeed, megatron.core, openrlhf, sglang, verl, vllm  # noqa: F401,E401
+        return True
+    except ImportError:
+        return False
+
+
+if not _installed():
+    reason = ("the frameworks' validators are not installed: pip install --no-deps --ignore-requires-python "
+              "-r tests/frameworks.txt")
+    if os.environ.get("CI"):
+        raise RuntimeError(reason)  # CI installs them: a missing one is a broken install step, not a skip
+    pytest.skip(reason, allow_module_level=True)
+
+import framework_validators as fv  # noqa: E402  (imports the frameworks)
+
+_plans: dict[tuple[str, str], object] = {}
+
+
+def solved(example: Path, framework: str):
+    """(spec dict, plan dict) or the SpecError the target raised; solved once per session."""
+    key = (example.stem, framework)
+    if key not in _plans:
+        spec = yaml.safe_load(example.read_text())
+        spec["target"] = {"framework": framework}
+        try:
+            _plans[key] = (spec, rlsolve.solve(spec).model_dump(mode="json"))
+        except SpecError as e:
+            _plans[key] = e
+    return _plans[key]
+
+
+# examples a target cannot run: the framework's own limits, named in the refusal
+REFUSED = {("grpo-hetero-h20-h800", "nemo-rl"): "cluster.pools",
+           ("grpo-70b-64xh100", "nemo-rl"): "model.reward",
+           ("ppo-1.5b-8xh100", "nemo-rl"): "rl.algorithm",
+           ("ppo-7b-8xh100", "nemo-rl"): "rl.algorithm"}
+
+
+@pytest.mark.parametrize("framework", list(FRAMEWORK_EXPORTS))
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_plan_for_a_target_exports_to_it_and_passes_its_validators(example, framework):
+    got = solved(example, framework)
+    if (example.stem, framework) in REFUSED:
+        assert isinstance(got, SpecError) and got.field == REFUSED[(example.stem, framework)]
+        assert f"target {framework}" in str(got) and "source:" in str(got)
+        return
+    assert not isinstance(got, SpecError), got
+    spec, plan = got
+    job = prepare(plan, spec)
+    for target in FRAMEWORK_EXPORTS[framework]:
+        res = export_plan(plan, spec, target)
+        assert res.warnings == [], (target, res.warnings)
+        CHECKS[target](job, res)  # the exported numbers are the plan's
+        if target in fv.VALIDATORS:
+            built = fv.VALIDATORS[target](res, job)
+            _same_numbers(target, built, job)
+
+
+def _same_numbers(target: str, built, job) -> None:
+    """What the framework's own code built from the export equals the plan."""
+    t, g = job.t, job.g
+    if target in ("verl", "verl-yaml"):
+        cfg = built
+        ar = cfg.actor_rollout_ref
+        assert cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node == job.train.gpus
+        assert ar.rollout.tensor_model_parallel_size == g.tp and ar.rollout.pipeline_model_parallel_size == 1
+        assert cfg.data.train_batch_size * ar.rollout.n == job.samples
+        assert ar.actor.ppo_mini_batch_size * ar.rollout.n == job.mini_batch_samples
+        assert ar.rollout.gpu_memory_utilization == job.opt.gpu_memory_utilization
+        if ar.actor.strategy == "megatron":
+            mg = ar.actor.megatron
+            assert (mg.tensor_model_parallel_size, mg.pipeline_model_parallel_size, mg.context_parallel_size,
+                    mg.expert_model_parallel_size) == (t.tp, t.pp, t.cp, t.ep)
+        else:
+            assert ar.actor.strategy in ("fsdp", "fsdp2") and t.tp == t.pp == t.ep == 1
+            assert ar.actor.fsdp_config.ulysses_sequence_parallel_size == t.cp
+        if not job.colocated:
+            assert ar.rollout.nnodes * ar.rollout.n_gpus_per_node == job.gen.gpus
+    elif target == "openrlhf":
+        args = built["args"]
+        assert args.actor.num_nodes * args.actor.num_gpus_per_node == job.train.gpus
+        assert args.vllm.num_engines * args.vllm.tensor_parallel_size == job.gen.gpus
+        assert args.vllm.tensor_parallel_size == g.tp
+        assert (args.ds.tensor_parallel_size, args.ds.ring_attn_size, args.ds.zero_stage) == (t.tp, t.cp, t.zero_stage)
+        assert args.rollout.batch_size * args.rollout.n_samples_per_prompt == job.samples
+        assert args.train.batch_size == job.mini_batch_samples
+        assert args.vllm.gpu_memory_utilization == job.opt.gpu_memory_utilization
+        actor = next(gr for gr in built["groups"] if gr[0] == "PolicyModelActor")
+        assert actor[1] * actor[2] == job.train.gpus
+
+
+@pytest.mark.parametrize("framework", ["any", *FRAMEWORK_EXPORTS])
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_engine_and_trainer_exports_pass_their_validators(example, framework):
+    got = solved(example, framework)
+    if isinstance(got, SpecError):
+        return  # a refusal, checked above
+    spec, plan = got
+    job = prepare(plan, spec)
+    t, g = job.t, job.g
+    engines = fv.vllm(export_plan(plan, spec, "vllm"), job)
+    for eng in engines:
+        assert (eng.tensor_parallel_size, eng.pipeline_parallel_size) == (g.tp, g.pp)
+        assert eng.gpu_memory_utilization == job.opt.gpu_memory_utilization
+    sa = fv.sglang(export_plan(plan, spec, "sglang"), job)
+    assert sa.pp_size == g.pp and sa.tp_size % g.tp == 0
+    mem = rlsolve.estimate(spec, plan).memory_gb_per_gpu.generation
+    assert sa.mem_fraction_static == pytest.approx((mem.weights + mem.kv_cache) / mem.capacity, abs=1e-3)
+    ds_cfg, world = fv.deepspeed(export_plan(plan, spec, "deepspeed"), job)
+    assert world == job.train.gpus
+    assert ds_cfg.train_micro_batch_size_per_gpu * ds_cfg.gradient_accumulation_steps * t.dp == job.mini_batch_samples
+    assert ds_cfg.zero_optimization_stage == t.zero_stage
+    margs = fv.megatron(export_plan(plan, spec, "megatron"), job)
+    assert (margs.tensor_model_parallel_size, margs.pipeline_model_parallel_size, margs.context_parallel_size,
+            margs.expert_model_parallel_size, margs.data_parallel_size) == (t.tp, t.pp, t.cp, t.ep, t.dp)
+    assert (margs.micro_batch_size, margs.global_batch_size) == (t.micro_batch, job.mini_batch_samples)
+    a = job.policy
+    assert (margs.num_layers, margs.hidden_size, margs.num_attention_heads) == (a.layers, a.hidden, a.heads)
+    assert margs.normalization == "RMSNorm" and margs.position_embedding_type == "rope"
+    assert margs.add_bias_linear is False and margs.untie_embeddings_and_output_weights != a.tied_embeddings
+    assert margs.tokenizer_type == "HuggingFaceTokenizer" and margs.tokenizer_model == a.hf_id
+    if not a.is_mla:
+        assert margs.num_query_groups == a.n_kv_heads
+    name = a.name
+    assert margs.qk_layernorm == name.startswith("qwen3")
+    assert margs.rotary_base == {"llama-3.1": 500000, "qwen2.5": 1000000, "qwen3": 1000000,
+                                 "deepseek-v2": 10000}[next(f for f in ("llama-3.1", "qwen2.5", "qwen3", "deepseek-v2")
+                                                            if name.startswith(f))]
+    assert margs.use_rope_scaling == name.startswith("llama-3.1")
+
+
+# --- the issue's case: the solver no longer picks what the target cannot express ---------------------
+
+def test_seventy_b_reward_model_plan_for_verl_is_runnable_as_planned():
+    spec = yaml.safe_load((ROOT / "examples/grpo-70b-64xh100.yaml").read_text())
+    spec["target"] = {"framework": "verl"}
+    plan = rlsolve.solve(spec)
+    assert plan.optimization.reward_quantization in ("none", "int8")
+    if plan.pipeline.mode == "async":
+        assert plan.placement.reward in ("auxiliary", "cpu")
+    assert export_plan(plan, spec, "verl").warnings == []
+
+
+def test_deepseek_rollout_has_no_pipeline_stages_for_verl_but_may_for_any():
+    spec = yaml.safe_load((ROOT / "examples/grpo-deepseek-v2-256xh100.yaml").read_text())
+    assert rlsolve.solve(spec).parallelism.generation.pp > 1  # unrestricted: the model's best
+    spec["target"] = {"framework": "verl"}
+    assert rlsolve.solve(spec).parallelism.generation.pp == 1
+
+
+# --- the catalog and the rules ---------------------------------------------------------------------
+
+def test_every_capability_names_its_source():
+    cat = _catalog()
+    for name, caps in cat.frameworks.items():
+        for field, entry in caps:
+            if isinstance(entry, dict):
+                for sub in entry.values():
+                    assert "source" in type(sub).model_fields and len(sub.source) > 10, (name, field)
+            elif hasattr(entry, "source"):
+                assert len(entry.source) > 10, (name, field)
+
+
+def test_catalog_rejects_unknown_keys():
+    data = yaml.safe_load((ROOT / "rlsolve/frameworks/capabilities.yaml").read_text())
+    data["frameworks"]["verl"]["modes"]["colour"] = "blue"
+    with pytest.raises(ValueError, match="colour"):
+        Catalog.model_validate(data)
+
+
+def test_rules_give_reasons():
+    verl = capabilities("verl")
+    v = generation_ok(verl, "vllm", 8, 4, 8)
+    assert not v and "pipeline" in v.reason and "rollout.py" in v.reason
+    assert generation_ok(verl, "vllm", 4, 1, 8, ep=8) and not generation_ok(verl, "vllm", 4, 1, 8, ep=12)
+    assert not generation_ok(capabilities("openrlhf"), "vllm", 4, 1, 8, ep=8)
+    assert not training_ok(capabilities("openrlhf"), 2, 2, 1, 1, 1, 1, "none")
+    assert training_ok(verl, 1, 1, 2, 1, 1, 3, "full")
+    v = placement_ok(verl, "async", reference="training", reward="training", value="none")
+    assert not v and "reward" in v.reason
+    assert not placement_ok(verl, "colocated", reference="training", reward="training", value="none",
+                            reward_quantization="int4")
+    assert not placement_ok(capabilities("openrlhf"), "sync", reference="auxiliary", reward="auxiliary", value="none",
+                            auxiliary=("reference", "reward"))
+    assert generation_ok(None, "vllm", 8, 8, 1, ep=3) and placement_ok(None, "sync", reference="generation",
+                                                                       reward="generation", value="training")
+
+
+def test_unknown_version_and_framework_are_input_errors():
+    spec = yaml.safe_load((ROOT / "examples/ppo-7b-8xh100.yaml").read_text())
+    spec["target"] = {"framework": "verl", "version": "0.3.0"}
+    with pytest.raises(SpecError, match="target.version|0.9.1"):
+        rlsolve.load_spec(spec)
+    spec["target"] = {"framework": "trlx"}
+    with pytest.raises(SpecError):
+        rlsolve.load_spec(spec)
+
+
+def test_cli_framework_flag(tmp_path):
+    out = tmp_path / "plan.yaml"
+    r = CliRunner().invoke(main, ["solve", str(ROOT / "examples/grpo-deepseek-v2-256xh100.yaml"), "--framework", "verl",
+                                  "--format", "yaml", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert yaml.safe_load(out.read_text())["parallelism"]["generation"]["pp"] == 1
+    r = CliRunner().invoke(main, ["solve", str(ROOT / "examples/grpo-hetero-h20-h800.yaml"), "--framework", "nemo-rl"])
+    assert r.exit_code == 2 and "cluster.pools" in r.output and "Traceback" not in r.output
+
+
+def test_docs_capability_tables_are_the_catalog():
+    from rlsolve.frameworks.table import markdown
+    text = (ROOT / "docs/export.md").read_text()
+    begin, end = "<!-- capability tables: begin -->\n", "\n<!-- capability tables: end -->"
+    assert text[text.index(begin) + len(begin):text.index(end)] == markdown()
