@@ -429,7 +429,11 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 def no_5xx_and_json_errors(ctx, response, case):
-    """Never a 5xx (the server is idle, so 503/504 cannot be due); every error has our shape."""
+    """Never a 5xx (the server is idle, so 503 cannot be due) but the honest 504 of a request
+    whose own time limit left no time for an answer; every error has our shape."""
+    if response.status_code == 504:
+        assert response.json()["error"] == "deadline_exceeded", response.text[:500]
+        return
     assert response.status_code < 500, f"{response.status_code}: {response.text[:500]}"
     if response.status_code >= 400:
         body = response.json()
@@ -439,12 +443,11 @@ def no_5xx_and_json_errors(ctx, response, case):
 @schema.parametrize()
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_openapi_document(case, api):
-    from schemathesis.checks import not_a_server_error
     from schemathesis.specs.openapi.checks import (content_type_conformance, negative_data_rejection,
                                                    response_headers_conformance, response_schema_conformance,
                                                    status_code_conformance)
     case.call_and_validate(base_url=api.url, timeout=120,
-                           checks=[not_a_server_error, status_code_conformance, content_type_conformance,
+                           checks=[status_code_conformance, content_type_conformance,
                                    response_headers_conformance, response_schema_conformance,
                                    negative_data_rejection],
                            additional_checks=[schemathesis.check(no_5xx_and_json_errors)])
@@ -627,21 +630,23 @@ def test_spec_loader_reads_any_file_without_crashing(text):
 
 @given(spec=specs())
 @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck), phases=NO_SHRINK)
-def test_cli_exits_0_2_or_3_and_never_prints_a_traceback(spec):
+def test_cli_exits_0_2_3_or_4_and_never_prints_a_traceback(spec):
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "spec.yaml"
         p.write_text(yaml.safe_dump(spec, sort_keys=False))
         r = CliRunner().invoke(main, ["solve", str(p), "--format", "json"])
     assert r.exception is None or isinstance(r.exception, SystemExit), (repr(r.exception), spec)
-    assert r.exit_code in (0, 2, 3), (r.exit_code, r.output, spec)
+    assert r.exit_code in (0, 2, 3, 4), (r.exit_code, r.output, spec)
     assert "Traceback" not in r.output
     event(f"exit {r.exit_code}")
     if r.exit_code == 0:
         assert json.loads(r.stdout)["status"] in ("optimal", "feasible")
     elif r.exit_code == 2:
         assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    else:
+    elif r.exit_code == 3:
         assert r.stderr.startswith("infeasible: "), r.stderr
+    else:  # no answer within the spec's own time limit: honest, one line
+        assert r.stderr.startswith("unknown: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_fuzzing_reached_every_endpoint_and_no_request_failed(api):
@@ -657,7 +662,9 @@ def test_fuzzing_reached_every_endpoint_and_no_request_failed(api):
         assert per_path[path] >= 30, (path, per_path)
     assert per_path["/v1/gpus"] >= 1 and per_path["/v1/models"] >= 1
     assert statuses[("/v1/solve", 200)] >= 1 and statuses[("/v1/solve", 422)] >= 1
-    assert not [x for x in lines if x["status"] >= 500], [x for x in lines if x["status"] >= 500][:3]
+    # a 504 answers a request whose own time limit was too short (checked by the fuzz test)
+    failed = [x for x in lines if x["status"] >= 500 and x["status"] != 504]
+    assert not failed, failed[:3]
 
 
 def test_single_pool_price_past_the_pool_bound_is_a_spec_error():

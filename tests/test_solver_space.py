@@ -279,3 +279,15 @@ def test_pruned_candidates_keep_the_optimum():
             solver, status = run(prog, 60, 1, False)
             values.append(solver.value(prog.v.step) if solver.status_name(status) in ("OPTIMAL", "FEASIBLE") else None)
         assert values[0] == values[1]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["gpus"], ["models"], ["schema"]])
+def test_the_verbs_that_do_not_solve_do_not_import_the_solver(args):
+    """Fast start: OR-Tools (and the solver) load only with the verbs that solve."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "rlsolve.cli.main", *args],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-500:]
+    loaded = [line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")]
+    assert loaded and not [m for m in loaded if m.startswith(("ortools", "rlsolve.solver"))]

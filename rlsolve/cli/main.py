@@ -40,14 +40,19 @@ def guarded(fn: Callable) -> Callable:
 _SPEC_PATH = {"SolverOptions": "solver", "Pool": "cluster", "Cluster": "cluster"}
 
 
-def checked_flag(model: type, field: str, value: Any, flag: str) -> Any:
+def checked_flag(model: "type | str", field: str, value: Any, flag: str) -> Any:
     """A flag's value checked by the rule of the spec field it overrides (the same bounds, the
-    same strict types), so `--time-limit 0` is refused as `solver.time_limit_s: 0` is."""
+    same strict types), so `--time-limit 0` is refused as `solver.time_limit_s: 0` is.
+    `model`: the schema class, or its name in rlsolve.spec (loaded here, not when the
+    command's module is imported, so `rlsolve --help` need not build the schema)."""
     from typing import Annotated
 
     from pydantic import TypeAdapter, ValidationError
     if value is None:
         return None
+    if isinstance(model, str):
+        import rlsolve.spec
+        model = getattr(rlsolve.spec, model)
     info = model.model_fields[field]
     try:
         return TypeAdapter(Annotated[info.annotation, info]).validate_python(value, strict=True)

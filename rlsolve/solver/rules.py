@@ -147,11 +147,15 @@ def _tp_universe(problem: Problem, pool: PoolHW, n: int, cons: dict[str, Any]) -
 
 # --- generation ---------------------------------------------------------------------------
 
-def gen_ep_choices(problem: Problem, tp: int) -> list[int]:
-    """vLLM's expert parallelism inside a replica (enable_expert_parallel): the experts are
-    spread whole over the replica's tp ranks instead of TP-sharded."""
+def gen_ep_choices(problem: Problem, tp: int, dp: int, *, searched: bool = True) -> list[int]:
+    """vLLM's expert parallelism (enable_expert_parallel): the experts spread whole over a
+    replica's tp ranks instead of TP-sharded. Over every rank of the engines (tp x replicas,
+    the data-parallel attention layout verl can run) a layout may name it, but it is not
+    searched: the model has no term for the all-to-all between replicas it needs."""
     a = problem.policy
-    return [1] + ([tp] if a.is_moe and tp > 1 and a.experts % tp == 0 else [])
+    if not a.is_moe:
+        return [1]
+    return sorted({1} | {e for e in (tp,) + (() if searched else (tp * dp,)) if e > 1 and a.experts % e == 0})
 
 
 def gen_universe(problem: Problem, pool: PoolHW, n: int) -> Iterator[GenLayout]:
@@ -160,7 +164,7 @@ def gen_universe(problem: Problem, pool: PoolHW, n: int) -> Iterator[GenLayout]:
         for pp in divisors(n // tp):
             if pp > problem.policy.layers:
                 break
-            for ep in gen_ep_choices(problem, tp):
+            for ep in gen_ep_choices(problem, tp, n // (tp * pp)):
                 yield GenLayout(tp=tp, pp=pp, dp=n // (tp * pp), ep=ep)
 
 
@@ -168,17 +172,18 @@ def gen_violations(problem: Problem, pool: PoolHW, n: int, lay: GenLayout, *, us
     """Rules of an engine layout on n GPUs of `pool` (memory is the performance model's)."""
     a = problem.policy
     cons = problem.spec.constraints.generation
-    out = count_violations(pool, n, "generation")
+    # the degrees first: a count that no legal degrees fill follows from them
+    out = _tp_violations(problem, pool, lay.tp, "generation", cons, user)
     if lay.tp * lay.pp * lay.dp != n:
         out.append(Violation("structure", "parallelism.generation", f"tp*pp*dp = {lay.tp * lay.pp * lay.dp} but "
                              f"resource_allocation.generation.gpus = {n}; make them equal"))
-    out += _tp_violations(problem, pool, lay.tp, "generation", cons, user)
+    out += count_violations(pool, n, "generation")
     if lay.pp > a.layers:
         out.append(Violation("structure", "parallelism.generation.pp", f"pp={lay.pp} exceeds the {a.layers} layers"))
-    if lay.ep not in gen_ep_choices(problem, lay.tp):
+    if lay.ep not in gen_ep_choices(problem, lay.tp, lay.dp, searched=user):
         out.append(Violation("structure", "parallelism.generation.ep",
-                             f"ep={lay.ep}: an engine's expert parallelism spans its tp ranks (ep 1 or ep = tp) and "
-                             f"needs an MoE policy whose experts it divides"))
+                             f"ep={lay.ep}: an engine's expert parallelism spans its tp ranks or all tp x dp ranks "
+                             f"({sorted({lay.tp, lay.tp * lay.dp})}) and needs an MoE policy whose experts it divides"))
     if user:
         out += _user("generation", cons, {k: getattr(lay, k) for k in GEN_KEYS}, n)
         out += _target(generation_ok(target_caps(problem), "vllm", lay.tp, lay.pp, lay.dp, lay.ep),
@@ -279,11 +284,11 @@ def train_shape_violations(problem: Problem, pool: PoolHW, n: int, tp: int, pp: 
     a = problem.policy
     cons = problem.spec.constraints.training
     f = "parallelism.training"
-    out = count_violations(pool, n, "training")
+    out = _tp_violations(problem, pool, tp, "training", cons, user)
     if tp * pp * cp * dp != n:
         out.append(Violation("structure", f, f"tp*pp*cp*dp = {tp * pp * cp * dp} but "
                              f"resource_allocation.training.gpus = {n}; make them equal"))
-    out += _tp_violations(problem, pool, tp, "training", cons, user)
+    out += count_violations(pool, n, "training")
     if pp > a.layers:
         out.append(Violation("structure", f + ".pp", f"pp={pp} exceeds the {a.layers} layers"))
     if user and cp not in cp_choices(problem):

@@ -10,7 +10,6 @@ from rlsolve.cli.commands.logs import LOG_FORMAT, WARMUP, calibrate_from_log
 from rlsolve.cli.main import checked_flag, guarded
 from rlsolve.errors import SpecError
 from rlsolve.reader import STDIN
-from rlsolve.spec import Pool
 from rlsolve.writer import Outputs
 
 DEVICE = click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
@@ -70,7 +69,7 @@ def validate(plan: str, spec: str | None, device: str, nproc: int | None, out: s
                         "solved from)", field="--spec")
     from rlsolve.bench import validate_plan
     from rlsolve.cli.main import plan_file_text
-    nproc = checked_flag(Pool, "gpus_per_node", nproc, "--nproc")
+    nproc = checked_flag("Pool", "gpus_per_node", nproc, "--nproc")
     target = out or plan
     if target == STDIN:
         raise SpecError("a plan read from standard input cannot be written back; give -o validated.yaml", field="-o")
@@ -119,7 +118,7 @@ def calibrate(device: str, nproc: int | None, from_log: str | None, spec: str | 
         return
     from rlsolve.bench import calibrate as _calibrate
     from rlsolve.present import dump
-    nproc = checked_flag(Pool, "gpus_per_node", nproc, "--nproc")
+    nproc = checked_flag("Pool", "gpus_per_node", nproc, "--nproc")
     with Outputs() as outputs:
         outputs.add(out, "--out")
         doc = _calibrate(device=device, gpu=gpu, nproc=nproc)

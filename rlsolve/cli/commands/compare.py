@@ -8,7 +8,6 @@ import click
 
 from rlsolve.cli.main import EXIT_INFEASIBLE, EXIT_NO_ANSWER, checked_flag, guarded
 from rlsolve.errors import SpecError
-from rlsolve.spec import Pool, load_spec
 from rlsolve.writer import Outputs
 
 
@@ -24,7 +23,7 @@ def _nodes(values: tuple[str, ...]) -> list[int]:
             n = int(v)
         except ValueError:
             raise SpecError(f"node counts are whole numbers, got {v!r}; e.g. --nodes 4,8,16", field="--nodes") from None
-        out.append(checked_flag(Pool, "nodes", n, "--nodes"))
+        out.append(checked_flag("Pool", "nodes", n, "--nodes"))
     return out
 
 
@@ -38,7 +37,7 @@ def _prices(values: tuple[str, ...]) -> dict[str, float]:
             value = 0.0
         if not name.strip() or not value > 0:
             raise SpecError(f"give GPU=USD_PER_GPU_HOUR, e.g. --price H100-SXM-80GB=2.49; got {v!r}", field="--price")
-        out[name.strip()] = checked_flag(Pool, "price_per_gpu_hour_usd", value, "--price")
+        out[name.strip()] = checked_flag("Pool", "price_per_gpu_hour_usd", value, "--price")
     return out
 
 
@@ -118,6 +117,7 @@ def timeline(spec: str, out: str, memory: str | None, plan_path: str | None, obj
         if path:
             check_picture_path(path, field)
             outputs.add(path, field)
+    from rlsolve.spec import load_spec  # the schema loads with the command, not with `rlsolve --help`
     source = load_spec(spec)  # read once (`-` is stdin): the plan and the pictures' GPU names come from it
     if plan_path:
         from rlsolve.solver.estimate import estimate
