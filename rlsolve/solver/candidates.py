@@ -148,15 +148,14 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     deadline = deadline or Deadline(None)
     modes = modes_allowed(problem)
     out = Candidates(gen=[], train=[])
-    if not modes or not any(not gen_violations(problem, pool, n, lay) for pool in problem.pools
-                            for n in role_counts(pool) for lay in gen_universe(problem, pool, n)):
+    if not modes or not _any_legal_engine(problem, deadline):
         return out  # no engine layout is legal anywhere: nothing is worth scoring (the diagnosis says why)
     for p in range(len(problem.pools)):
         out.train += _train_candidates(problem, p, modes, out, deadline)
     if prune:
         out.train = _prune_train(out.train, keep_apart)
     if len(problem.pools) > 1:
-        out.aux = _aux_candidates(problem)
+        out.aux = _aux_candidates(problem, deadline)
     for p in range(len(problem.pools)):
         out.gen += _gen_candidates(problem, p, modes, all_counts, out, deadline, bounded)
     if prune:
@@ -167,7 +166,17 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     return out
 
 
-def _aux_candidates(problem: Problem) -> list[AuxCand]:
+def _any_legal_engine(problem: Problem, deadline: Deadline) -> bool:
+    for pool in problem.pools:
+        for n in role_counts(pool):
+            for lay in gen_universe(problem, pool, n):
+                deadline.check("checking the engine layouts")
+                if not gen_violations(problem, pool, n, lay):
+                    return True
+    return False
+
+
+def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
     """Auxiliary groups for the reference/reward forwards: per pool, hosted set and
     quantization, the GPU counts on the (GPUs, time) front (more GPUs never slow the
     forwards down, so only a count that is faster than every smaller one can be chosen)."""
@@ -181,6 +190,7 @@ def _aux_candidates(problem: Problem) -> list[AuxCand]:
                     continue
                 best = math.inf
                 for n in role_counts(pool):
+                    deadline.check("scoring auxiliary groups")
                     side = aux_side(problem, pool, n, hosts, q)
                     if side.fits and time_units(side.time) < best:
                         best = time_units(side.time)
