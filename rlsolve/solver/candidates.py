@@ -224,6 +224,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         if train_shape_violations(problem, pool, n, tp, pp, cp, dp):
             continue
         for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+            deadline.check("enumerating training layouts")
             mbs = micro_batches(problem, dp)
             if not mbs or policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
                                                              micro_batch=mbs[0], recompute="full",
