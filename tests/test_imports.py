@@ -31,9 +31,9 @@ SHELLS = {"rlsolve.cli", "rlsolve.service"}
 # names the spec's types for type checking only).
 KNOWN_CIRCLES: list[set[str]] = []
 
-# __init__ files that still define functions: the package's public wrappers (rlsolve.solve,
-# rlsolve.estimate) and the solver, which the lead is rewriting.
-INIT_WITH_CODE = {"rlsolve/__init__.py", "rlsolve/solver/__init__.py"}
+# __init__ files that define a function: the package's lazy re-exports (PEP 562 __getattr__,
+# so `rlsolve --help` loads neither the schema nor the solver).
+INIT_WITH_CODE = {"rlsolve/__init__.py"}
 
 
 def modules() -> dict[str, Path]:

@@ -1,0 +1,243 @@
+"""solve(spec) -> Plan: enumerate candidates, pick the best pair with CP-SAT, explain it.
+
+Pure: prints nothing, writes nothing, does not mutate its input."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
+from rlsolve.perf.hw import GB
+from rlsolve.plan import (Alternative, GenParallel, Layout, Optimization, Parallelism, Pipeline, PlacementSection,
+                          Plan, ResourceAllocation, RoleGPUs, SolverInfo, TrainParallel)
+from rlsolve.resolve import Problem, resolve
+from rlsolve.linear import parse_linear
+from rlsolve.solver.budget import Deadline
+from rlsolve.solver.candidates import AuxCand, Candidates, GenCand, TrainCand, enumerate_candidates
+from rlsolve.solver.diagnose import diagnose
+from rlsolve.solver.estimate import evaluate_layout
+from rlsolve.solver.program import Program, run
+from rlsolve.solver.report import build_plan
+from rlsolve.frameworks.rules import strategy_for
+from rlsolve.solver.rules import aux_models, modes_allowed, target_caps
+from rlsolve.spec import Spec, load_spec
+
+SOLVER_KEYS = {"time_limit_s", "workers", "deterministic", "top_k"}
+# CP-SAT's deterministic time units for one runner-up solve: reproducible under any load
+ALT_DETERMINISTIC_TIME = 1.0
+
+
+def framework_for(problem: Problem, t: TrainCand) -> str:
+    """The training engine: FSDP for ZeRO-3 without model parallelism, else Megatron, unless
+    the target runs the layout only on another of its strategies."""
+    L = t.layout
+    preferred = "fsdp" if L.tp == L.pp == L.cp == L.ep == 1 and L.zero_stage == 3 else "megatron"
+    return strategy_for(target_caps(problem), preferred, L.tp, L.pp, L.cp, L.ep, L.vp, L.zero_stage, L.recompute)
+
+
+def make_program(problem: Problem, cands: Candidates, modes: list[str], objective: str = "throughput",
+                 linear: list | None = None) -> Program:
+    """The CP-SAT program for these candidates, with its objective set."""
+    budget = problem.spec.constraints.max_price_per_hour_usd
+    if linear is None:
+        linear = [parse_linear(t) for t in problem.spec.constraints.linear]
+    prog = Program(cands, modes, [p.n_gpus for p in problem.pools], aux_models(problem),
+                   [round(p.price_per_gpu_hour_usd * 1000) for p in problem.pools],
+                   None if budget is None else int(budget * 1000), linear)
+    if objective == "cost":
+        prog.minimize_cost()
+    else:
+        prog.minimize_step()
+    return prog
+
+
+def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand, ac: AuxCand | None = None) -> Layout:
+    g, t = gc.layout, tc.layout
+    aux_hosts = ac.hosts if ac is not None else frozenset()
+
+    def where(role: str, on_training: str) -> str:
+        if role in gc.hosts:
+            return "generation"
+        return "auxiliary" if role in aux_hosts else on_training
+
+    placement = PlacementSection(
+        reference="none" if problem.reference is None else where("reference", tc.reference),
+        reward="cpu" if problem.reward is None else where("reward", "training"),
+        value="training" if problem.value is not None else "none")
+    quant = gc.reward_quant if "reward" in gc.hosts else (ac.reward_quant if "reward" in aux_hosts else tc.reward_quant)
+    side = gc.side
+    engine_bytes = side.weights + side.kv_cache + side.other
+    opt = Optimization(reference_offload=placement.reference == "cpu_offload", reward_quantization=quant,
+                       train_offload_during_rollout=tc.offload_states, kv_cache_gb=side.kv_cache / GB,
+                       max_num_seqs=side.max_num_seqs,
+                       gpu_memory_utilization=round(min(0.99, engine_bytes / (problem.pools[gc.pool].gpu.memory_gb * GB)),
+                                                    3))
+    return Layout(
+        pipeline=Pipeline(mode=mode, staleness=problem.workload.max_staleness if mode == "async" else 0),
+        resource_allocation=ResourceAllocation(
+            generation=RoleGPUs(pool=problem.pools[gc.pool].name, gpus=gc.gpus, engine="vllm"),
+            training=RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.gpus, framework=framework_for(problem, tc)),
+            auxiliary=None if ac is None else RoleGPUs(pool=problem.pools[ac.pool].name, gpus=ac.gpus, engine="vllm")),
+        placement=placement,
+        parallelism=Parallelism(
+            generation=GenParallel(tp=g.tp, pp=g.pp, dp=g.dp, ep=g.ep),
+            training=TrainParallel(tp=t.tp, pp=t.pp, dp=t.dp, cp=t.cp, ep=t.ep, vp=t.vp, zero_stage=t.zero_stage,
+                                   micro_batch=t.micro_batch,
+                                   grad_accum=max(1, problem.workload.global_batch // (t.dp * t.micro_batch)),
+                                   recompute=t.recompute, sequence_parallel=t.sequence_parallel)),
+        optimization=opt)
+
+
+def _summary(lay: Layout) -> str:
+    g, t = lay.parallelism.generation, lay.parallelism.training
+    return (f"{lay.pipeline.mode}: gen {lay.resource_allocation.generation.gpus} GPUs tp{g.tp} pp{g.pp} x{g.dp}; "
+            f"train {lay.resource_allocation.training.gpus} GPUs tp{t.tp} pp{t.pp} cp{t.cp} dp{t.dp} ep{t.ep} "
+            f"ZeRO-{t.zero_stage} mb{t.micro_batch} recompute={t.recompute}")
+
+
+def _why(best: Plan, alt: Plan) -> str:
+    terms = []
+    for k in ("decode", "prefill", "train", "old_logprob", "reference", "value", "weight_sync", "switch"):
+        d = getattr(alt.time_s, k) - getattr(best.time_s, k)
+        if abs(d) >= 0.05 * best.time_s.step:
+            terms.append(f"{k} {'+' if d > 0 else ''}{d:.1f} s")
+    digits = 1 if abs(alt.time_s.step - best.time_s.step) >= 0.05 else 3  # never "31.1 s vs 31.1 s"
+    base = f"step {alt.time_s.step:.{digits}f} s vs {best.time_s.step:.{digits}f} s"
+    if alt.time_s.step - best.time_s.step < 0.0015:
+        return base + ": a tie within the 1 ms resolution, lost on the tie-break (fewer GPUs, simpler layout)"
+    return base + (" (" + ", ".join(terms) + ")" if terms else "")
+
+
+def solve(spec: "Spec | dict | str", objective: str | None = None, profile: dict | None = None,
+          **solver_options: Any) -> Plan:
+    """Return the best plan for `spec`: status `optimal` when CP-SAT proves it over the whole
+    legal space, `feasible` (with the gap) when the time limit stopped the search first.
+
+    Raises SpecError (bad input), InfeasibleError (proven: no plan exists) or NoAnswerError
+    (no plan found within solver.time_limit_s, which bounds the whole call)."""
+    t0 = time.perf_counter()
+    spec = load_spec(spec)
+    unknown = set(solver_options) - SOLVER_KEYS
+    if unknown:
+        raise TypeError(f"unknown solver option(s): {sorted(unknown)}")
+    opts = spec.solver.model_copy(update=solver_options)
+    objective = objective or spec.objective
+    if objective not in ("throughput", "cost"):
+        raise SpecError(f"unknown objective {objective!r}; use throughput or cost", field="objective")
+    deadline = Deadline(opts.time_limit_s)
+    problem = resolve(spec, profile)
+    found = search(problem, objective, opts.workers, opts.deterministic, deadline)
+    program, solver, status, cands, modes = found.program, found.solver, found.status, found.cands, found.modes
+    gc, tc, mode, ac = _chosen(program, solver, cands)
+    lay = cand_layout(problem, mode, gc, tc, ac)
+    est = evaluate_layout(problem, lay)
+    bound = solver.best_objective_bound
+    val = solver.objective_value
+    proven = status == cp_model.OPTIMAL
+    gap = 0.0 if proven else (abs(val - bound) / max(abs(val), 1.0))
+    info = SolverInfo(wall_s=None, proven_optimal=proven, gap=round(gap, 6),
+                      variables=len(program.m.proto.variables), candidates=len(cands.gen) + len(cands.train),
+                      layouts_scored=cands.evaluated, status_name=solver.status_name(status),
+                      stopped_by=None if proven else f"the time limit of {opts.time_limit_s:g} s (solver.time_limit_s)")
+    plan = build_plan(problem, lay, est, status="optimal" if proven else "feasible", solver=info, objective=objective)
+    plan.alternatives = _alternatives(problem, program, cands, modes, plan, (gc.id, tc.id, mode), opts, objective,
+                                      deadline)
+    # a clock reading would break byte-identical output in deterministic mode
+    plan.solver.wall_s = None if opts.deterministic else round(time.perf_counter() - t0, 3)
+    return plan
+
+
+@dataclass
+class Search:
+    program: Program
+    solver: Any
+    status: int
+    cands: Candidates
+    modes: list[str]
+
+
+def search(problem: Problem, objective: str = "throughput", workers: int = 2, deterministic: bool = True,
+           deadline: Deadline | None = None) -> Search:
+    """Enumerate, build and solve: the optimum in the program's units (`program.v.step` for
+    throughput, `v.extra["cost"]` for cost), which the oracle tests compare with brute force.
+    Raises InfeasibleError (proven) or NoAnswerError (out of time)."""
+    deadline = deadline or Deadline(None)
+    linear = [parse_linear(t) for t in problem.spec.constraints.linear]
+    # with a cost objective, a price cap or a linear constraint, fewer GPUs can be better
+    all_counts = objective == "cost" or problem.spec.constraints.max_price_per_hour_usd is not None or bool(linear)
+    cands = enumerate_candidates(problem, all_counts=all_counts, deadline=deadline, keep_apart=_mentioned(linear),
+                                 bounded=not all_counts)
+    if not cands.gen or not cands.train:
+        raise InfeasibleError(diagnose(problem, deadline))
+    modes = modes_allowed(problem)
+    program = make_program(problem, cands, modes, objective, linear)
+    deadline.check("building the program", now=True)
+    limit = deadline.left() if deadline.limit_s is not None else 3600.0
+    solver, status = run(program, limit, workers, deterministic)
+    if status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
+        raise InfeasibleError(diagnose(problem, deadline))
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise NoAnswerError(deadline.limit_s or limit, "the CP-SAT search")
+    return Search(program, solver, status, cands, modes)
+
+
+def _mentioned(linear: list) -> frozenset:
+    """Degree names the user's linear constraints mention: candidates that differ in them
+    are not compared for dominance."""
+    return frozenset(name for lc in linear for name in lc.terms)
+
+
+def _chosen(program: Program, solver: cp_model.CpSolver, cands: Candidates
+            ) -> tuple[GenCand, TrainCand, str, AuxCand | None]:
+    gc = next(c for c in cands.gen if solver.value(program.v.gen[c.id]))
+    tc = next(c for c in cands.train if solver.value(program.v.train[c.id]))
+    ac = next((c for c in cands.aux if solver.value(program.v.aux[c.id])), None)
+    mode = next(k for k, var in program.v.mode.items() if solver.value(var))
+    return gc, tc, mode, ac
+
+
+def _alternatives(problem: Problem, program: Program, cands: Candidates, modes: list[str], best: Plan, chosen,
+                  opts, objective, deadline: Deadline) -> list[Alternative]:
+    """Runner-ups from the same program: the best plan of every other mode, then the next
+    distinct plans, each excluding the pairs already shown by a cut added to the one model
+    (no model is rebuilt). One search thread and a deterministic-time limit keep them
+    reproducible; whatever the deadline leaves no time for is left out."""
+    out: list[Alternative] = []
+    if opts.top_k <= 0:
+        return out
+    seen = {chosen}
+    shown = {_summary(best.layout())}
+    program.forbid(chosen[0], chosen[1])
+    tries: list[str | None] = [m for m in modes if m != chosen[2]] + [None] * (2 * opts.top_k)
+    for mode in tries:
+        if len(out) >= opts.top_k or deadline.left() < 0.05:
+            break
+        program.m.clear_assumptions()
+        if mode:
+            program.m.add_assumptions([program.v.mode[mode]])
+        solver, status = run(program, min(deadline.left(), opts.time_limit_s), 1, False,
+                             deterministic_time=ALT_DETERMINISTIC_TIME)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            continue
+        gc, tc, m, ac = _chosen(program, solver, cands)
+        seen.add((gc.id, tc.id, m))
+        program.forbid(gc.id, tc.id)
+        lay = cand_layout(problem, m, gc, tc, ac)
+        if _summary(lay) in shown:  # same degrees, differing only in a detail: not a distinct plan
+            continue
+        shown.add(_summary(lay))
+        try:
+            alt = build_plan(problem, lay, evaluate_layout(problem, lay), status="feasible", objective=objective)
+        except InfeasibleError:
+            continue
+        if objective == "cost":
+            gap = alt.objective.value / best.objective.value - 1.0
+        else:
+            gap = 1.0 - alt.throughput.tokens_per_s / best.throughput.tokens_per_s
+        out.append(Alternative(summary=_summary(lay), tokens_per_s=alt.throughput.tokens_per_s, gap=round(gap, 4),
+                               why=_why(best, alt)))
+    program.m.clear_assumptions()
+    return out
