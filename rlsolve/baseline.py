@@ -68,7 +68,7 @@ from typing import Any
 from rlsolve.errors import InfeasibleError, SpecError
 from rlsolve.plan import (GenParallel, Layout, Optimization, Parallelism, Pipeline, PlacementSection, Plan,
                           ResourceAllocation, RoleGPUs, TrainParallel)
-from rlsolve.resolve import PoolHW, Problem
+from rlsolve.resolve import Problem
 
 # --- the seed's constants, as written ---------------------------------------------------------
 

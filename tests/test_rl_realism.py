@@ -9,7 +9,6 @@ from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import resolve
 from rlsolve.solver import solve
 from rlsolve.solver.oracle import oracle
-from rlsolve.solver.candidates import enumerate_candidates
 from rlsolve.spec import load_spec
 
 from conftest import small_spec

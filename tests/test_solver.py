@@ -8,12 +8,9 @@ import pytest
 import rlsolve
 from rlsolve.errors import InfeasibleError
 from rlsolve.resolve import resolve
-from rlsolve.solver import make_program, search, solve
-from rlsolve.solver.candidates import enumerate_candidates
+from rlsolve.solver import search, solve
+from rlsolve.solver.estimate import estimate
 from rlsolve.solver.oracle import oracle
-from rlsolve.solver.rules import modes_allowed
-from rlsolve.solver.estimate import estimate, evaluate_layout
-from rlsolve.solver.program import Program, run
 from rlsolve.solver.validate import plan_violations
 from rlsolve.spec import load_spec
 
