@@ -380,7 +380,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
     exceeds the best plan already found in every mode it serves is not simulated, since it
     cannot be part of an optimal plan."""
     pool = problem.pools[p]
-    tasks: list[tuple] = []   # (bound ms per mode, order, mode, n, layout, level or hosts, quant)
+    tasks: list[tuple] = []   # (bound ms per mode, order, mode, n, layout, level or hosts, quant, weight-sync s)
     coloc = _TrainIndex(problem, out, "colocated")
     disagg = _TrainIndex(problem, out, "disagg")
     d_modes = [m for m in modes if m in ("sync", "async")]
@@ -399,7 +399,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     break  # more reserved memory fits even less
                 t = coloc.colocated(p, n, lv)
                 bound = _lb_units(lb.time + engine_release_time(lb) + sync) + time_units(t.time)
-                tasks.append(({"colocated": bound}, order, "colocated", n, lay, lv, "none"))
+                tasks.append(({"colocated": bound}, order, "colocated", n, lay, lv, "none", sync))
                 order += 1
     if d_modes:
         for n in _gen_counts(problem, p, all_counts, out):
@@ -407,7 +407,8 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                 deadline.check("enumerating engine layouts")
                 if gen_violations(problem, pool, n, lay):
                     continue
-                recv = time_units(recv_time(problem, pool, lay))
+                recv_s = recv_time(problem, pool, lay)
+                recv = time_units(recv_s)
                 for hosts, q in _gen_host_variants(problem):
                     aux = _aux_on_gen(problem, hosts, q)
                     lb = gen_side(problem, pool, lay, aux_models=aux, lower_bound=True)
@@ -418,21 +419,20 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                         continue
                     tg = _lb_units(lb.time)
                     bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in d_modes}
-                    tasks.append((bound, order, "disagg", n, lay, hosts, q))
+                    tasks.append((bound, order, "disagg", n, lay, hosts, q, recv_s))
                     order += 1
     incumbent = {m: INF_TIME for m in modes}
     found: list[GenCand] = []
-    for bound, _, mode, n, lay, extra, q in sorted(tasks, key=lambda x: (min(x[0].values()), x[1])):
+    for bound, _, mode, n, lay, extra, q, sync in sorted(tasks, key=lambda x: (min(x[0].values()), x[1])):
         if bounded and all(b > incumbent[m] for m, b in bound.items()):
             continue
         deadline.check("simulating engine layouts")
         if mode == "colocated":
             side = gen_side(problem, pool, lay, reserved=extra * 1e9)
-            sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
         else:
             side = gen_side(problem, pool, lay, aux_models=_aux_on_gen(problem, extra, q))
-            g = GenCand(mode, lay, extra, q, 0, side, recv_time(problem, pool, lay), pool=p)
+            g = GenCand(mode, lay, extra, q, 0, side, sync, pool=p)
         out.evaluated += 1
         if not side.fits or engine_cap_violations(problem, lay, side.max_num_seqs):
             continue

@@ -31,7 +31,6 @@ MODES = ("colocated", "sync", "async")
 RECOMPUTE = ("none", "selective", "full")
 CP_DEGREES = (1, 2, 4, 8)          # context parallel degrees searched unless the constraints name others
 GEN_KEYS = ("tp", "pp", "dp", "ep")
-TRAIN_KEYS = ("tp", "pp", "dp", "cp", "ep", "vp", "zero_stage", "micro_batch", "recompute")
 
 
 @dataclass(frozen=True)
