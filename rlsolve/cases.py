@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
+from rlsolve.frameworks.runtime import FrameworkRuntime, runtime
 from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_decode, weight_bytes_per_gpu, \
@@ -240,9 +241,31 @@ def _prompt_len(row: dict) -> int:
     return int(max(1, min(DEFAULT_RL_PROMPT_LEN, cap)))
 
 
-def rl_step_spec(row: dict) -> dict:
-    """The spec and constraints a published RL step implies; decisions the row leaves open are
-    left to the solver (its best plan under the row's fixed choices is the prediction)."""
+def _engine_share(row: dict) -> float | None:
+    """The engine's memory fraction: the row's, else its framework's default, else (colocated)
+    the common default of the RL frameworks; a disaggregated engine without one takes what fits."""
+    lay = row.get("layout") or {}
+    if "gpu_memory_utilization" in lay:
+        return float(lay["gpu_memory_utilization"])
+    fw = _framework(row)
+    if fw is not None:
+        return fw.gpu_memory_utilization.value
+    return DEFAULT_COLOCATED_GPU_MEMORY_UTILIZATION if lay.get("mode", "colocated") == "colocated" else None
+
+
+def _framework(row: dict) -> FrameworkRuntime | None:
+    name = (row.get("layout") or {}).get("framework")
+    if name is None:
+        return None
+    if name not in runtime().frameworks:
+        raise ValueError(f"layout.framework must be one of {sorted(runtime().frameworks)}, got {name!r}")
+    return runtime().frameworks[name]
+
+
+def rl_step_spec(row: dict, *, free: bool = False) -> dict:
+    """The spec a published RL step implies. The row's layout choices become constraints, so the
+    solver's best under them can stand in for a layout the row does not give; `free` leaves the
+    layout to the solver (the headroom: the best plan for the same job on the same GPUs)."""
     lay = row.get("layout") or {}
     hw = row["hardware"]
     missing = [k for k in ("samples_per_step", "avg_seq_len", "max_seq_len") if k not in lay]
@@ -255,39 +278,186 @@ def rl_step_spec(row: dict) -> dict:
     policy: Any = model["name"] if set(model) <= {"name", "params_b"} else {k: v for k, v in model.items()}
     mode = lay.get("mode", "colocated")
     gen = {k: lay["generation"][k] for k in ("tp", "pp") if k in (lay.get("generation") or {})}
-    if mode == "colocated" or "gpu_memory_utilization" in lay:
-        gen["gpu_memory_utilization"] = lay.get("gpu_memory_utilization", DEFAULT_COLOCATED_GPU_MEMORY_UTILIZATION)
+    share = _engine_share(row)
+    if share is not None:
+        gen["gpu_memory_utilization"] = share
     cons: dict[str, Any] = {"modes": [mode], "min_headroom": 0.05, "generation": gen,
                             "training": {k: v for k, v in (lay.get("training") or {}).items() if k in ("tp", "pp", "cp", "ep", "vp")}}
+    if free:
+        cons = {"min_headroom": 0.05}
+    response = {"max": int(lay["max_seq_len"]) - prompt, "mean": int(lay["avg_seq_len"])}
+    if "clip_ratio" in lay:
+        response["clip_ratio"] = float(lay["clip_ratio"])
     return {
         "cluster": {"gpu": hw["gpu"], "nodes": max(1, math.ceil(hw["gpus"] / hw.get("gpus_per_node", 8))),
                     "gpus_per_node": min(hw["gpus"], hw.get("gpus_per_node", 8)),
                     "network": hw.get("network", "IB-NDR-400")},
         "model": {"policy": policy, "reference": "policy", "reward": "rule", "value": None if
-                  lay.get("algorithm", "grpo") == "grpo" else "policy", "precision": _precision(row)},
+                  lay.get("algorithm", "grpo") == "grpo" else "policy", "precision": _precision(row),
+                  "lora_rank": int(lay.get("lora_rank", 0))},
         "rl": {"algorithm": lay.get("algorithm", "grpo"), "prompts_per_step": samples, "samples_per_prompt": 1,
-               "prompt_len": prompt, "response_len": {"max": int(lay["max_seq_len"]) - prompt,
-                                                      "mean": int(lay["avg_seq_len"])},
+               "prompt_len": prompt, "response_len": response,
                "mini_batches": max(1, samples // tgb), "max_staleness": int(lay.get("staleness", 0))},
         "constraints": cons,
         "solver": {"top_k": 0, "time_limit_s": 10},
+        "target": {"framework": lay.get("framework", "any")},
     }
+
+
+def _recipe_layout(row: dict, seq_mean: float, global_batch: int) -> tuple[dict, list[str], str | None]:
+    """The layout the row ran: what it states, else its framework's defaults (each one named in
+    the returned list), and the recompute it states (None: the least that fits is chosen).
+    ValueError when neither gives a decision the step depends on."""
+    lay, hw = row.get("layout") or {}, row["hardware"]
+    fw = _framework(row)
+    fw_name = lay.get("framework")
+    assumed: list[str] = []
+
+    def default(what: str, entry) -> Any:
+        if fw is None:
+            raise ValueError(f"the row gives no {what} and no layout.framework whose default would set it")
+        assumed.append(f"{what} = {entry.value} ({fw_name} default)")
+        return entry.value
+
+    mode = lay.get("mode", "colocated")
+    gen, tr = dict(lay.get("generation") or {}), dict(lay.get("training") or {})
+    gpus = int(hw["gpus"])
+    if mode == "colocated":
+        g_gpus = t_gpus = gpus
+    else:
+        g_gpus, t_gpus = gen.get("gpus"), tr.get("gpus")
+        if g_gpus is None and t_gpus is None:
+            raise ValueError(f"a {mode} row needs generation.gpus or training.gpus (the GPU split)")
+        g_gpus = int(g_gpus if g_gpus is not None else gpus - int(t_gpus))
+        t_gpus = int(t_gpus if t_gpus is not None else gpus - g_gpus)
+    if "generation" not in lay:
+        assumed.append("generation tp = pp = 1 (not given)")
+    if "training" not in lay:
+        assumed.append("training tp = pp = cp = ep = 1 (not given)")
+    g_tp, g_pp, g_ep = (int(gen.get(k, 1)) for k in ("tp", "pp", "ep"))
+    t_tp, t_pp, t_cp, t_ep, t_vp = (int(tr.get(k, 1)) for k in ("tp", "pp", "cp", "ep", "vp"))
+    if g_gpus % (g_tp * g_pp) or t_gpus % (t_tp * t_pp * t_cp):
+        raise ValueError("the stated degrees do not divide the GPUs")
+    t_dp = t_gpus // (t_tp * t_pp * t_cp)
+    strategy = lay.get("train_strategy") or (default("train_strategy", fw.train_strategy) if fw else None)
+    if "zero_stage" in tr:
+        zero = int(tr["zero_stage"])
+    elif strategy is not None:
+        zero = runtime().zero_stage_by_strategy.value[strategy]
+    else:
+        raise ValueError("the row gives no training.zero_stage, train_strategy or framework")
+    mb = int(tr["micro_batch"]) if "micro_batch" in tr else default("micro_batch", fw.micro_batch)
+    packing = tr.get("sequence_packing")
+    if packing is None and fw is not None:
+        packing = default("sequence_packing", fw.sequence_packing)
+    if packing:  # micro-batches packed to a token budget (micro_batch x max length unless stated)
+        budget = int(tr.get("dynamic_batch_tokens") or mb * int(lay["max_seq_len"]))
+        mb = max(1, int(budget // seq_mean))
+    per_rank = max(1, global_batch // t_dp)
+    mb = max(d for d in range(1, min(mb, per_rank) + 1) if per_rank % d == 0)
+    reference = default("reference placement", fw.reference) if fw else "training"
+    offload = lay.get("offload")
+    if offload is None:
+        offload = default("offload", fw.train_offload_during_rollout) if fw and mode == "colocated" else False
+    else:
+        offload = offload != "none"
+    seqs = gen.get("max_num_seqs")
+    if seqs is None and fw is not None and fw.max_num_seqs.value is not None:
+        seqs = default("max_num_seqs", fw.max_num_seqs)
+    if seqs is None:
+        gpu = find_gpu(hw["gpu"])
+        caps = runtime().engine_max_num_seqs.value
+        seqs = caps["large"] if gpu.memory_gb >= 70 * 1.0737 and "A100" not in gpu.name else caps["small"]
+        assumed.append(f"max_num_seqs = {seqs} (the engine's default)")
+    layout = {
+        "pipeline": {"mode": mode, "staleness": int(lay.get("staleness", 0))},
+        "resource_allocation": {"generation": {"gpus": g_gpus}, "training": {"gpus": t_gpus}},
+        "placement": {"reference": reference, "reward": "cpu",
+                      "value": "none" if lay.get("algorithm", "grpo") == "grpo" else "training"},
+        "parallelism": {"generation": {"tp": g_tp, "pp": g_pp, "dp": g_gpus // (g_tp * g_pp), "ep": g_ep},
+                        "training": {"tp": t_tp, "pp": t_pp, "dp": t_dp, "cp": t_cp, "ep": t_ep, "vp": t_vp,
+                                     "zero_stage": zero, "micro_batch": mb,
+                                     "grad_accum": max(1, per_rank // mb),
+                                     "sequence_parallel": bool(tr.get("sequence_parallel", t_tp > 1))}},
+        "optimization": {"train_offload_during_rollout": bool(offload and mode == "colocated"),
+                         "max_num_seqs": int(seqs)},
+    }
+    return layout, assumed, tr.get("recompute")
+
+
+# `logprob` is the policy's and the reference's log-prob passes together, for frameworks that
+# time them as one (NeMo-RL's policy_and_reference_logprobs)
+RL_PHASES = ("generation", "old_logprob", "reference", "logprob", "reward", "value", "train", "weight_sync", "other")
+
+
+def plan_phases(plan) -> dict[str, float]:
+    """A plan's step in the case format's phase names; `other` is what no named phase covers
+    (the colocated switch, framework time outside the phases)."""
+    t = plan.time_s
+    # the engine's sleep ends the rollout (NeMo-RL times it inside generation: finish_generation)
+    named = {"generation": t.prefill + t.decode + t.engine_release, "old_logprob": t.old_logprob, "reference": t.reference,
+             "reward": t.reward, "value": t.value, "train": t.train, "weight_sync": t.weight_sync}
+    named["other"] = max(0.0, t.step - sum(named.values())) if plan.pipeline.mode != "async" else t.switch
+    named["logprob"] = t.old_logprob + t.reference
+    return named
+
+
+def _score_recipe(row: dict, profile: dict | None):
+    """(plan, how the layout was found, assumptions): estimate on the row's own layout; when the
+    row leaves a decision open that no framework default fills, the solver's best under the
+    row's stated choices, said so in the note."""
+    from rlsolve.resolve import resolve
+    from rlsolve.solver import solve
+    from rlsolve.solver.estimate import evaluate_layout, to_layout
+    from rlsolve.solver.report import build_plan
+    from rlsolve.spec import load_spec
+    spec = load_spec(rl_step_spec(row))
+    problem = resolve(spec, profile)
+    try:
+        layout, assumed, recompute = _recipe_layout(row, problem.workload.seq_mean, problem.workload.global_batch)
+    except ValueError as e:
+        plan = solve(spec, profile=profile)
+        return plan, f"solver's best under the row's choices ({e})", []
+    est = lay = None
+    for rc in [recompute] if recompute else ["none", "selective", "full"]:  # the least that fits
+        layout["parallelism"]["training"]["recompute"] = rc
+        try:
+            lay = to_layout(layout)
+            est = evaluate_layout(problem, lay)
+        except SpecError as e:
+            raise ValueError(f"the row's layout breaks a rule: {e}") from None
+        if est.gen.fits and est.train.fits:
+            break
+    if not recompute:
+        assumed.append(f"recompute = {layout['parallelism']['training']['recompute']} (the least that fits)")
+    fits = est.gen.fits and est.train.fits
+    plan = build_plan(problem, lay, est, status="estimate", objective=spec.objective)
+    return plan, "recipe layout" if fits else "recipe layout (exceeds GPU memory in the model)", assumed
 
 
 def predict_rl_step(row: dict, profile: dict | None = None) -> CaseResult:
     from rlsolve.solver import solve
     try:
-        spec = rl_step_spec(row)
+        plan, how, assumed = _score_recipe(row, profile)
     except ValueError as e:
         return CaseResult(row["id"], "rl_step", modelled=False, note=str(e))
-    try:
-        plan = solve(spec, profile=profile)
     except InfeasibleError as e:
         return CaseResult(row["id"], "rl_step", modelled=False, note="no layout fits: " + "; ".join(e.reasons))
     meas = row.get("measured") or {}
     gpus = row["hardware"]["gpus"]
-    # every phase, so a row can be set beside a framework's own timing breakdown
-    extra = {"mode": plan.pipeline.mode, "phases_s": plan.time_s.model_dump(),
+    try:  # the headroom: the solver's best plan for the same job on the same GPUs
+        best = solve(rl_step_spec(row, free=True), profile=profile).time_s.step
+    except (InfeasibleError, NoAnswerError):
+        best = None
+    phases = plan_phases(plan)
+    measured_phases = meas.get("phases_measured_s") or {}
+    unknown = sorted(set(measured_phases) - set(RL_PHASES))
+    if unknown:
+        return CaseResult(row["id"], "rl_step", modelled=False,
+                          note=f"measured.phases_measured_s has unknown phases {unknown}; use {list(RL_PHASES)}")
+    extra = {"scored_on": how, "assumed": assumed, "mode": plan.pipeline.mode, "phases_s": phases,
+             "phase_errors": {k: phases[k] / float(v) - 1.0 for k, v in measured_phases.items() if float(v) > 0},
+             "phases_measured_s": measured_phases, "best_plan_step_s": best,
              "generation": plan.parallelism.generation.model_dump(), "training": plan.parallelism.training.model_dump()}
     if "step_s" in meas:
         r = _result(row, "step_s", meas["step_s"], plan.time_s.step)
@@ -299,6 +469,7 @@ def predict_rl_step(row: dict, profile: dict | None = None) -> CaseResult:
         return CaseResult(row["id"], "rl_step", modelled=False,
                           note="no RL-step metric the model predicts (step_s, tokens_per_s_per_gpu, tokens_per_s)")
     r.extra = extra
+    r.note = how + ("; assumed " + "; ".join(assumed) if assumed else "")
     return r
 
 

@@ -144,6 +144,9 @@ class TimeSection(_Out):
     weight_sync: float = Field(description='New weights from trainer to engines, s.')
     switch: float = Field(0.0, description="Colocated: the engine's sleep after the rollout, plus the training state "
                          "to the host and back when it is offloaded, s.")
+    engine_release: float = Field(0.0, description="Colocated: the engine's sleep alone (part of `switch`), s.")
+    orchestration: float = Field(0.0, description="The target framework's own work per step between rollout and "
+                                 "update (data preparation, advantages, transfers; frameworks/runtime.yaml), s.")
 
 
 class Throughput(_Out):

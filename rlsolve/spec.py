@@ -91,11 +91,17 @@ class ModelSpec(_Strict):
 class ResponseLen(_Strict):
     max: int = Field(gt=0, le=10_000_000, description="Maximum response tokens (the generation cap).")
     mean: int | None = Field(None, gt=0, le=10_000_000, description="Mean response tokens; default = max (every response that long).")
+    clip_ratio: float | None = Field(None, ge=0, le=1, description="Share of responses cut at max (verl logs it as "
+                                     "response_length/clip_ratio); default: what an exponential length "
+                                     "distribution with this mean puts at max.")
 
     @model_validator(mode="after")
     def _mean_le_max(self) -> "ResponseLen":
         if self.mean is not None and self.mean > self.max:
             raise ValueError(f"mean ({self.mean}) cannot exceed max ({self.max})")
+        if self.clip_ratio is not None and self.clip_ratio * self.max > self.mean_tokens + 1e-9:
+            raise ValueError(f"clip_ratio {self.clip_ratio} puts {self.clip_ratio * self.max:.0f} tokens per response at "
+                             f"max alone, more than the mean {self.mean_tokens}; lower clip_ratio or raise mean")
         return self
 
     @property

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlsolve.frameworks.runtime import framework_costs
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -15,6 +17,7 @@ class Workload:
     prompt_len: int           # tokens
     response_mean: float      # tokens, mean generated length
     response_max: int         # tokens, the length cap
+    clip_ratio: float | None  # share of responses cut at the cap (None: the length distribution's own)
     mini_batches: int         # optimizer steps per epoch
     ppo_epochs: int
     max_staleness: int
@@ -22,6 +25,8 @@ class Workload:
     precision: str            # bf16 | fp8
     headroom: float           # fraction of each GPU's memory kept free
     engine_share: float | None  # the engine's gpu_memory_utilization (None: what fits)
+    orchestration_s: float = 0.0  # the target framework's own work per step (frameworks/runtime.yaml)
+    rollout_logprobs: bool = False  # the target framework asks the engine for each token's log-prob
 
     @property
     def seq_mean(self) -> float:
@@ -55,8 +60,11 @@ class Workload:
 
 def workload_of(spec) -> Workload:
     rl, model, cons = spec.rl, spec.model, spec.constraints
+    costs = framework_costs(spec.target.framework)
     return Workload(prompts=rl.prompts_per_step, samples=rl.samples, prompt_len=rl.prompt_len,
                     response_mean=rl.response_len.mean_tokens, response_max=rl.response_len.max,
+                    clip_ratio=rl.response_len.clip_ratio,
                     mini_batches=rl.mini_batches, ppo_epochs=rl.ppo_epochs, max_staleness=rl.max_staleness,
                     lora_rank=model.lora_rank, precision=model.precision, headroom=cons.min_headroom,
-                    engine_share=cons.generation.get("gpu_memory_utilization"))
+                    engine_share=cons.generation.get("gpu_memory_utilization"),
+                    orchestration_s=costs.orchestration_s, rollout_logprobs=costs.rollout_logprobs)

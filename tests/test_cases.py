@@ -73,17 +73,56 @@ def test_cli_prints_rows_and_medians():
 
 
 def test_rl_rows_carry_their_phases_so_they_can_be_set_beside_a_frameworks_timings(report):
-    """A colocated step is its phases one after another; the JSON row lists each of them and
-    the layout the solver chose for what the row left open."""
+    """A colocated step is its phases one after another; the JSON row lists each of them (in the
+    case format's names), the layout it was scored on and what was assumed."""
+    from rlsolve.cases import RL_PHASES
     rows = [r for r in report.rows if r.kind == "rl_step" and r.error is not None]
     assert rows
     for r in rows:
         ph = r.extra["phases_s"]
-        assert r.extra["mode"] == "colocated"
-        parts = sum(v for k, v in ph.items() if k != "step")
-        assert ph["step"] == pytest.approx(parts, abs=0.01)
-        assert ph["switch"] > 0  # the engine's sleep
+        assert set(ph) == set(RL_PHASES) and r.extra["mode"] == "colocated"
+        parts = sum(v for k, v in ph.items() if k != "logprob")  # logprob = old_logprob + reference
+        assert r.predicted == pytest.approx(parts, abs=0.01)
+        assert ph["logprob"] == pytest.approx(ph["old_logprob"] + ph["reference"])
+        assert ph["generation"] > 0 and r.extra["scored_on"] and r.note.startswith(r.extra["scored_on"])
         assert {"tp", "pp", "dp"} <= set(r.extra["generation"]) and "recompute" in r.extra["training"]
+
+
+def _rl_row(**layout):
+    import yaml
+    rows = yaml.safe_load(PUBLIC.read_text())["cases"]
+    row = next(r for r in rows if r["id"] == "nemorl05-qwen3-32b-grpo-onpolicy-bf16-32g")
+    return {**row, "layout": {**row["layout"], **layout}}
+
+
+def test_a_row_with_its_recipe_is_scored_on_that_layout_and_the_best_plan_is_the_headroom():
+    """The recipe's own degrees are estimated (never replaced by the optimum); what the row leaves
+    open is filled by its framework's defaults and each default is named; the solver's best
+    plan for the same job stands beside it."""
+    from rlsolve.cases import predict_rl_step
+    r = predict_rl_step(_rl_row(framework="nemo-rl", train_strategy="megatron",
+                                training={"tp": 4, "pp": 4, "cp": 1, "ep": 1, "micro_batch": 1,
+                                          "recompute": "full", "sequence_packing": False}))
+    assert r.extra["scored_on"] == "recipe layout", r.note
+    t = r.extra["training"]
+    assert (t["tp"], t["pp"], t["dp"], t["zero_stage"], t["micro_batch"], t["recompute"]) == (4, 4, 2, 1, 1, "full")
+    assert any("reference placement = cpu_offload (nemo-rl default)" in a for a in r.extra["assumed"])
+    assert r.extra["best_plan_step_s"] <= r.predicted + 1e-6  # the recipe is one of the plans searched
+    # a row without framework or degrees cannot name a layout: the solver's best, and the note says so
+    bare = predict_rl_step({**_rl_row(), "layout": {k: v for k, v in _rl_row()["layout"].items() if k != "training"}})
+    assert bare.extra["scored_on"].startswith("solver's best") and bare.note.startswith("solver's best")
+
+
+def test_measured_phases_are_compared_one_by_one():
+    from rlsolve.cases import predict_rl_step
+    row = _rl_row(framework="nemo-rl", train_strategy="megatron")
+    row["measured"] = {"step_s": 376, "phases_measured_s": {"generation": 150, "logprob": 60, "train": 120}}
+    r = predict_rl_step(row)
+    assert set(r.extra["phase_errors"]) == {"generation", "logprob", "train"}
+    assert r.extra["phase_errors"]["train"] == pytest.approx(r.extra["phases_s"]["train"] / 120 - 1)
+    row["measured"]["phases_measured_s"] = {"rollout": 150}
+    bad = predict_rl_step(row)
+    assert not bad.modelled and "rollout" in bad.note
 
 
 def test_techniques_newer_than_the_cited_paper_are_off_unless_the_row_says_so():

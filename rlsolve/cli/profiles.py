@@ -12,7 +12,7 @@ from rlsolve.reader import read_yaml
 # what a profile may override: the catalog's efficiency fields, plus the network's bus bandwidth;
 # a profile fitted on a run's log (calibrate --from-log) adds the framework factors of rlsolve.logfit.FACTORS
 PROFILE_KEYS = ("gemm_fraction", "gemm_fp8_fraction", "gemm_half_size_flops", "attention_fraction", "hbm_fraction",
-                "nvlink_busbw_fraction", "network_busbw_fraction", "kernel_launch_us")
+                "nvlink_busbw_fraction", "network_busbw_fraction", "kernel_launch_us", "decode_host_us_per_seq")
 
 
 def load_profile(path: str | None) -> dict | None:

@@ -61,7 +61,8 @@ def gen_other_bytes(arch: Architecture, lay: GenLayout) -> float:
 class StepModel:
     """Decode-step time of one replica as a function of batch and mean context."""
 
-    def __init__(self, arch: Architecture, dev: Device, lay: GenLayout, weight_bytes: float, kv_bytes: float):
+    def __init__(self, arch: Architecture, dev: Device, lay: GenLayout, weight_bytes: float, kv_bytes: float,
+                 host_per_seq: float = 0.0):
         self.arch, self.dev, self.lay = arch, dev, lay
         n = lay.tp * lay.pp
         # With pp stages the batch moves as pp micro-batches and each re-reads its stage's
@@ -77,7 +78,13 @@ class StepModel:
             self.attn_flops_ctx = 2.0 * (arch.q_width + arch.v_width) * arch.layers / n
         # 2 all-reduces per layer (attention, MLP); a GPU runs its L/pp layers for pp micro-batches
         self.tp_ar_per_token = 2 * arch.layers
-        self.overhead = dev.decode_step_overhead_s
+        # engine host time per step, plus the small per-layer kernels (norms, rotary, activation)
+        # that run at their launch floor whatever the batch: every layer runs once per step
+        self.overhead = dev.decode_step_overhead_s + \
+            arch.layers * constants()["decode_small_kernels_per_layer"] * dev.launch_s
+        # host work per running sequence each step: returning the sampled token's log-prob
+        # (Device.decode_host_per_seq_s) when the framework asks for it, else none modelled
+        self.host_per_seq = host_per_seq
         self.hbm, self.attn_rate = dev.hbm_bytes_per_s, dev.attention_flops
         self.gemm_rate = dev.peak_flops * dev.gemm_fraction
         self.pp_hops = (lay.pp - 1) * dev.p2p(1.0, lay.tp * lay.pp) if lay.pp > 1 else 0.0
@@ -103,7 +110,8 @@ class StepModel:
         wbytes = self.weight_bytes(b)
         gemm = max(wbytes / self.hbm, b * self.flops_tok / self.gemm_rate)
         attn = max(b * ctx * self.kv_tok / self.hbm, b * ctx * self.attn_flops_ctx / self.attn_rate)
-        return gemm + attn + (self.ar_fixed + self.ar_per_seq * b) * self.tp_ar_per_token + self.pp_hops + self.overhead
+        return gemm + attn + (self.ar_fixed + self.ar_per_seq * b) * self.tp_ar_per_token + self.pp_hops + \
+            self.overhead + self.host_per_seq * b
 
     def step_time(self, batch: np.ndarray, context: np.ndarray) -> np.ndarray:
         batch = np.asarray(batch, dtype=float)
@@ -111,7 +119,7 @@ class StepModel:
         gemm = np.maximum(wbytes / self.hbm, batch * self.flops_tok / self.gemm_rate)
         attn = np.maximum(batch * context * self.kv_tok / self.hbm, batch * context * self.attn_flops_ctx / self.attn_rate)
         ar = (self.ar_fixed + self.ar_per_seq * batch) * self.tp_ar_per_token
-        return gemm + attn + ar + self.pp_hops + self.overhead
+        return gemm + attn + ar + self.pp_hops + self.overhead + self.host_per_seq * batch
 
 
 def prefill_time(arch: Architecture, dev: Device, lay: GenLayout, tokens: float, context: float) -> float:
@@ -153,9 +161,18 @@ def _trunc_exp_rate(mean: float, max_len: float) -> float:
     return (lo + hi) / 2 / max_len
 
 
-def length_quantiles(mean: float, max_len: float, u: np.ndarray) -> np.ndarray:
+def length_quantiles(mean: float, max_len: float, u: np.ndarray, clip: float | None = None) -> np.ndarray:
+    """Response lengths at quantiles `u`: a truncated exponential on [0, max] with the given
+    mean; with `clip`, that share of the responses is cut at max (verl's
+    response_length/clip_ratio) and the rest follow the truncated exponential whose mean makes
+    the overall mean right."""
+    u = np.asarray(u, dtype=float)
     if mean >= max_len:
         return np.full_like(u, float(max_len))
+    if clip:
+        rest = (mean - clip * max_len) / (1.0 - clip)  # the spec checks clip * max <= mean
+        below = length_quantiles(max(rest, 1.0), max_len, np.minimum(u / (1.0 - clip), 1.0))
+        return np.where(u >= 1.0 - clip, float(max_len), below)
     lam = _trunc_exp_rate(float(mean), float(max_len))
     if abs(lam) < 1e-12:
         x = u * max_len
@@ -175,7 +192,8 @@ class DecodeResult:
 
 
 def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
-                    kv_capacity_tokens: float, max_num_seqs: float, n_total: float, groups: int = 32) -> DecodeResult:
+                    kv_capacity_tokens: float, max_num_seqs: float, n_total: float, groups: int = 32,
+                    clip: float | None = None) -> DecodeResult:
     """Continuous batching of one replica's `n_requests`, as a fluid.
 
     `groups` representative requests stand for the replica's requests (each with a weight);
@@ -186,10 +204,10 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
     re-prefilled (vLLM's recompute preemption)."""
     g = max(2, min(groups, int(n_requests)))
     fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, kv_capacity_tokens,
-                                max_num_seqs, n_total, g)
+                                max_num_seqs, n_total, g, clip)
     if fast is not None:
         return fast
-    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g)
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
     # requests arrive in no particular length order: a fixed low-discrepancy shuffle
     order = sorted(range(g), key=lambda i: (i * 0.6180339887) % 1.0)
     L = [float(lengths[i]) for i in order]
@@ -244,7 +262,7 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
 
 
 def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
-                       kv_capacity_tokens: float, n_total: float, groups: int = 32) -> float:
+                       kv_capacity_tokens: float, n_total: float, groups: int = 32, clip: float | None = None) -> float:
     """A lower bound on `simulate_decode`'s time (any max_num_seqs), in O(1), for pruning.
 
     With the same representative requests, a step costs at least the dense weights (or the
@@ -256,7 +274,7 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     admits (each running request holds its prompt; an empty batch admits one request), and
     as the context tokens read over the KV tokens a step can hold."""
     g = max(2, min(groups, int(n_requests)))
-    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g)
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
     present = weight > 0
     tokens = float(np.dot(lengths, weight))
     kv_reads = float(np.dot(weight, prompt_len * lengths + lengths * lengths / 2))
@@ -277,17 +295,18 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     gemm = max(weights_read / step.hbm, tokens * step.flops_tok / step.gemm_rate)
     attn = kv_reads * max(step.kv_tok / step.hbm, step.attn_flops_ctx / step.attn_rate)
     ar = (steps * step.ar_fixed + tokens * step.ar_per_seq) * step.tp_ar_per_token
-    return gemm + attn + ar + steps * (step.pp_hops + step.overhead)
+    return gemm + attn + ar + steps * (step.pp_hops + step.overhead) + tokens * step.host_per_seq
 
 
 @lru_cache(maxsize=8192)
-def _representatives(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int):
+def _representatives(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int,
+                     clip: float | None = None):
     """(lengths, weights) of the g representative requests (cached: the search asks for the
     same replica sizes many times; callers never modify the arrays)."""
     u = (np.arange(g - 1) + 0.5) / (g - 1)
     top = 1.0 - 1.0 / (n_total + 1.0)
-    lengths = np.concatenate([length_quantiles(mean_len, max_len, u),
-                              length_quantiles(mean_len, max_len, np.array([top]))])
+    lengths = np.concatenate([length_quantiles(mean_len, max_len, u, clip),
+                              length_quantiles(mean_len, max_len, np.array([top]), clip)])
     if n_requests > 1:
         weight = np.concatenate([np.full(g - 1, (n_requests - 1) / (g - 1)), [1.0]])
     else:
@@ -298,11 +317,11 @@ def _representatives(n_requests: float, mean_len: float, max_len: float, n_total
 
 def _decode_all_admitted(step: StepModel, n_requests: float, prompt_len: float, mean_len: float,
                          max_len: float, kv_capacity_tokens: float, max_num_seqs: float, n_total: float,
-                         g: int) -> DecodeResult | None:
+                         g: int, clip: float | None = None) -> DecodeResult | None:
     """Closed form when every request runs from the start: between consecutive finish
     lengths the batch is constant and the context grows linearly. None when the KV memory
     or max_num_seqs would force queueing (then the event simulation runs)."""
-    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g)
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
     order = np.argsort(lengths, kind="stable")
     L, w = lengths[order], weight[order]
     edges = np.concatenate([[0.0], L])

@@ -72,6 +72,12 @@ class Device:
         return self._ov("decode_step_overhead_us", constants()["decode_step_overhead_us"]) * 1e-6
 
     @property
+    def decode_host_per_seq_s(self) -> float:
+        """Host time per running sequence in each decode step (sampling with log-probs, output
+        processing): constants.yaml decode_host_us_per_seq unless a profile sets it."""
+        return self._ov("decode_host_us_per_seq", constants()["decode_host_us_per_seq"]) * 1e-6
+
+    @property
     def train_efficiency(self) -> float:
         """Share of the model's training speed a framework reaches (1.0 = the model as is);
         training times are divided by it. Profile key `train_efficiency`."""

@@ -95,19 +95,20 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     fits = fits and kv_tokens >= wl.seq_max
     n_req = wl.samples / lay.dp
     prompts = wl.prompts / lay.dp
-    step = StepModel(arch, dev, lay, wb, wb)
+    # the engine returns each sampled token's log-prob when the framework asks for it
+    step = StepModel(arch, dev, lay, wb, wb, host_per_seq=dev.decode_host_per_seq_s if wl.rollout_logprobs else 0.0)
     chosen_cap = max_num_seqs
     prompt_tokens = prompts * wl.prompt_len
     ctx = wl.prompt_len / 2
 
     def run(cap: float) -> tuple[float, Any]:
         r = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, kv_tokens, cap,
-                            wl.samples)
+                            wl.samples, clip=wl.clip_ratio)
         return r.time + prefill_time(arch, dev, lay, prompt_tokens + r.reprefill_tokens, ctx), r
 
     if fits and lower_bound:
         decode, peak, limited, rep = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max,
-                                                        kv_tokens, wl.samples), 0.0, False, 0.0
+                                                        kv_tokens, wl.samples, clip=wl.clip_ratio), 0.0, False, 0.0
     elif fits:
         total, res = run(max_num_seqs or float("inf"))
         if max_num_seqs is None and res.kv_limited:
@@ -148,10 +149,11 @@ class TrainSide:
     capacity: float
     fits: bool
     states: float              # bytes per GPU that colocation must keep (or offload) during rollout
+    orchestration: float = 0.0  # the framework's own work per step between rollout and update (s)
 
     @property
     def time(self) -> float:
-        return self.train.total + self.old_logprob + self.reference + self.reward + self.value
+        return self.train.total + self.old_logprob + self.reference + self.reward + self.value + self.orchestration
 
     @property
     def total(self) -> float:
@@ -259,6 +261,7 @@ def train_side(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: s
                                               reward_quant=reward_quant)
     cap = capacity_bytes(pool, problem.workload.headroom)
     return TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
+                     orchestration=problem.workload.orchestration_s,
                      value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                      fits=mem.total + resident <= cap, states=mem.states + resident)
 
@@ -403,6 +406,7 @@ class StepEstimate:
     aux: AuxSide | None = None
     notes: list[str] = field(default_factory=list)
     overhead: float = 0.0      # framework time per step outside the phases (profile step_overhead_s)
+    release: float = 0.0       # colocated: the engine's sleep (part of switch)
 
     @property
     def usd_per_hour(self) -> float:
@@ -429,7 +433,7 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
     wl = problem.workload
     colocated = mode == "colocated"
     sync, exposed = sync_time(problem, pool_train, pool_gen, gen.layout, train.gpus, colocated)
-    switch = 0.0
+    switch = release = 0.0
     t_aux = aux.time if aux is not None else 0.0
     if colocated:
         release = engine_release_time(gen)
@@ -450,7 +454,7 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
     total = sum(p.n_gpus for p in problem.pools)
     return StepEstimate(mode=mode, gen=gen, train=train, sync=sync, sync_exposed=exposed, switch=switch,
                         step=step, tokens_per_step=wl.tokens_per_step, n_gpus_used=used, n_gpus_total=total,
-                        pool_gen=pool_gen, pool_train=pool_train, aux=aux, overhead=overhead)
+                        pool_gen=pool_gen, pool_train=pool_train, aux=aux, overhead=overhead, release=release)
 
 
 def step_flops(problem: Problem) -> tuple[float, float]:

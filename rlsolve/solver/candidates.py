@@ -255,7 +255,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             best_disagg[key] = total
                         side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t,
                                          reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
-                                         fits=True, states=mem.states + resident)
+                                         fits=True, states=mem.states + resident,
+                                         orchestration=problem.workload.orchestration_s)
                         offloads = (False, True) if kind == "colocated" and _target_allows(
                             problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
                         for off in offloads:

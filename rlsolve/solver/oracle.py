@@ -92,7 +92,7 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                         continue
                     hosts = frozenset([x for x, on in (("reference", ref in ("training", "cpu_offload")),
                                                        ("reward", on_train)) if on])
-                    core = t.total + old + ref_t + rew_t + val_t
+                    core = t.total + old + ref_t + rew_t + val_t + problem.workload.orchestration_s
                     states = mem.states + resident
                     if colocated:
                         for off in (False, True):
