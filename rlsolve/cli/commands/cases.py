@@ -30,11 +30,32 @@ def cases(path: str, fmt: str, profile: str | None) -> None:
     rows = [{"id": r.id, "kind": r.kind, "metric": r.metric, "measured": _n(r.measured), "predicted": _n(r.predicted),
              "error": f"{r.error:+.1%}" if r.error is not None else "not modelled: " + r.note} for r in report.rows]
     click.echo(table(rows, ["id", "kind", "metric", "measured", "predicted", "error"]), nl=False)
+    phases = phase_rows(report)
+    if phases:
+        click.echo("\nRL steps, phase by phase (seconds; rows that publish their breakdown):")
+        click.echo(table(phases, ["id", "phase", "measured", "predicted", "error"]), nl=False)
+    rl = [r for r in report.rows if r.kind == "rl_step" and r.error is not None]
+    if rl:
+        click.echo("\nRL steps: the layout each was scored on, and the solver's best plan for the same job:")
+        click.echo(table([{"id": r.id, "scored on": r.extra["scored_on"], "best plan step s": _n(r.extra["best_plan_step_s"])}
+                          for r in rl], ["id", "scored on", "best plan step s"]), nl=False)
     click.echo("")
-    for kind, s in report.summary().items():
+    summary = report.summary()
+    for kind, s in summary.items():
+        if kind == "rl_phases":
+            continue
         med = "n/a" if s["median_abs_error"] is None else f"{s['median_abs_error']:.1%}"
         mx = "n/a" if s["max_abs_error"] is None else f"{s['max_abs_error']:.1%}"
         click.echo(f"{kind:8s} rows {s['rows']:3d}  modelled {s['modelled']:3d}  median |error| {med:>6s}  max {mx}")
+    for phase, s in summary.get("rl_phases", {}).items():
+        click.echo(f"phase {phase:12s} rows {s['rows']:3d}  median |error| {s['median_abs_error']:.1%}  "
+                   f"max {s['max_abs_error']:.1%}")
+
+
+def phase_rows(report) -> list[dict]:
+    return [{"id": r.id, "phase": k, "measured": _n(float(r.extra["phases_measured_s"][k])),
+             "predicted": _n(r.extra["phases_s"][k]), "error": f"{e:+.1%}"}
+            for r in report.rows for k, e in (r.extra.get("phase_errors") or {}).items()]
 
 
 def markdown(report) -> str:
@@ -42,8 +63,15 @@ def markdown(report) -> str:
     for r in report.rows:
         err = f"{r.error:+.1%}" if r.error is not None else "not modelled: " + r.note
         out.append(f"| {r.id} | {r.kind} | {r.metric} | {_n(r.measured)} | {_n(r.predicted)} | {err} |")
+    phases = phase_rows(report)
+    if phases:
+        out += ["", "| id | phase | measured s | predicted s | error |", "|---|---|---:|---:|---:|"]
+        out += [f"| {p['id']} | {p['phase']} | {p['measured']} | {p['predicted']} | {p['error']} |" for p in phases]
     out += ["", "| kind | rows | modelled | median abs error | max abs error |", "|---|---:|---:|---:|---:|"]
-    for kind, s in report.summary().items():
+    summary = report.summary()
+    for phase, s in summary.pop("rl_phases", {}).items():
+        out.append(f"| phase {phase} | {s['rows']} | {s['rows']} | {s['median_abs_error']:.1%} | {s['max_abs_error']:.1%} |")
+    for kind, s in summary.items():
         med = "n/a" if s["median_abs_error"] is None else f"{s['median_abs_error']:.1%}"
         mx = "n/a" if s["max_abs_error"] is None else f"{s['max_abs_error']:.1%}"
         out.append(f"| {kind} | {s['rows']} | {s['modelled']} | {med} | {mx} |")
