@@ -194,14 +194,20 @@ def _gen_setup(row: dict, profile: dict | None = None):
 def predict_generate(row: dict, profile: dict | None = None) -> CaseResult:
     arch, pool, dev, lay, wb, lay_in = _gen_setup(row, profile)
     gpus = lay.tp * lay.pp
-    inp, out = float(lay_in["input_len"]), float(lay_in["output_len"])
+    meas = row.get("measured") or {}
+    inp = float(lay_in["input_len"])
+    if "output_len" not in lay_in:  # case format v2: a prefill-only row, scored on its time to first token
+        if "ttft_ms" not in meas:
+            raise ValueError("layout.output_len is missing and measured has no ttft_ms to score without it")
+        b = float(lay_in.get("batch", 1)) if lay_in.get("batch", 1) != "auto" else 1.0
+        return _result(row, "ttft_ms", meas["ttft_ms"], prefill_time(arch, dev, lay, b * inp, inp / 2) * 1e3)
+    out = float(lay_in["output_len"])
     step = StepModel(arch, dev, lay, wb, wb)
     # engines give the KV cache a fraction of what the weights leave (TensorRT-LLM's
     # kv_cache_free_gpu_mem_fraction default 0.9)
     cap = KV_FREE_FRACTION * (pool.gpu.memory_gb * GB - weight_bytes_per_gpu(arch, lay, wb) - gen_other_bytes(arch, lay))
     kv_tokens = cap / kv_bytes_per_token_per_gpu(arch, lay, wb)
     batch = lay_in.get("batch", 1)
-    meas = row.get("measured") or {}
     if batch == "auto":  # in-flight batching at maximum load: as many requests as memory allows
         n_req = float(lay_in.get("requests") or max(1, min(DEFAULT_MAX_NUM_SEQS * 4, kv_tokens / (inp + out) * 4)))
         res = simulate_decode(step, n_req, inp, out, out, kv_tokens, DEFAULT_MAX_NUM_SEQS, n_req)

@@ -194,3 +194,15 @@ def test_colocated_rows_run_the_engine_at_the_frameworks_default_share():
     assert own["constraints"]["generation"]["gpu_memory_utilization"] == 0.8
     disagg = rl_step_spec({**row, "layout": {**row["layout"], "mode": "async", "staleness": 1}})
     assert "gpu_memory_utilization" not in disagg["constraints"]["generation"]
+
+
+def test_a_prefill_only_row_is_scored_on_its_time_to_first_token():
+    """Case format v2: a generate row may give ttft_ms without output_len."""
+    from rlsolve.cases import predict_generate
+    row = {"id": "p", "kind": "generate", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 1},
+           "model": {"name": "llama-3.1-8b"}, "layout": {"tp": 1, "batch": 1, "input_len": 2048},
+           "measured": {"ttft_ms": 100.0}}
+    r = predict_generate(row)
+    assert r.metric == "ttft_ms" and 5 < r.predicted < 500
+    longer = predict_generate({**row, "layout": {**row["layout"], "input_len": 8192}})
+    assert longer.predicted > 3 * r.predicted  # prefill grows with the prompt (quadratically in attention)

@@ -1,0 +1,67 @@
+"""The rollout and framework mechanisms of issue #15, each against what it claims."""
+import numpy as np
+import pytest
+
+from rlsolve.frameworks.runtime import framework_costs, runtime
+from rlsolve.perf.generate import GenLayout, StepModel, decode_lower_bound, length_quantiles, simulate_decode
+from rlsolve.perf.hw import constants, device
+from rlsolve.resolve import resolve
+from rlsolve.spec import load_spec
+from rlsolve import estimate, solve
+
+SPEC = {"cluster": {"gpu": "H100-SXM-80GB", "nodes": 1, "gpus_per_node": 8},
+        "model": {"policy": "llama-3.1-8b"},
+        "rl": {"algorithm": "grpo", "prompts_per_step": 64, "samples_per_prompt": 8, "prompt_len": 256,
+               "response_len": {"max": 2048, "mean": 800}},
+        "solver": {"top_k": 0}}
+
+
+@pytest.mark.parametrize("clip", [0.0, 0.05, 0.2, 0.35])
+def test_clipped_lengths_keep_the_mean_and_put_the_share_at_max(clip):
+    u = (np.arange(20000) + 0.5) / 20000
+    x = length_quantiles(800, 2048, u, clip or None)
+    assert x.mean() == pytest.approx(800, rel=0.01)
+    assert np.mean(x >= 2048 - 1e-9) == pytest.approx(clip, abs=0.002)
+
+
+def test_more_clipped_responses_make_the_rollout_slower_at_the_same_mean():
+    """The same mean with more mass at the cap leaves more requests decoding at the end."""
+    pool = resolve(load_spec(SPEC)).pool
+    step = StepModel(resolve(load_spec(SPEC)).policy, device(pool), GenLayout(tp=1), 2.0, 2.0)
+    t = [simulate_decode(step, 512, 256, 800, 2048, 3e5, 1024, 512, clip=c).time for c in (None, 0.1, 0.3)]
+    assert t[0] < t[1] < t[2]
+
+
+def test_host_time_per_sequence_grows_the_step_with_the_batch_and_keeps_the_bound_below():
+    p = resolve(load_spec(SPEC))
+    dev = device(p.pool)
+    plain = StepModel(p.policy, dev, GenLayout(tp=1), 2.0, 2.0)
+    asked = StepModel(p.policy, dev, GenLayout(tp=1), 2.0, 2.0, host_per_seq=dev.decode_host_per_seq_s)
+    for b in (1, 64, 512):
+        extra = asked.scalar_step_time(b, 500) - plain.scalar_step_time(b, 500)
+        assert extra == pytest.approx(b * constants()["decode_host_us_per_seq"] * 1e-6)
+    for cap in (2e4, 3e5):
+        sim = simulate_decode(asked, 512, 256, 800, 2048, cap, 1024, 512, clip=0.1).time
+        assert decode_lower_bound(asked, 512, 256, 800, 2048, cap, 512, clip=0.1) <= sim * (1 + 1e-9)
+
+
+def test_every_framework_entry_has_a_source_and_any_takes_the_cheapest():
+    rt = runtime()
+    for name, fw in rt.frameworks.items():
+        for field, entry in fw:
+            assert len(entry.source) > 20, (name, field)
+    costs = {n: framework_costs(n) for n in rt.frameworks}
+    anyc = framework_costs("any")
+    assert anyc.orchestration_s == min(c.orchestration_s for c in costs.values())
+    assert anyc.rollout_logprobs is False and costs["nemo-rl"].rollout_logprobs is True
+
+
+def test_the_targets_costs_enter_the_plan():
+    """A NeMo-RL plan carries NeMo-RL's orchestration as its own time term and its engines
+    return log-probs; re-scoring the same layout for `any` is faster by at least that term."""
+    nemo = solve({**SPEC, "target": {"framework": "nemo-rl"}})
+    assert nemo.time_s.orchestration == pytest.approx(framework_costs("nemo-rl").orchestration_s, abs=0.01)
+    loose = estimate(SPEC, nemo)
+    assert loose.time_s.orchestration == pytest.approx(framework_costs("any").orchestration_s, abs=0.01)
+    assert loose.time_s.step <= nemo.time_s.step - (nemo.time_s.orchestration - loose.time_s.orchestration) + 0.01
+    assert loose.time_s.decode < nemo.time_s.decode  # no log-prob returns
