@@ -345,6 +345,8 @@ def _recipe_layout(row: dict, seq_mean: float, global_batch: int) -> tuple[dict,
         t_gpus = int(t_gpus if t_gpus is not None else gpus - g_gpus)
     if "generation" not in lay:
         assumed.append("generation tp = pp = 1 (not given)")
+    if gen.get("enforce_eager"):
+        assumed.append("enforce_eager: the model times CUDA-graph decode steps (no eager term)")
     if "training" not in lay:
         assumed.append("training tp = pp = cp = ep = 1 (not given)")
     g_tp, g_pp, g_ep = (int(gen.get(k, 1)) for k in ("tp", "pp", "ep"))
