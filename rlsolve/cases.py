@@ -6,6 +6,7 @@ functions the solver uses. A row the model cannot represent is reported with the
 never skipped. Pure: no printing, no files."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -266,13 +267,40 @@ def _engine_share(row: dict) -> float | None:
     return DEFAULT_COLOCATED_GPU_MEMORY_UTILIZATION if lay.get("mode", "colocated") == "colocated" else None
 
 
-def _framework(row: dict) -> FrameworkRuntime | None:
+# A v1 row names its framework and training backend only in its prose; read the same way for
+# every row: a name that appears alone in the source (framework) or source + notes (backend).
+_FRAMEWORK_NAMES = {"nemo-rl": re.compile(r"nemo[- _]?rl", re.I), "verl": re.compile(r"\bverl\b", re.I),
+                    "openrlhf": re.compile(r"openrlhf", re.I)}
+_STRATEGY_NAMES = {"megatron": re.compile(r"megatron", re.I), "fsdp2": re.compile(r"dtensor|fsdp", re.I),
+                   "deepspeed": re.compile(r"deepspeed", re.I)}
+
+
+def _named_once(text: str, names: dict) -> str | None:
+    hits = [k for k, pat in names.items() if pat.search(text)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def framework_name(row: dict) -> str | None:
+    """The row's `layout.framework`, else the one framework its source names."""
     name = (row.get("layout") or {}).get("framework")
     if name is None:
-        return None
+        return _named_once(str(row.get("source", "")), _FRAMEWORK_NAMES)
     if name not in runtime().frameworks:
         raise ValueError(f"layout.framework must be one of {sorted(runtime().frameworks)}, got {name!r}")
-    return runtime().frameworks[name]
+    return name
+
+
+def _framework(row: dict) -> FrameworkRuntime | None:
+    name = framework_name(row)
+    return None if name is None else runtime().frameworks[name]
+
+
+def _train_strategy(row: dict) -> str | None:
+    """`layout.train_strategy`, else the one training backend the source and notes name."""
+    lay = row.get("layout") or {}
+    if "train_strategy" in lay:
+        return lay["train_strategy"]
+    return _named_once(f"{row.get('source', '')} {row.get('notes', '')}", _STRATEGY_NAMES)
 
 
 def rl_step_spec(row: dict, *, free: bool = False) -> dict:
@@ -313,18 +341,21 @@ def rl_step_spec(row: dict, *, free: bool = False) -> dict:
                "mini_batches": max(1, samples // tgb), "max_staleness": int(lay.get("staleness", 0))},
         "constraints": cons,
         "solver": {"top_k": 0, "time_limit_s": 10},
-        "target": {"framework": lay.get("framework", "any")},
+        "target": {"framework": framework_name(row) or "any"},
     }
 
 
-def _recipe_layout(row: dict, seq_mean: float, global_batch: int) -> tuple[dict, list[str], str | None]:
+def _recipe_layout(row: dict, seq_mean: float, global_batch: int) -> tuple[dict, list[str], str | None, int | None]:
     """The layout the row ran: what it states, else its framework's defaults (each one named in
-    the returned list), and the recompute it states (None: the least that fits is chosen).
+    the returned list), the recompute it states (None: the least that fits is chosen) and the
+    token budget its micro-batches are packed to (None: not packed).
     ValueError when neither gives a decision the step depends on."""
     lay, hw = row.get("layout") or {}, row["hardware"]
     fw = _framework(row)
-    fw_name = lay.get("framework")
+    fw_name = framework_name(row)
     assumed: list[str] = []
+    if fw_name is not None and "framework" not in lay:
+        assumed.append(f"framework = {fw_name} (named in the source)")
 
     def default(what: str, entry) -> Any:
         if fw is None:
@@ -354,7 +385,11 @@ def _recipe_layout(row: dict, seq_mean: float, global_batch: int) -> tuple[dict,
     if g_gpus % (g_tp * g_pp) or t_gpus % (t_tp * t_pp * t_cp):
         raise ValueError("the stated degrees do not divide the GPUs")
     t_dp = t_gpus // (t_tp * t_pp * t_cp)
-    strategy = lay.get("train_strategy") or (default("train_strategy", fw.train_strategy) if fw else None)
+    strategy = _train_strategy(row)
+    if strategy is not None and "train_strategy" not in lay:
+        assumed.append(f"train_strategy = {strategy} (named in the row's text)")
+    elif strategy is None and fw is not None:
+        strategy = default("train_strategy", fw.train_strategy)
     if "zero_stage" in tr:
         zero = int(tr["zero_stage"])
     elif strategy is not None:
@@ -365,6 +400,7 @@ def _recipe_layout(row: dict, seq_mean: float, global_batch: int) -> tuple[dict,
     packing = tr.get("sequence_packing")
     if packing is None and fw is not None:
         packing = default("sequence_packing", fw.sequence_packing)
+    budget = None
     if packing:  # micro-batches packed to a token budget (micro_batch x max length unless stated)
         budget = int(tr.get("dynamic_batch_tokens") or mb * int(lay["max_seq_len"]))
         mb = max(1, int(budget // seq_mean))
@@ -397,7 +433,7 @@ def _recipe_layout(row: dict, seq_mean: float, global_batch: int) -> tuple[dict,
         "optimization": {"train_offload_during_rollout": bool(offload and mode == "colocated"),
                          "max_num_seqs": int(seqs)},
     }
-    return layout, assumed, tr.get("recompute")
+    return layout, assumed, tr.get("recompute"), budget
 
 
 # `logprob` is the policy's and the reference's log-prob passes together, for frameworks that
@@ -429,10 +465,13 @@ def _score_recipe(row: dict, profile: dict | None):
     spec = load_spec(rl_step_spec(row))
     problem = resolve(spec, profile)
     try:
-        layout, assumed, recompute = _recipe_layout(row, problem.workload.seq_mean, problem.workload.global_batch)
+        layout, assumed, recompute, budget = _recipe_layout(row, problem.workload.seq_mean,
+                                                            problem.workload.global_batch)
     except ValueError as e:
         plan = solve(spec, profile=profile)
         return plan, f"solver's best under the row's choices ({e})", []
+    if budget is not None:  # packed micro-batches: memory holds the token budget, not mb x max length
+        problem = dataclasses.replace(problem, workload=dataclasses.replace(problem.workload, packed_tokens=budget))
     est = lay = None
     for rc in [recompute] if recompute else ["none", "selective", "full"]:  # the least that fits
         layout["parallelism"]["training"]["recompute"] = rc
@@ -445,9 +484,11 @@ def _score_recipe(row: dict, profile: dict | None):
             break
     if not recompute:
         assumed.append(f"recompute = {layout['parallelism']['training']['recompute']} (the least that fits)")
-    fits = est.gen.fits and est.train.fits
-    plan = build_plan(problem, lay, est, status="estimate", objective=spec.objective)
-    return plan, "recipe layout" if fits else "recipe layout (exceeds GPU memory in the model)", assumed
+    try:
+        plan = build_plan(problem, lay, est, status="estimate", objective=spec.objective)
+    except InfeasibleError as e:  # scored all the same, and said so
+        raise ValueError("the row's layout does not fit in GPU memory in the model: " + "; ".join(e.reasons)) from None
+    return plan, "recipe layout", assumed
 
 
 def predict_rl_step(row: dict, profile: dict | None = None, headroom: bool = True) -> CaseResult:

@@ -26,6 +26,8 @@ class Workload:
     headroom: float           # fraction of each GPU's memory kept free
     engine_share: float | None  # the engine's gpu_memory_utilization (None: what fits)
     orchestration_s: float = 0.0  # the target framework's own work per step (frameworks/runtime.yaml)
+    packed_tokens: int | None = None  # training micro-batches packed to this many tokens (memory is sized
+                                      # for it); None: micro-batches of max-length sequences
     rollout_logprobs: bool = False  # the target framework asks the engine for each token's log-prob
 
     @property

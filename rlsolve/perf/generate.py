@@ -80,8 +80,10 @@ class StepModel:
         self.tp_ar_per_token = 2 * arch.layers
         # engine host time per step, plus the small per-layer kernels (norms, rotary, activation)
         # that run at their launch floor whatever the batch: every layer runs once per step
-        self.overhead = dev.decode_step_overhead_s + \
-            arch.layers * constants()["decode_small_kernels_per_layer"] * dev.launch_s
+        c = constants()
+        self.overhead = dev.decode_step_overhead_s + dev.launch_s * (
+            arch.layers * c["decode_small_kernels_per_layer"]
+            + (arch.moe_layers * c["decode_moe_small_kernels_per_layer"] if arch.is_moe else 0))
         # host work per running sequence each step: returning the sampled token's log-prob
         # (Device.decode_host_per_seq_s) when the framework asks for it, else none modelled
         self.host_per_seq = host_per_seq

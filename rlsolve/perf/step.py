@@ -195,10 +195,11 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
 
 
 def policy_memory(problem: Problem, lay: TrainLayout) -> TrainMem:
-    """Peak training memory of the policy; sized for micro-batches of max-length sequences."""
+    """Peak training memory of the policy; sized for micro-batches of max-length sequences, or
+    for the token budget when micro-batches are packed to one."""
     wl = problem.workload
-    return train_memory(problem.policy, lay, wl.seq_max,
-                        lora_rank=problem.workload.lora_rank)
+    seq = wl.seq_max if wl.packed_tokens is None else max(1.0, wl.packed_tokens / lay.micro_batch)
+    return train_memory(problem.policy, lay, seq, lora_rank=problem.workload.lora_rank)
 
 
 def _aux_layout(a: Architecture, lay: TrainLayout) -> TrainLayout:
