@@ -337,3 +337,17 @@ def test_optimizer_offload_moves_state_to_the_host_and_pays_pcie():
     assert train_memory(a, off, 1024.0).optimizer == 0.0 < train_memory(a, on_gpu, 1024.0).optimizer
     dense, _ = params_per_gpu(a, 1, 1, 1)
     assert train_time(a, dev, off, 64, 1024.0).optimizer == pytest.approx(dev.pcie_time(2 * 2 * dense / 8))
+
+
+def test_expert_all_to_all_sends_only_the_off_node_share_over_the_nics():
+    # EP 32 over four 8-GPU H100 nodes: 24 of a rank's 32 equal shares leave the node through
+    # its NIC, 7 go to node peers over NVLink at the same time, 1 stays
+    from rlsolve.perf.train import expert_all_to_all
+    dev = Device(h100_pool(nodes=4))
+    nbytes = 256e6
+    bw, lat = dev.link(32)
+    t = expert_all_to_all(dev, nbytes, 32, 32)
+    assert t == pytest.approx(24 / 32 * nbytes / bw + dev._steps(32) * lat, rel=1e-9)
+    assert t < dev.all_to_all(nbytes, 32, 32)
+    # inside one node nothing changes
+    assert expert_all_to_all(dev, nbytes, 8, 8) == dev.all_to_all(nbytes, 8, 8)

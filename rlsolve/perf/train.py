@@ -261,6 +261,21 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
 
 # --- time ---------------------------------------------------------------------------------
 
+def expert_all_to_all(dev: Device, nbytes: float, n: int, span: int) -> float:
+    """All-to-all of `nbytes` per rank over `n` ranks spread evenly over `span` GPUs. A rank
+    sends 1/n of its bytes to each peer; when the group leaves the NVLink domain only the share
+    bound for other domains crosses the NICs, while the share for peers in its own domain moves
+    over NVLink at the same time (NCCL all-to-all is point-to-point sends, each on the path to
+    its peer): the slower of the two, plus the latency of the slower tier."""
+    domain = max(dev.pool.scaleup_size, dev.pool.gpus_per_node)
+    if n <= 1 or nbytes <= 0 or span <= domain:
+        return dev.all_to_all(nbytes, n, span)
+    local = max(1, min(n, round(n * domain / span)))  # group ranks in this rank's domain
+    off = dev.all_to_all(nbytes * (n - local) / (n - 1), n, span)  # (n-local)/n of the bytes
+    inside = dev.all_to_all(nbytes * (local - 1) / (n - 1), local, domain) if local > 1 else 0.0
+    return max(off, inside)
+
+
 def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float, seq_len: float,
                moe: bool) -> tuple[float, float, float, float, float, float]:
     """(gemm_s, attention_fwd_s, attention_bwd_s, elementwise_fwd_s, elementwise_bwd_s, ep_comm_s)
@@ -294,7 +309,7 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         width_elem = k * w + arch.shared_experts * w
         # dispatch + combine all-to-all of the routed hidden states
         span = lay.tp * lay.cp * lay.ep if lay.etp == lay.tp else lay.ep  # folded: EP spans the TP ranks
-        ep_comm = 2 * dev.all_to_all(tokens * k * h * BF16 / tp, lay.ep, span)
+        ep_comm = 2 * expert_all_to_all(dev, tokens * k * h * BF16 / tp, lay.ep, span)
         perm = 2 * (k * h + h) / tp  # permute (read h, write k*h) and unpermute (the reverse)
         # the dispatcher needs each expert's token count on the host: one sync per pass
         sync = constants()["moe_host_sync_us"] * 1e-6
