@@ -220,6 +220,22 @@ def fp8_saved_input_bytes_saved(arch: Architecture) -> float:
     return (BF16 - 1.0) * gemm_inputs - 1.0 * arch.v_width
 
 
+_STORED: dict[tuple[int, bool], tuple[Architecture, float]] = {}
+
+
+def _stored_bytes_per_token_layer(arch: Architecture, fp8: bool) -> float:
+    """Activation bytes a layer stores per token (memoized per model: the solver asks for it
+    for every candidate layout)."""
+    hit = _STORED.get((id(arch), fp8))
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    value = arch.activation_bytes_per_token_layer() - (fp8_saved_input_bytes_saved(arch) if fp8 else 0.0)
+    if len(_STORED) > 256:
+        _STORED.clear()
+    _STORED[(id(arch), fp8)] = (arch, value)
+    return value
+
+
 def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_only: bool = False,
                  fp8: bool = False) -> float:
     """Korthikanti et al. 2022 per-layer activations (flash attention: no s^2 term), split by
@@ -227,9 +243,7 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
     along the sequence; 1F1B keeps pp micro-batches in flight on the first stage; plus the
     fp32 logits of the last stage."""
     tokens = lay.micro_batch * seq_len / lay.cp
-    per_tok_layer = arch.activation_bytes_per_token_layer()
-    if fp8 and not forward_only:
-        per_tok_layer -= fp8_saved_input_bytes_saved(arch)
+    per_tok_layer = _stored_bytes_per_token_layer(arch, fp8 and not forward_only)
     if lay.tp > 1 and not lay.sp:
         # norms/residual inputs (4h of the per-layer count) stay whole on every TP rank
         repl = 2.0 * 4 * arch.hidden
