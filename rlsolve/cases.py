@@ -150,6 +150,12 @@ MAIN_GRAD_DTYPES = {"fp32": FP32_MAIN_GRAD_BYTES, "bf16": BF16_MAIN_GRAD_BYTES}
 
 
 def _train_layout(row: dict, gpus: int) -> TrainLayout:
+    """A train row's layout. Case format v2 adds to version 1's fields: `train_strategy`
+    (megatron | fsdp | fsdp2 | deepspeed; FSDP means ZeRO-3 unless `zero_stage` says otherwise),
+    `offload` (none | optimizer | params_optimizer), `lora_rank`, `global_batch_tokens` (read in
+    predict_train), and, read here beyond the agreed list, `main_grad_dtype` (fp32 | bf16) and
+    `recompute_layers` (with recompute full: layers per virtual stage, Megatron's
+    --recompute-num-layers)."""
     lay_in = row.get("layout") or {}
     tp, pp, cp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1)), int(lay_in.get("cp", 1))
     strategy = str(lay_in.get("train_strategy", "megatron"))
@@ -169,7 +175,8 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                        zero_stage=int(lay_in.get("zero_stage", TRAIN_STRATEGIES[strategy])),
                        micro_batch=int(lay_in.get("micro_batch") or 1), recompute=recompute,
                        sequence_parallel=_sequence_parallel(row, tp), attention=_attention(row), offload=offload,
-                       main_grad_bytes=MAIN_GRAD_DTYPES[grad_dtype])
+                       main_grad_bytes=MAIN_GRAD_DTYPES[grad_dtype],
+                       recompute_layers=int(lay_in.get("recompute_layers") or 0) if recompute == "full" else 0)
 
 
 def _recompute_ladder(arch: Architecture, lay: TrainLayout):

@@ -198,6 +198,10 @@ def test_case_format_v2_train_fields():
     assert off.extra["memory_gb"] < base.extra["memory_gb"]
     bf16_grads = score_cases({"cases": [_train_row(main_grad_dtype="bf16")]}).rows[0]
     assert bf16_grads.extra["memory_gb"] < base.extra["memory_gb"]
+    # full recompute of some layers per stage (Megatron --recompute-num-layers) as the row states
+    full = score_cases({"cases": [_train_row(recompute="full")]}).rows[0]
+    some = score_cases({"cases": [_train_row(recompute="full", recompute_layers=4)]}).rows[0]
+    assert base.predicted > some.predicted > full.predicted and some.extra["recompute"].endswith("4 layers per stage")
     bad = score_cases({"cases": [_train_row(train_strategy="jax"), _train_row(offload="disk")]}).rows
     assert [r.modelled for r in bad] == [False, False]
     assert "train_strategy" in bad[0].note and "offload" in bad[1].note
