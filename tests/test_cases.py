@@ -205,3 +205,12 @@ def test_case_format_v2_train_fields():
     bad = score_cases({"cases": [_train_row(train_strategy="jax"), _train_row(offload="disk")]}).rows
     assert [r.modelled for r in bad] == [False, False]
     assert "train_strategy" in bad[0].note and "offload" in bad[1].note
+
+
+def test_no_train_row_exceeds_memory_silently(report):
+    # every scored train row either fits the model's memory or says that it does not
+    rows = [r for r in report.rows if r.kind == "train" and r.error is not None]
+    assert rows
+    for r in rows:
+        assert r.extra["fits"] or "does not fit" in r.note, r.id
+        assert r.extra["fits"] == (r.extra["memory_gb"] <= r.extra["capacity_gb"]), r.id
