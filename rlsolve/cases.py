@@ -10,7 +10,7 @@ import dataclasses
 import math
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,8 @@ from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_decode, weight_bytes_per_gpu, \
     kv_bytes_per_token_per_gpu, gen_other_bytes
 from rlsolve.perf.hw import GB, device
-from rlsolve.perf.train import TrainLayout, model_flops, train_time
+from rlsolve.perf.train import (BF16_MAIN_GRAD_BYTES, FP32_MAIN_GRAD_BYTES, OFFLOADS, TrainLayout, model_flops,
+                                train_memory, train_time)
 from rlsolve.resolve import PoolHW
 
 # Rows of kind rl_step give the mean generated length (NeMo-RL's "G-average seq len": its
@@ -146,24 +147,105 @@ def _precision(row: dict) -> str:
 
 # --- predictions --------------------------------------------------------------------------
 
+# Recompute choices from least to most recomputation: a row that does not state one ran the
+# least that fits in memory (what a recipe's author would pick).
+RECOMPUTE_ORDER = ("none", "selective", "full")
+# Strategies the case format names; FSDP is ZeRO-3 unless the row gives `zero_stage`.
+TRAIN_STRATEGIES = {"megatron": 1, "fsdp": 3, "fsdp2": 3, "deepspeed": 1}
+# `layout.main_grad_dtype` of a train row; without it fp32, Megatron-LM's choice for bf16
+# training (perf/train.py FP32_MAIN_GRAD_BYTES), which the published train rows ran.
+DEFAULT_MAIN_GRAD_DTYPE = "fp32"
+MAIN_GRAD_DTYPES = {"fp32": FP32_MAIN_GRAD_BYTES, "bf16": BF16_MAIN_GRAD_BYTES}
+
+
+def _train_layout(row: dict, gpus: int) -> TrainLayout:
+    """A train row's layout. Case format v2 adds to version 1's fields: `train_strategy`
+    (megatron | fsdp | fsdp2 | deepspeed; FSDP means ZeRO-3 unless `zero_stage` says otherwise),
+    `offload` (none | optimizer | params_optimizer), `lora_rank`, `global_batch_tokens` (read in
+    predict_train), and, read here beyond the agreed list, `main_grad_dtype` (fp32 | bf16) and
+    `recompute_layers` (with recompute full: layers per virtual stage, Megatron's
+    --recompute-num-layers)."""
+    lay_in = row.get("layout") or {}
+    tp, pp, cp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1)), int(lay_in.get("cp", 1))
+    strategy = str(lay_in.get("train_strategy", "megatron"))
+    if strategy not in TRAIN_STRATEGIES:
+        raise ValueError(f"layout.train_strategy must be one of {', '.join(TRAIN_STRATEGIES)}, got {strategy!r}")
+    offload = str(lay_in.get("offload", "none"))
+    if offload not in OFFLOADS:
+        raise ValueError(f"layout.offload must be one of {', '.join(OFFLOADS)}, got {offload!r}")
+    grad_dtype = str(lay_in.get("main_grad_dtype", DEFAULT_MAIN_GRAD_DTYPE))
+    if grad_dtype not in MAIN_GRAD_DTYPES:
+        raise ValueError(f"layout.main_grad_dtype must be fp32 or bf16, got {grad_dtype!r}")
+    recompute = str(lay_in.get("recompute", "none"))
+    if recompute not in RECOMPUTE_ORDER:
+        raise ValueError(f"layout.recompute must be one of {', '.join(RECOMPUTE_ORDER)}, got {recompute!r}")
+    return TrainLayout(tp=tp, pp=pp, dp=int(lay_in.get("dp") or gpus // (tp * pp * cp)), cp=cp,
+                       ep=int(lay_in.get("ep", 1)), vp=int(lay_in.get("vp") or 1),
+                       zero_stage=int(lay_in.get("zero_stage", TRAIN_STRATEGIES[strategy])),
+                       micro_batch=int(lay_in.get("micro_batch") or 1), recompute=recompute,
+                       sequence_parallel=_sequence_parallel(row, tp), attention=_attention(row), offload=offload,
+                       main_grad_bytes=MAIN_GRAD_DTYPES[grad_dtype],
+                       recompute_layers=int(lay_in.get("recompute_layers") or 0) if recompute == "full" else 0)
+
+
+def _recompute_ladder(arch: Architecture, lay: TrainLayout):
+    """Layouts from the least recomputation to the most: none, selective, then full recompute
+    of 1, 2, ... layers per (virtual) stage up to all of them (Megatron's block method)."""
+    yield replace(lay, recompute="none")
+    yield replace(lay, recompute="selective")
+    per_chunk = math.ceil(math.ceil(arch.layers / lay.pp) / lay.vp)
+    for n in range(1, per_chunk + 1):
+        yield replace(lay, recompute="full", recompute_layers=0 if n == per_chunk else n)
+
+
+def _fit_recompute(row: dict, arch: Architecture, lay: TrainLayout, seq: float, capacity: float,
+                   lora_rank: int, fp8: bool) -> tuple[TrainLayout, dict, str]:
+    """The layout with the row's recompute, or with the least recompute that fits when the row
+    states none; the memory it needs, and a note when the layout does not fit."""
+    stated = "recompute" in (row.get("layout") or {})
+    for cand in ([lay] if stated else _recompute_ladder(arch, lay)):
+        need = train_memory(arch, cand, seq, lora_rank=lora_rank, fp8=fp8).total
+        if need <= capacity:
+            break
+    chosen = cand.recompute + (f" of {cand.recompute_layers} layers per stage" if cand.recompute_layers else "")
+    mem = {"memory_gb": round(need / GB, 1), "capacity_gb": round(capacity / GB, 1), "fits": need <= capacity,
+           "recompute": chosen, "recompute_stated": stated}
+    if need <= capacity:
+        return cand, mem, "" if stated or cand.recompute == "none" else \
+            f"recompute {chosen} assumed: the least that fits in memory"
+    what = f"recompute {chosen}" + ("" if stated else " (the most there is)")
+    return cand, mem, (f"does not fit: the layout with {what} needs {need / GB:.1f} GB per GPU of "
+                       f"{capacity / GB:.0f} GB in the model; scored as stated")
+
+
 def predict_train(row: dict, profile: dict | None = None) -> CaseResult:
     arch, pool = _arch(row), _pool(row)
     lay_in = row.get("layout") or {}
     gpus = int(row["hardware"]["gpus"])
-    tp, pp, cp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1)), int(lay_in.get("cp", 1))
-    dp = int(lay_in.get("dp") or gpus // (tp * pp * cp))
-    lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=int(lay_in.get("ep", 1)), vp=int(lay_in.get("vp") or 1),
-                      zero_stage=int(lay_in.get("zero_stage", 1)), micro_batch=int(lay_in.get("micro_batch") or 1),
-                      recompute=str(lay_in.get("recompute", "none")),
-                      sequence_parallel=_sequence_parallel(row, tp), attention=_attention(row))
+    lay = _train_layout(row, gpus)
     if lay.gpus != gpus:
         return CaseResult(row["id"], "train", modelled=False,
                           note=f"tp*pp*cp*dp = {lay.gpus} does not match hardware.gpus = {gpus}")
     dev = device(pool, _precision(row), profile)
-    gb, seq = int(lay_in["global_batch"]), float(lay_in["seq_len"])
-    t = train_time(arch, dev, lay, gb, seq).total
+    # tokens per optimizer step: global_batch_tokens when the source counts tokens, else
+    # global_batch sequences of seq_len
+    batch = float(lay_in["global_batch_tokens"]) if "global_batch_tokens" in lay_in else int(lay_in["global_batch"])
+    seq = float(lay_in["seq_len"])
+    tokens = batch if "global_batch_tokens" in lay_in else batch * seq
+    gb = tokens / seq
+    lora_rank = int(lay_in.get("lora_rank") or 0)
+    lay, mem, note = _fit_recompute(row, arch, lay, seq, pool.gpu.memory_gb * GB, lora_rank,
+                                    _precision(row) == "fp8")
+    t = train_time(arch, dev, lay, gb, seq, lora_rank=lora_rank).total
     meas = row.get("measured") or {}
-    tokens = gb * seq
+    r = _train_metric(row, meas, lay, arch, dev, tokens, seq, t, gpus)
+    if r.error is not None:
+        r.note, r.extra = note, {**r.extra, **mem}
+    return r
+
+
+def _train_metric(row: dict, meas: dict, lay: TrainLayout, arch: Architecture, dev, tokens: float, seq: float,
+                  t: float, gpus: int) -> CaseResult:
     if "iteration_s" in meas:
         return _result(row, "iteration_s", meas["iteration_s"], t)
     if "tokens_per_s_per_gpu" in meas:

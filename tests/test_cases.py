@@ -206,3 +206,62 @@ def test_a_prefill_only_row_is_scored_on_its_time_to_first_token():
     assert r.metric == "ttft_ms" and 5 < r.predicted < 500
     longer = predict_generate({**row, "layout": {**row["layout"], "input_len": 8192}})
     assert longer.predicted > 3 * r.predicted  # prefill grows with the prompt (quadratically in attention)
+
+
+def _train_row(**layout):
+    lay = {"tp": 1, "pp": 1, "micro_batch": 1, "global_batch": 64, "seq_len": 2048, **layout}
+    return {"id": "r", "kind": "train", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 16, "gpus_per_node": 8},
+            "model": {"name": "llama-3.1-8b"}, "precision": "bf16", "layout": lay,
+            "measured": {"tokens_per_s_per_gpu": 8000}}
+
+
+def test_a_row_silent_on_recompute_runs_the_least_that_fits():
+    # 8B on H100s with 8 x 2048-token micro-batches cannot keep every activation: the row
+    # says nothing, so the least recompute that fits is taken and said
+    small = score_cases({"cases": [_train_row(micro_batch=1)]}).rows[0]
+    big = score_cases({"cases": [_train_row(micro_batch=8)]}).rows[0]
+    assert small.extra["recompute"] == "none" and small.extra["fits"] and small.note == ""
+    assert big.extra["fits"] and big.extra["recompute"].startswith("full")
+    assert "least that fits" in big.note and big.error is not None
+    assert big.extra["memory_gb"] <= big.extra["capacity_gb"]
+
+
+def test_a_stated_layout_that_cannot_fit_is_scored_and_flagged():
+    r = score_cases({"cases": [_train_row(micro_batch=8, recompute="none")]}).rows[0]
+    assert r.error is not None and not r.extra["fits"]
+    assert "does not fit" in r.note and "GB per GPU" in r.note
+    assert r.extra["memory_gb"] > r.extra["capacity_gb"]
+
+
+def test_case_format_v2_train_fields():
+    base = score_cases({"cases": [_train_row()]}).rows[0]
+    # the same tokens given as a token count
+    tok = score_cases({"cases": [_train_row(global_batch_tokens=64 * 2048)]}).rows[0]
+    assert tok.predicted == pytest.approx(base.predicted)
+    # LoRA trains adapters only: no weight-gradient GEMMs, less memory
+    lora = score_cases({"cases": [_train_row(lora_rank=16)]}).rows[0]
+    assert lora.predicted > base.predicted and lora.extra["memory_gb"] < base.extra["memory_gb"]
+    # FSDP shards parameters (ZeRO-3) unless the row says otherwise
+    fsdp = score_cases({"cases": [_train_row(train_strategy="fsdp")]}).rows[0]
+    assert fsdp.extra["memory_gb"] < base.extra["memory_gb"] and fsdp.error is not None
+    assert fsdp.predicted != pytest.approx(base.predicted)  # per-layer gathers, not one exchange a step
+    off = score_cases({"cases": [_train_row(offload="optimizer")]}).rows[0]
+    assert off.extra["memory_gb"] < base.extra["memory_gb"]
+    bf16_grads = score_cases({"cases": [_train_row(main_grad_dtype="bf16")]}).rows[0]
+    assert bf16_grads.extra["memory_gb"] < base.extra["memory_gb"]
+    # full recompute of some layers per stage (Megatron --recompute-num-layers) as the row states
+    full = score_cases({"cases": [_train_row(recompute="full")]}).rows[0]
+    some = score_cases({"cases": [_train_row(recompute="full", recompute_layers=4)]}).rows[0]
+    assert base.predicted > some.predicted > full.predicted and some.extra["recompute"].endswith("4 layers per stage")
+    bad = score_cases({"cases": [_train_row(train_strategy="jax"), _train_row(offload="disk")]}).rows
+    assert [r.modelled for r in bad] == [False, False]
+    assert "train_strategy" in bad[0].note and "offload" in bad[1].note
+
+
+def test_no_train_row_exceeds_memory_silently(report):
+    # every scored train row either fits the model's memory or says that it does not
+    rows = [r for r in report.rows if r.kind == "train" and r.error is not None]
+    assert rows
+    for r in rows:
+        assert r.extra["fits"] or "does not fit" in r.note, r.id
+        assert r.extra["fits"] == (r.extra["memory_gb"] <= r.extra["capacity_gb"]), r.id

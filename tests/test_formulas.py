@@ -10,7 +10,7 @@ from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import find_model, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, length_quantiles, simulate_decode, _decode_all_admitted
 from rlsolve.perf.hw import Device
-from rlsolve.perf.train import TrainLayout, params_per_gpu, stage_times, train_memory, train_time
+from rlsolve.perf.train import FP32_MAIN_GRAD_BYTES, TrainLayout, params_per_gpu, stage_times, train_memory, train_time
 from rlsolve.resolve import PoolHW
 
 
@@ -19,12 +19,19 @@ def h100_pool(nodes: int = 1) -> PoolHW:
     return PoolHW("main", gpu, nodes, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd)
 
 
-def test_seed_rule_16_bytes_per_param():
-    # 70B x (2 weights + 2 grads + 12 Adam) = 1,120 GB: the seed's figure, ZeRO off, one GPU
+def test_bf16_params_with_fp32_main_grads_take_18_bytes_per_param():
+    # Megatron-Core's distributed-optimizer guide: bf16 parameters with fp32 gradients take 18
+    # bytes per parameter without the distributed optimizer (2 + 4 + 12), 6 + 12/d with it
     a = find_model("llama-3.1-70b")
-    mem = train_memory(a, TrainLayout(zero_stage=0), seq_len=1)
-    assert (mem.weights + mem.grads + mem.optimizer) / 1e9 == pytest.approx(a.total_params * 16 / 1e9, rel=1e-6)
-    assert a.total_params * 16 / 1e9 == pytest.approx(1128.9, abs=0.1)  # 70.55B params
+    fp32 = FP32_MAIN_GRAD_BYTES
+    mem = train_memory(a, TrainLayout(zero_stage=0, main_grad_bytes=fp32), seq_len=1)
+    assert (mem.weights + mem.grads + mem.optimizer) / 1e9 == pytest.approx(a.total_params * 18 / 1e9, rel=1e-6)
+    d = 8
+    dist = train_memory(a, TrainLayout(dp=d, zero_stage=1, main_grad_bytes=fp32), seq_len=1)
+    assert (dist.weights + dist.grads + dist.optimizer) == pytest.approx(a.total_params * (6 + 12 / d), rel=1e-6)
+    # gradients kept in bf16 (Megatron-Core grad_reduce_in_fp32 off, NeMo-RL's recipes): the seed's 16
+    bf16 = train_memory(a, TrainLayout(zero_stage=0), seq_len=1)
+    assert (bf16.weights + bf16.grads + bf16.optimizer) == pytest.approx(a.total_params * 16, rel=1e-6)
 
 
 def test_zero_sharding_divides_state():
@@ -238,17 +245,109 @@ def test_expert_parallel_folds_over_tp_when_larger_than_dp_cp():
 def test_backward_pays_the_fp32_main_grad_accumulation_per_micro_batch():
     """Each micro-batch's weight gradients are added into fp32 main_grad: 8 bytes per
     parameter on the GPU, at HBM speed; LoRA (frozen weights) pays none."""
-    from rlsolve.perf.train import MAIN_GRAD_BYTES
     arch = find_model("llama-3.1-8b")
     dev = Device(h100_pool())
-    lay = TrainLayout(micro_batch=1)
+    fp32 = FP32_MAIN_GRAD_BYTES
+    lay = TrainLayout(micro_batch=1, main_grad_bytes=fp32)
     full = stage_times(arch, dev, lay, 1024.0)["bwd_compute"]
     lora = stage_times(arch, dev, lay, 1024.0, lora=True)["bwd_compute"]
     dense, expert = params_per_gpu(arch, 1, 1, 1)
-    accum = MAIN_GRAD_BYTES * (dense + expert) / dev.hbm_bytes_per_s
+    accum = 2 * fp32 * (dense + expert) / dev.hbm_bytes_per_s
     assert accum > 0.005  # ~64 GB of fp32 traffic for 8B on one GPU
     assert full - lora > accum  # full also pays the weight-gradient GEMMs
     # ZeRO-2/3 shard the gradients: each of the 8 ranks accumulates an eighth
-    z1 = stage_times(arch, dev, TrainLayout(dp=8, zero_stage=1), 1024.0)["bwd_compute"]
-    z3 = stage_times(arch, dev, TrainLayout(dp=8, zero_stage=3), 1024.0)["bwd_compute"]
+    z1 = stage_times(arch, dev, TrainLayout(dp=8, zero_stage=1, main_grad_bytes=fp32), 1024.0)["bwd_compute"]
+    z3 = stage_times(arch, dev, TrainLayout(dp=8, zero_stage=3, main_grad_bytes=fp32), 1024.0)["bwd_compute"]
     assert z1 - z3 == pytest.approx(accum * 7 / 8, rel=1e-6)
+
+
+def test_interleaving_keeps_1_plus_p_minus_1_over_pv_more_activations_in_flight():
+    # Korthikanti et al. 2022: the first stage of an interleaved 1F1B schedule holds
+    # (1 + (p-1)/(p*v)) x the activations of the plain schedule (no clamp back to p)
+    a = find_model("llama-3.1-70b")
+    plain = train_memory(a, TrainLayout(tp=4, pp=4, micro_batch=1), 4096.0).activations
+    inter = train_memory(a, TrainLayout(tp=4, pp=4, vp=2, micro_batch=1), 4096.0).activations
+    assert inter / plain == pytest.approx(1 + 3 / 8, rel=1e-9)
+
+
+def test_fp8_training_stores_linear_inputs_in_one_byte():
+    # Transformer Engine keeps the FP8 copy of each linear layer's input for the backward:
+    # QKV input, MLP input and the second MLP GEMM's input at 1 byte instead of 2, plus an
+    # FP8 copy of the attention output beside flash attention's own
+    from rlsolve.perf.train import fp8_saved_input_bytes_saved
+    a = find_model("llama-3.1-8b")
+    assert fp8_saved_input_bytes_saved(a) == 2 * a.hidden + a.d_ffn - a.v_width
+    bf16 = train_memory(a, TrainLayout(micro_batch=1), 4096.0).activations
+    fp8 = train_memory(a, TrainLayout(micro_batch=1), 4096.0, fp8=True).activations
+    assert bf16 - fp8 == pytest.approx(4096 * a.layers * fp8_saved_input_bytes_saved(a), rel=1e-9)
+
+
+def test_partial_full_recompute_lies_between_none_and_all_layers():
+    # Megatron --recompute-method block --recompute-num-layers n: n layers of each stage
+    # recompute, the rest keep their activations; time and memory in proportion
+    a = find_model("llama-3.1-8b")
+    dev = Device(h100_pool())
+    lays = [TrainLayout(micro_batch=1, recompute="none"),
+            TrainLayout(micro_batch=1, recompute="full", recompute_layers=8),
+            TrainLayout(micro_batch=1, recompute="full")]
+    bwd = [stage_times(a, dev, lay, 4096.0)["bwd"] for lay in lays]
+    act = [train_memory(a, lay, 4096.0).activations for lay in lays]
+    assert bwd[0] < bwd[1] < bwd[2] and act[0] > act[1] > act[2]
+    assert (bwd[1] - bwd[0]) == pytest.approx((bwd[2] - bwd[0]) * 8 / a.layers, rel=1e-6)
+
+
+def test_zero3_pays_a_gather_per_layer_that_compute_cannot_hide():
+    """FSDP / ZeRO-3 gathers each layer before its forward and its backward and scatters its
+    gradients: 3 collectives per layer and micro-batch. With a long micro-batch the prefetch
+    hides all but the first gather; with a short one over a slow network every layer's
+    collectives show, latency included."""
+    from rlsolve.perf.train import zero3_exposed
+    a = find_model("llama-3.1-8b")
+    dev = Device(h100_pool(nodes=4))
+    lay = TrainLayout(dp=32, zero_stage=3, micro_batch=1)
+    dense, expert = params_per_gpu(a, 1, 1, 1)
+    w = (2 * dense, 2 * expert)
+    per_layer = dev.all_gather(w[0] / a.layers, 32, 32)
+    long_st = stage_times(a, dev, lay, 32768.0)
+    short_st = stage_times(a, dev, lay, 64.0)
+    assert zero3_exposed(dev, lay, long_st, a.layers, w, w) == pytest.approx(per_layer, rel=1e-9)
+    short = zero3_exposed(dev, lay, short_st, a.layers, w, w)
+    assert short > a.layers * 3 * per_layer - (short_st["fwd_compute"] + short_st["bwd_compute"])
+    assert short > 10 * per_layer
+    # the whole step: ZeRO-3's exposed traffic is paid every micro-batch, ZeRO-1's once a step
+    z1 = train_time(a, dev, TrainLayout(dp=32, zero_stage=1, micro_batch=1), 256, 64.0)
+    z3 = train_time(a, dev, lay, 256, 64.0)
+    assert z3.dp_comm > 8 * z1.dp_comm
+
+
+def test_forward_passes_gather_zero3_weights_too():
+    from rlsolve.perf.train import forward_time
+    a = find_model("llama-3.1-8b")
+    dev = Device(h100_pool(nodes=4))
+    z1 = forward_time(a, dev, TrainLayout(dp=32, zero_stage=1, micro_batch=1), 256, 256.0)
+    z3 = forward_time(a, dev, TrainLayout(dp=32, zero_stage=3, micro_batch=1), 256, 256.0)
+    assert z3 > z1
+
+
+def test_optimizer_offload_moves_state_to_the_host_and_pays_pcie():
+    a = find_model("llama-3.1-8b")
+    dev = Device(h100_pool())
+    on_gpu = TrainLayout(dp=8, zero_stage=1)
+    off = TrainLayout(dp=8, zero_stage=1, offload="optimizer")
+    assert train_memory(a, off, 1024.0).optimizer == 0.0 < train_memory(a, on_gpu, 1024.0).optimizer
+    dense, _ = params_per_gpu(a, 1, 1, 1)
+    assert train_time(a, dev, off, 64, 1024.0).optimizer == pytest.approx(dev.pcie_time(2 * 2 * dense / 8))
+
+
+def test_expert_all_to_all_sends_only_the_off_node_share_over_the_nics():
+    # EP 32 over four 8-GPU H100 nodes: 24 of a rank's 32 equal shares leave the node through
+    # its NIC, 7 go to node peers over NVLink at the same time, 1 stays
+    from rlsolve.perf.train import expert_all_to_all
+    dev = Device(h100_pool(nodes=4))
+    nbytes = 256e6
+    bw, lat = dev.link(32)
+    t = expert_all_to_all(dev, nbytes, 32, 32)
+    assert t == pytest.approx(24 / 32 * nbytes / bw + dev._steps(32) * lat, rel=1e-9)
+    assert t < dev.all_to_all(nbytes, 32, 32)
+    # inside one node nothing changes
+    assert expert_all_to_all(dev, nbytes, 8, 8) == dev.all_to_all(nbytes, 8, 8)

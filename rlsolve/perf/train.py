@@ -16,6 +16,16 @@ from rlsolve.perf.hw import GB, Device, constants
 
 BF16 = 2.0
 ADAM_BYTES = 12.0  # fp32 master + m + v
+# Bytes per parameter of the main-gradient buffers full training accumulates into. Megatron-LM
+# with bf16 parameters accumulates and reduces them in fp32 (arguments.py turns on
+# accumulate_allreduce_grads_in_fp32 for bf16; "bf16 parameters, fp32 gradients: 18 bytes per
+# parameter, 6 + 12/d with the distributed optimizer", docs.nvidia.com/megatron-core/
+# developer-guide/latest/api-guide/dist_optimizer.html). Megatron-Core's DDP config keeps them
+# in the parameters' dtype unless grad_reduce_in_fp32, which NeMo-RL's recipes leave off
+# (NVIDIA-NeMo/RL examples/configs/grpo_math_1B_megatron.yaml: grad_reduce_in_fp32: false).
+FP32_MAIN_GRAD_BYTES = 4.0
+BF16_MAIN_GRAD_BYTES = 2.0
+OFFLOADS = ("none", "optimizer", "params_optimizer")
 FA_BWD_OVER_FWD = 2.5  # FlashAttention-2 backward runs 5 matmuls to the forward's 2 (Dao 2023)
 # Unfused (pre-FlashAttention) attention materialises the score matrix. Bytes moved per score
 # element, forward: QK^T writes it (2), the fused scale-mask-softmax reads and writes it (4),
@@ -36,8 +46,18 @@ class TrainLayout:
     zero_stage: int = 1
     micro_batch: int = 1
     recompute: str = "none"
+    # with recompute "full": how many layers of each (virtual) stage recompute, the others
+    # keep all their activations (Megatron --recompute-method block --recompute-num-layers);
+    # 0 = every layer
+    recompute_layers: int = 0
     sequence_parallel: bool = True
     attention: str = "flash"  # "flash" (fused kernel) or "unfused" (score matrix in HBM)
+    # training state kept in host memory: "optimizer" (fp32 master + Adam moments, stepped on the
+    # host: ZeRO-Offload, FSDP CPUOffload) or "params_optimizer" (the weights' shards as well)
+    offload: str = "none"
+    # main-gradient buffer dtype, bytes per parameter: the memory it takes and the traffic of
+    # accumulating every micro-batch into it (default: the parameters' bf16)
+    main_grad_bytes: float = BF16_MAIN_GRAD_BYTES
 
     @property
     def gpus(self) -> int:
@@ -140,13 +160,17 @@ class TrainMem:
 
 
 def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, trainable: bool = True,
-                 lora_rank: int = 0, weight_bytes: float = BF16) -> TrainMem:
-    """Peak bytes per GPU on the busiest pipeline stage."""
+                 lora_rank: int = 0, weight_bytes: float = BF16, fp8: bool = False) -> TrainMem:
+    """Peak bytes per GPU on the busiest pipeline stage (`fp8`: Transformer Engine FP8
+    training, whose linear layers keep their inputs for the backward in FP8)."""
     dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
     shard_dense = lay.dp * lay.cp
     shard_expert = lay.expert_dp
     z = lay.zero_stage
     weights = weight_bytes * (dense / (shard_dense if z >= 3 else 1) + expert / (shard_expert if z >= 3 else 1))
+    if trainable and lay.offload == "params_optimizer" and z >= 3:
+        # only the layers being gathered stay on the GPU (two in flight with prefetch)
+        weights = weight_bytes * 2 * (dense + expert) / math.ceil(arch.layers / lay.pp)
     if not trainable:
         return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True),
                         _other(weights, lay.gpus))
@@ -157,9 +181,11 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
     else:
         gshard = (shard_dense if z >= 2 else 1), (shard_expert if z >= 2 else 1)
         oshard = (shard_dense if z >= 1 else 1), (shard_expert if z >= 1 else 1)
-        grads = BF16 * (dense / gshard[0] + expert / gshard[1])
+        grads = lay.main_grad_bytes * (dense / gshard[0] + expert / gshard[1])
         opt = ADAM_BYTES * (dense / oshard[0] + expert / oshard[1])
-    act = _activations(arch, lay, seq_len)
+    if lay.offload != "none":
+        opt = 0.0  # fp32 master weights and moments live in host memory
+    act = _activations(arch, lay, seq_len, fp8=fp8)
     return TrainMem(weights, grads, opt, act, _other(weights + grads + opt + act, lay.gpus))
 
 
@@ -169,13 +195,55 @@ def _other(tracked: float, gpus: int) -> float:
     return (c["cuda_context_gb"] + nccl) * GB + c["fragmentation_fraction"] * tracked
 
 
-def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_only: bool = False) -> float:
+def recomputed_share(lay: TrainLayout, layers_stage: int) -> float:
+    """Share of a stage's layers that full recompute re-runs (all unless recompute_layers says)."""
+    if lay.recompute != "full":
+        return 0.0
+    per_chunk = math.ceil(layers_stage / lay.vp)  # Megatron counts the layers of each virtual chunk
+    return 1.0 if lay.recompute_layers <= 0 else min(1.0, lay.recompute_layers / per_chunk)
+
+
+def fp8_saved_input_bytes_saved(arch: Architecture) -> float:
+    """Bytes per token and layer that FP8 training saves on stored activations: Transformer
+    Engine's Linear keeps the FP8-quantized copy of its input for the weight gradient, dropping
+    the 16-bit one (transformer_engine/pytorch/module/linear.py: saved_inputmat = inputmat after
+    the cast, "Discard row-wise data since it is not needed in backward pass"). That covers the
+    QKV input, the dense MLP's input and its second GEMM's input, or the routed experts' copies
+    of their tokens and their second GEMM's inputs; the attention output projection keeps an
+    FP8 copy beside the 16-bit output flash attention needs for its own backward."""
+    h = arch.hidden
+    if arch.is_moe:
+        k = arch.experts_per_token + arch.shared_experts
+        gemm_inputs = h + k * (h + arch.d_moe_ffn)  # the router's input stays 16-bit
+    else:
+        gemm_inputs = 2 * h + arch.d_ffn
+    return (BF16 - 1.0) * gemm_inputs - 1.0 * arch.v_width
+
+
+_STORED: dict[tuple[int, bool], tuple[Architecture, float]] = {}
+
+
+def _stored_bytes_per_token_layer(arch: Architecture, fp8: bool) -> float:
+    """Activation bytes a layer stores per token (memoized per model: the solver asks for it
+    for every candidate layout)."""
+    hit = _STORED.get((id(arch), fp8))
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    value = arch.activation_bytes_per_token_layer() - (fp8_saved_input_bytes_saved(arch) if fp8 else 0.0)
+    if len(_STORED) > 256:
+        _STORED.clear()
+    _STORED[(id(arch), fp8)] = (arch, value)
+    return value
+
+
+def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_only: bool = False,
+                 fp8: bool = False) -> float:
     """Korthikanti et al. 2022 per-layer activations (flash attention: no s^2 term), split by
     tp with sequence parallelism (without it the norms and residuals are replicated), by cp
     along the sequence; 1F1B keeps pp micro-batches in flight on the first stage; plus the
     fp32 logits of the last stage."""
     tokens = lay.micro_batch * seq_len / lay.cp
-    per_tok_layer = arch.activation_bytes_per_token_layer()
+    per_tok_layer = _stored_bytes_per_token_layer(arch, fp8 and not forward_only)
     if lay.tp > 1 and not lay.sp:
         # norms/residual inputs (4h of the per-layer count) stay whole on every TP rank
         repl = 2.0 * 4 * arch.hidden
@@ -190,15 +258,37 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
     if forward_only:  # one layer's working set plus the logits
         return tokens * per_tok_layer + logits
     if lay.recompute == "full":
-        stored = tokens * layers_stage * BF16 * arch.hidden / (lay.tp if lay.sp else 1) + tokens * per_tok_layer
+        full = recomputed_share(lay, layers_stage) * layers_stage
+        stored = (tokens * full * BF16 * arch.hidden / (lay.tp if lay.sp else 1) + tokens * per_tok_layer
+                  + tokens * (layers_stage - full) * per_tok_layer)
     else:
         stored = tokens * layers_stage * per_tok_layer
+    # 1F1B keeps pp micro-batches' worth of a stage's activations in flight on the first stage;
+    # the interleaved schedule (vp chunks per stage) keeps (1 + (pp-1)/(pp*vp)) x that
+    # (Korthikanti et al. 2022, arXiv 2205.05198, activation memory under pipeline parallelism)
     in_flight = lay.pp * (1 + (lay.pp - 1) / (lay.pp * lay.vp)) if lay.vp > 1 else lay.pp
-    in_flight = min(in_flight, max(lay.pp, 1))
-    return stored * in_flight + logits
+    if lay.pp == 1:
+        return stored + logits
+    # the fp32 logits live on the last stage, which holds one micro-batch in flight
+    return max(stored * in_flight, stored + logits)
 
 
 # --- time ---------------------------------------------------------------------------------
+
+def expert_all_to_all(dev: Device, nbytes: float, n: int, span: int) -> float:
+    """All-to-all of `nbytes` per rank over `n` ranks spread evenly over `span` GPUs. A rank
+    sends 1/n of its bytes to each peer; when the group leaves the NVLink domain only the share
+    bound for other domains crosses the NICs, while the share for peers in its own domain moves
+    over NVLink at the same time (NCCL all-to-all is point-to-point sends, each on the path to
+    its peer): the slower of the two, plus the latency of the slower tier."""
+    domain = max(dev.pool.scaleup_size, dev.pool.gpus_per_node)
+    if n <= 1 or nbytes <= 0 or span <= domain:
+        return dev.all_to_all(nbytes, n, span)
+    local = max(1, min(n, round(n * domain / span)))  # group ranks in this rank's domain
+    off = dev.all_to_all(nbytes * (n - local) / (n - 1), n, span)  # (n-local)/n of the bytes
+    inside = dev.all_to_all(nbytes * (local - 1) / (n - 1), local, domain) if local > 1 else 0.0
+    return max(off, inside)
+
 
 def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float, seq_len: float,
                moe: bool) -> tuple[float, float, float, float, float, float]:
@@ -233,7 +323,7 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         width_elem = k * w + arch.shared_experts * w
         # dispatch + combine all-to-all of the routed hidden states
         span = lay.tp * lay.cp * lay.ep if lay.etp == lay.tp else lay.ep  # folded: EP spans the TP ranks
-        ep_comm = 2 * dev.all_to_all(tokens * k * h * BF16 / tp, lay.ep, span)
+        ep_comm = 2 * expert_all_to_all(dev, tokens * k * h * BF16 / tp, lay.ep, span)
         perm = 2 * (k * h + h) / tp  # permute (read h, write k*h) and unpermute (the reverse)
         # the dispatcher needs each expert's token count on the host: one sync per pass
         sync = constants()["moe_host_sync_us"] * 1e-6
@@ -280,10 +370,9 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
 
 
 FP8_CAST_BYTES = 6.0
-# Megatron accumulates every micro-batch's weight gradients into fp32 main_grad buffers (the
-# wgrad GEMM adds into them: gradient_accumulation_fusion): read + write 4 bytes per parameter
-# per micro-batch, a memory-bound pass that grows with FLOP:byte (FP8, newer GPUs).
-MAIN_GRAD_BYTES = 8.0
+# Megatron accumulates every micro-batch's weight gradients into the main_grad buffers (the
+# wgrad GEMM adds into them: gradient_accumulation_fusion): read + write of the buffer per
+# parameter per micro-batch, a memory-bound pass that grows with FLOP:byte (FP8, newer GPUs).
 
 
 def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float, *,
@@ -316,10 +405,11 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         dense_p, expert_p = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
         if lay.zero_stage >= 2:  # gradients sharded: each rank accumulates only its shard
             dense_p, expert_p = dense_p / (lay.dp * lay.cp), expert_p / lay.expert_dp
-        bwd["compute"] += dev.stream_time(MAIN_GRAD_BYTES * (dense_p + expert_p))
+        bwd["compute"] += dev.stream_time(2 * lay.main_grad_bytes * (dense_p + expert_p))
     if lay.recompute == "full":
+        share = recomputed_share(lay, layers_stage)
         for k in ("compute", "tp", "ep", "cp"):
-            bwd[k] += fwd[k] - (head + head_elem if k == "compute" else 0.0)
+            bwd[k] += share * (fwd[k] - (head + head_elem if k == "compute" else 0.0))
     elif lay.recompute == "selective":
         bwd["compute"] += attn
     # pipeline: send activations forward, gradients back, per (virtual) stage boundary
@@ -340,24 +430,32 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
     per_mb = st["fwd"] + st["bwd"]
     p2p = m * 2 * lay.vp * st["p2p"]
     bubble = (lay.pp - 1) / lay.vp * per_mb
-    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+    base_dense, base_expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+    dense, expert = base_dense, base_expert
     if lora_rank > 0:
         dense, expert = lora_params(arch, lora_rank) / (lay.tp * lay.pp), 0.0
     span = lay.tp * lay.cp * lay.dp
     n_d, n_e = lay.dp * lay.cp, lay.expert_dp
     grad_bytes_d, grad_bytes_e = BF16 * dense, BF16 * expert
-    if lay.zero_stage == 0:
-        comm = dev.all_reduce(grad_bytes_d, n_d, span) + dev.all_reduce(grad_bytes_e, n_e, span)
-    else:  # reduce-scatter grads, all-gather updated params
-        comm = 2 * (dev.reduce_scatter(grad_bytes_d, n_d, span) + dev.reduce_scatter(grad_bytes_e, n_e, span))
-    dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
-    if lay.zero_stage >= 3 and lora_rank == 0:
-        # parameters gathered for forward and backward of every micro-batch, grads scattered;
-        # prefetching hides them behind that micro-batch's compute
-        per_mb_comm = 3 * (dev.all_gather(grad_bytes_d, n_d, span) + dev.all_gather(grad_bytes_e, n_e, span))
-        dp_exposed += m * max(0.0, per_mb_comm - (st["fwd_compute"] + st["bwd_compute"]))
-    shard = n_d if lay.zero_stage >= 1 else 1
-    opt = dev.stream_time(constants()["optimizer_bytes_per_param"] * (dense / shard + expert / max(1, n_e if lay.zero_stage else 1)))
+    if lay.zero_stage >= 3:
+        # parameters stay sharded: gathered layer by layer in every micro-batch's forward and
+        # backward, gradients reduce-scattered as each layer's backward ends
+        dp_exposed = m * zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp),
+                                       (BF16 * base_dense, BF16 * base_expert), (grad_bytes_d, grad_bytes_e))
+    else:
+        if lay.zero_stage == 0:
+            comm = dev.all_reduce(grad_bytes_d, n_d, span) + dev.all_reduce(grad_bytes_e, n_e, span)
+        else:  # reduce-scatter grads, all-gather updated params
+            comm = 2 * (dev.reduce_scatter(grad_bytes_d, n_d, span) + dev.reduce_scatter(grad_bytes_e, n_e, span))
+        dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
+    shard_d, shard_e = (n_d, n_e) if lay.zero_stage >= 1 else (1, 1)
+    if lay.offload == "none":
+        opt = dev.stream_time(constants()["optimizer_bytes_per_param"] * (dense / shard_d + expert / shard_e))
+    else:
+        # the step runs on the host: this rank's gradient shard goes down and its updated
+        # 16-bit weights come back over PCIe (ZeRO-Offload, arXiv 2101.06840); the host's Adam
+        # itself is not modelled
+        opt = dev.pcie_time(2 * BF16 * (dense / shard_d + expert / shard_e))
     t = TrainTime(
         compute=m * (st["fwd_compute"] + st["bwd_compute"]),
         tp_comm=m * st["tp"], cp_comm=m * st["cp"], ep_comm=m * st["ep"], pp_comm=p2p,
@@ -365,12 +463,36 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
     return t.scaled(optimizer_steps / dev.train_efficiency)
 
 
+def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_bytes: tuple[float, float],
+                  grad_bytes: tuple[float, float] | None) -> float:
+    """Exposed ZeRO-3 / FSDP communication of one micro-batch on one stage. Each layer's
+    parameters are all-gathered before its forward and again before its backward, and its
+    gradients reduce-scattered after it (`grad_bytes` None: forward only); every collective pays
+    its latency. Prefetching overlaps the next layer's collectives with this layer's compute
+    (FSDP forward/backward prefetch, DeepSpeed stage3_prefetch_bucket_size), so a layer exposes
+    what its compute does not cover, and the first gather of the pass is exposed whole
+    (nothing runs before it)."""
+    span = lay.tp * lay.cp * lay.dp
+    groups = ((lay.dp * lay.cp), lay.expert_dp)
+    gather = sum(dev.all_gather(b / layers, n, span) for b, n in zip(weight_bytes, groups))
+    fwd_layer = st["fwd_compute"] / layers
+    if grad_bytes is None:
+        return gather + layers * max(0.0, gather - fwd_layer)
+    scatter = sum(dev.reduce_scatter(b / layers, n, span) for b, n in zip(grad_bytes, groups))
+    bwd_layer = st["bwd_compute"] / layers
+    return gather + layers * (max(0.0, gather - fwd_layer) + max(0.0, gather + scatter - bwd_layer))
+
+
 def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float,
                  st: dict | None = None) -> float:
     """Forward-only pass (log-probs, reference, reward, value) over `sequences`."""
     st = st or stage_times(arch, dev, lay, seq_len)
     m = max(1.0, sequences / (lay.dp * lay.micro_batch))
-    return (m + lay.pp - 1) * (st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0)) / dev.logprob_efficiency
+    per_mb = st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0)
+    if lay.zero_stage >= 3:  # sharded weights are gathered layer by layer in every pass
+        dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+        per_mb += zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp), (BF16 * dense, BF16 * expert), None)
+    return (m + lay.pp - 1) * per_mb / dev.logprob_efficiency
 
 
 def model_flops(arch: Architecture, tokens: float, seq_len: float, *, recompute: bool = False,

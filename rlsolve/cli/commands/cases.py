@@ -28,7 +28,7 @@ def cases(path: str, fmt: str, profile: str | None) -> None:
         click.echo(markdown(report), nl=False)
         return
     rows = [{"id": r.id, "kind": r.kind, "metric": r.metric, "measured": _n(r.measured), "predicted": _n(r.predicted),
-             "error": f"{r.error:+.1%}" if r.error is not None else "not modelled: " + r.note} for r in report.rows]
+             "error": _error(r)} for r in report.rows]
     click.echo(table(rows, ["id", "kind", "metric", "measured", "predicted", "error"]), nl=False)
     phases = phase_rows(report)
     if phases:
@@ -61,7 +61,7 @@ def phase_rows(report) -> list[dict]:
 def markdown(report) -> str:
     out = ["| id | kind | metric | measured | predicted | error |", "|---|---|---|---:|---:|---:|"]
     for r in report.rows:
-        err = f"{r.error:+.1%}" if r.error is not None else "not modelled: " + r.note
+        err = _error(r)
         out.append(f"| {r.id} | {r.kind} | {r.metric} | {_n(r.measured)} | {_n(r.predicted)} | {err} |")
     phases = phase_rows(report)
     if phases:
@@ -76,6 +76,14 @@ def markdown(report) -> str:
         mx = "n/a" if s["max_abs_error"] is None else f"{s['max_abs_error']:.1%}"
         out.append(f"| {kind} | {s['rows']} | {s['modelled']} | {med} | {mx} |")
     return "\n".join(out) + "\n"
+
+
+def _error(r) -> str:
+    """The error, with the row's note when it has one (a layout that does not fit, an
+    assumed recompute); or why the row is not modelled."""
+    if r.error is None:
+        return "not modelled: " + r.note
+    return f"{r.error:+.1%}" + (f" ({r.note})" if r.note else "")
 
 
 def _n(x: float | None) -> str:
