@@ -483,7 +483,9 @@ def _recipe_layout(row: dict, seq_mean: float, global_batch: int) -> tuple[dict,
     if packing is None and fw is not None:
         packing = default("sequence_packing", fw.sequence_packing)
     budget = None
-    if packing:  # micro-batches packed to a token budget (micro_batch x max length unless stated)
+    if packing or tr.get("dynamic_batch_tokens"):
+        # micro-batches filled to a token budget (packed, or dynamic batching: verl use_dynamic_bsz,
+        # NeMo-RL dynamic_batching), micro_batch x max length unless stated
         budget = int(tr.get("dynamic_batch_tokens") or mb * int(lay["max_seq_len"]))
         mb = max(1, int(budget // seq_mean))
     per_rank = max(1, global_batch // t_dp)

@@ -37,8 +37,9 @@ def cases(path: str, fmt: str, profile: str | None) -> None:
     rl = [r for r in report.rows if r.kind == "rl_step" and r.error is not None]
     if rl:
         click.echo("\nRL steps: the layout each was scored on, and the solver's best plan for the same job:")
-        click.echo(table([{"id": r.id, "scored on": r.extra["scored_on"], "best plan step s": _n(r.extra["best_plan_step_s"])}
-                          for r in rl], ["id", "scored on", "best plan step s"]), nl=False)
+        click.echo(table([{"id": r.id, "scored on": r.extra["scored_on"], "best plan step s": _n(r.extra["best_plan_step_s"]),
+                           "assumed": "; ".join(r.extra["assumed"])} for r in rl],
+                         ["id", "scored on", "best plan step s", "assumed"]), nl=False)
     click.echo("")
     summary = report.summary()
     for kind, s in summary.items():
@@ -83,6 +84,8 @@ def _error(r) -> str:
     assumed recompute); or why the row is not modelled."""
     if r.error is None:
         return "not modelled: " + r.note
+    if r.kind == "rl_step":  # its note (layout and assumptions) has its own table below
+        return f"{r.error:+.1%}"
     return f"{r.error:+.1%}" + (f" ({r.note})" if r.note else "")
 
 
