@@ -236,7 +236,9 @@ def fit_table(spec: Any, layout: Any, table: PhaseTable, *, log_format: str, war
         unidentified["step_overhead_s"] = "async steps overlap generation and training; the remainder is not " \
                                           "a per-step cost"
     else:
-        set_factor("step_overhead_s", gen_over, measured.get("other", 0.0), dev_gen.step_overhead_s, "other")
+        # the model's own "other" (the target framework's orchestration) stays; the profile adds the rest
+        extra = dev_gen.step_overhead_s + measured.get("other", 0.0) - before["other"]
+        set_factor("step_overhead_s", gen_over, max(0.0, extra), dev_gen.step_overhead_s, "other")
 
     # generation: linear in the host time per decode step (the decode-step count does not
     # depend on it), so two evaluations give the least-squares value exactly
