@@ -246,6 +246,54 @@ def test_decode_lower_bound_never_exceeds_the_simulation():
                     assert gen_side(problem, pool, lay, reserved=r, lower_bound=True).time <= exact.time * (1 + 1e-9)
 
 
+def test_training_lower_bound_never_exceeds_the_scored_time():
+    """The physics bound that skips training GPU counts (`train_time_lower_bound`) is below
+    the time the model gives every layout on that count, whatever else runs there."""
+    from rlsolve.perf.step import train_aux
+    from rlsolve.solver.candidates import train_time_lower_bound
+    from rlsolve.solver.rules import micro_batches, train_bases
+    rng = random.Random(15)
+    checked = 0
+    for problem in _random_problems(12, 15):
+        for pool in problem.pools:
+            shapes = list(train_shapes(problem, pool))
+            for n, tp, pp, cp, dp in rng.sample(shapes, min(12, len(shapes))):
+                bound = train_time_lower_bound(problem, pool, n)
+                for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+                    for mb in micro_batches(problem, dp)[:3]:
+                        lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
+                                          recompute=rng.choice(RECOMPUTE), sequence_parallel=tp > 1)
+                        t, _, old = train_core(problem, pool, lay)
+                        value = train_aux(problem, pool, lay, reference="elsewhere", reward="elsewhere",
+                                          reward_quant="none")[2]
+                        assert bound <= (t.total + old + value) * (1 + 1e-12), (problem.policy.name, lay)
+                        checked += 1
+    assert checked > 200
+
+
+def test_engine_lower_bound_never_falls_with_fewer_replicas():
+    """Monotonicity the engines' count loop relies on: with the same tp, pp, expert degree
+    and hosted models, fewer replicas never give a smaller `gen_side(lower_bound=True)`
+    time (so once a count is beyond the limit, every smaller one is)."""
+    from rlsolve.solver.candidates import _all_gen_host_variants, _aux_on_gen
+    checked = 0
+    for problem in _random_problems(10, 16):
+        pool = problem.pools[0]
+        for tp in (1, 2, 4, 8):
+            for pp in (1, 2, 3):
+                if problem.policy.heads % tp:
+                    continue
+                for hosts, q in list(_all_gen_host_variants(problem))[:3]:
+                    aux = _aux_on_gen(problem, hosts, q)
+                    times = [gen_side(problem, pool, GenLayout(tp=tp, pp=pp, dp=dp), aux_models=aux, lower_bound=True)
+                             for dp in (1, 2, 3, 4, 6, 8, 16, 64, 512)]
+                    fits = [g.time for g in times if g.fits]
+                    assert len(fits) in (0, len(times))  # fitting does not depend on the replicas
+                    assert all(b <= a * (1 + 1e-12) for a, b in zip(fits, fits[1:]))
+                    checked += len(fits)
+    assert checked > 100
+
+
 def test_more_recompute_is_never_faster_and_keeps_the_same_states():
     """Dominance: the least recompute that fits is the only one scored."""
     for problem in _random_problems(8, 14):

@@ -16,7 +16,15 @@ each has a property test in tests/test_solver_space.py):
   other roles leaves free in its pool (the cost objective scores every count);
 - auxiliary groups: the front of (GPUs, time);
 - a micro-batch larger than one that does not fit does not fit either;
-- more recompute than the least that fits (same states held, never faster)."""
+- more recompute than the least that fits (same states held, never faster).
+
+For the throughput objective without a price cap or linear constraints (`bounded`), bounds
+against plans already found also prune: a first plan per mode from a few training shapes
+(`_probe_incumbents`), then, best first, whatever cannot come within RUNNER_UP_MARGIN of the
+best plan of any mode it serves: training GPU counts by `train_time_lower_bound` (FLOPs at
+the GPU's rate), engines by `gen_side(lower_bound=True)` with the fastest trainer they fit
+beside, trainers, engines and auxiliary groups by the fastest partner left; each bound has a
+property test."""
 from __future__ import annotations
 
 import bisect
@@ -150,16 +158,26 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     out = Candidates(gen=[], train=[])
     if not modes or not _any_legal_engine(problem, deadline):
         return out  # no engine layout is legal anywhere: nothing is worth scoring (the diagnosis says why)
+    # per mode, the step (ms) of a plan already found: nothing whose lower bound exceeds it
+    # in every mode it serves can be part of an optimal plan (nor, by RUNNER_UP_MARGIN, of a
+    # runner-up close to it)
+    incumbent = _probe_incumbents(problem, modes, deadline, out) if bounded else None
     for p in range(len(problem.pools)):
-        out.train += _train_candidates(problem, p, modes, out, deadline)
+        out.train += _train_candidates(problem, p, modes, out, deadline, limit=_relaxed(incumbent))
     if prune:
         out.train = _prune_train(out.train, keep_apart)
+    if incumbent is not None:
+        out.train = [c for c in out.train if not _train_beyond(c, _relaxed(incumbent))]
     if len(problem.pools) > 1:
         out.aux = _aux_candidates(problem, deadline)
+        if incumbent is not None:
+            out.aux = _prune_aux_by_bound(out.aux, out.train, _relaxed(incumbent))
     for p in range(len(problem.pools)):
-        out.gen += _gen_candidates(problem, p, modes, all_counts, out, deadline, bounded)
+        out.gen += _gen_candidates(problem, p, modes, all_counts, out, deadline, bounded, incumbent=incumbent)
     if prune:
         out.gen = _prune_gen(out.gen, keep_apart)
+    if incumbent is not None:
+        _prune_by_bound(problem, out, modes, _relaxed(incumbent))
     for cands in (out.gen, out.train, out.aux):
         for i, c in enumerate(cands):
             c.id = i
@@ -198,8 +216,12 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
     return found
 
 
-def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidates, deadline: Deadline
+def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidates, deadline: Deadline,
+                      shapes: list | None = None, probe: bool = False, limit: dict | None = None
                       ) -> list[TrainCand]:
+    """Training candidates of pool p: every legal layout (or those of `shapes`; `probe`:
+    without interleaved stages) that memory fits. `limit` (ms per mode): skip a GPU count
+    whose `train_time_lower_bound` exceeds it in every mode the candidate would serve."""
     pool = problem.pools[p]
     dev = device(pool, problem.workload.precision, problem.profile)
     cap = capacity_bytes(pool, problem.workload.headroom)
@@ -211,7 +233,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     best_disagg: dict[tuple, float] = {}
     variants = {kind: [v for v in _aux_variants(problem, kind == "disagg" or not single)
                        if _target_allows(problem, modes, kind, *v)] for kind in ("colocated", "disagg")}
-    for n, tp, pp, cp, dp in train_shapes(problem, pool):
+    bounds: dict[int, tuple[int, int]] = {}
+    for n, tp, pp, cp, dp in (train_shapes(problem, pool) if shapes is None else shapes):
         deadline.check("enumerating training layouts")
         kinds = []
         # colocated: the engines share these GPUs, so their count must be legal for them too
@@ -219,11 +242,17 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             kinds.append("colocated")
         if disagg_ok and not (single and n >= pool.n_gpus):  # one pool: the engines need a GPU too
             kinds.append("disagg")
+        if limit is not None and kinds:
+            if n not in bounds:
+                bounds[n] = (_lb_units(train_time_lower_bound(problem, pool, n)), time_units(send_time(problem, pool, n)))
+            kinds = [k for k in kinds if not _beyond(k, *bounds[n], limit)]
         if not kinds:
             continue
         if train_shape_violations(problem, pool, n, tp, pp, cp, dp):
             continue
         for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+            if probe and vp > 1:
+                continue
             deadline.check("enumerating training layouts")
             mbs = micro_batches(problem, dp)
             if not mbs or policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
@@ -316,9 +345,141 @@ def _gen_counts(problem: Problem, p: int, all_counts: bool, out: Candidates) -> 
     return sorted(c for c in counts if c > 0)
 
 
+# Bounds prune against the best plan found in each mode plus this share of it, not the plan
+# itself: the runner-ups within the margin (the next plans of the winning mode) stay in the
+# program, whose optimum is unaffected either way.
+RUNNER_UP_MARGIN = 0.1
+
+
+def _relaxed(incumbent: dict | None) -> dict | None:
+    """The pruning limit of each mode: its incumbent plus RUNNER_UP_MARGIN (ms)."""
+    if incumbent is None:
+        return None
+    return {m: u if u >= INF_TIME else u + int(u * RUNNER_UP_MARGIN) for m, u in incumbent.items()}
+
+
 def _lb_units(seconds: float) -> int:
     """A time bound in the program's units, rounded down (the bound must not overstate)."""
     return int(math.floor(seconds / 1e-3 * (1 - 1e-9))) if math.isfinite(seconds) else INF_TIME
+
+
+def train_time_lower_bound(problem: Problem, pool: PoolHW, n: int) -> float:
+    """Seconds that no training side on n GPUs of `pool` beats, by physics: the weight GEMMs
+    of the policy's update (forward and backward; the weight-gradient GEMM only when the
+    weights train) and of its old log-prob pass, and the critic's the same way, spread evenly
+    over the n GPUs at the GPU's peak FLOP rate, divided by any efficiency a profile grants.
+    Attention, communication, bubbles, memory traffic and the other models' forwards only
+    add to it, so it holds whatever the model charges for them (a property test checks it
+    against `train_core`)."""
+    wl = problem.workload
+    dev = device(pool, wl.precision, problem.profile)
+    peak = max(dev.peak_flops, pool.gpu.bf16_tflops * 1e12)
+    update = wl.optimizer_steps * wl.global_batch / dev.train_efficiency
+    forward = wl.samples / dev.logprob_efficiency
+    work = _gemm_flops_per_token(problem.policy) * (update * (2 if wl.lora_rank else 3) + forward)
+    if problem.value is not None:
+        work += _gemm_flops_per_token(problem.value) * (update * 3 + forward)
+    return work * wl.seq_mean / (n * peak)
+
+
+def _gemm_flops_per_token(arch) -> float:
+    """Forward weight-GEMM FLOPs per token (the two norms per layer hold weights but no GEMM)."""
+    return arch.matmul_flops_per_token - 2.0 * 2 * arch.hidden * arch.layers
+
+
+def _beyond(kind: str, train_units: int, send_units: int, incumbent: dict, gen_units: int = 0) -> bool:
+    """A training side of this kind whose time is at least `train_units` (ms), paired with
+    engines taking at least `gen_units`, cannot be part of a plan faster than the incumbent of
+    any mode it serves (a mode missing from `incumbent` is not allowed): colocated, the step
+    is at least generation plus training; sync, generation plus sending the weights plus
+    training; async, the training time (`compose_step`: no term subtracts from these)."""
+    if kind == "colocated":
+        return gen_units + train_units > incumbent.get("colocated", -1)
+    return (gen_units + train_units + send_units > incumbent.get("sync", -1)
+            and train_units > incumbent.get("async", -1))
+
+
+def _train_beyond(c: TrainCand, incumbent: dict, gen_units: int = 0) -> bool:
+    return _beyond(c.mode, time_units(c.time), time_units(c.send), incumbent, gen_units)
+
+
+def _probe_shapes(problem: Problem, pool: PoolHW) -> list[tuple]:
+    """A few training shapes for a first plan: per octave of the pool's size, the largest
+    legal count, with the widest tensor parallelism and the least context parallelism there."""
+    shapes = [s for s in train_shapes(problem, pool) if not train_shape_violations(problem, pool, *s)]
+    counts = sorted({s[0] for s in shapes})
+    picked = {max((c for c in counts if c <= pool.n_gpus >> k), default=0) for k in range(4)} - {0}
+    out = []
+    for n in sorted(picked):
+        at = [s for s in shapes if s[0] == n]
+        cp = min(s[3] for s in at)
+        tp = max(s[1] for s in at if s[3] == cp)
+        out += [s for s in at if s[3] == cp and s[1] == tp]
+    return out
+
+
+def _probe_incumbents(problem: Problem, modes: list[str], deadline: Deadline, out: Candidates) -> dict:
+    """Per mode, the step (ms) of the best plan among a few training shapes (`_probe_shapes`)
+    and the engines they leave room for, without auxiliary groups: real plans of the full
+    space, so the optimum is no slower than each."""
+    probe = Candidates(gen=[], train=[])
+    for p, pool in enumerate(problem.pools):
+        probe.train += _train_candidates(problem, p, modes, probe, deadline, shapes=_probe_shapes(problem, pool),
+                                         probe=True)
+    probe.train = _prune_train(probe.train)
+    incumbent = {m: INF_TIME for m in modes}
+    for p in range(len(problem.pools)):
+        _gen_candidates(problem, p, modes, False, probe, deadline, True, incumbent=incumbent)
+    out.evaluated += probe.evaluated
+    return incumbent
+
+
+def _prune_aux_by_bound(aux: list[AuxCand], train: list[TrainCand], incumbent: dict,
+                        gen_units: dict | None = None) -> list[AuxCand]:
+    """An auxiliary group's forwards add to the training side in every mode, so a plan with it
+    takes at least its time plus the fastest trainer of that mode's kind (plus, when known,
+    the fastest engines `gen_units` of the mode: generation and training are in sequence
+    colocated and sync)."""
+    gen_units = gen_units or {}
+    fastest = {}
+    for c in train:
+        fastest[c.mode] = min(fastest.get(c.mode, INF_TIME), time_units(c.time))
+    floor = {m: fastest.get("colocated" if m == "colocated" else "disagg", INF_TIME) + gen_units.get(m, 0)
+             for m in incumbent}
+    return [a for a in aux if any(time_units(a.time) + f <= incumbent[m] for m, f in floor.items())]
+
+
+def _prune_by_bound(problem: Problem, out: Candidates, modes: list[str], incumbent: dict) -> None:
+    """With the final incumbents: drop the engines whose best pairing (the bound of
+    `_gen_candidates`, with their simulated time) cannot beat them, then the trainers no engine
+    left can make a plan with (a colocated one needs a colocated engine on its pool and
+    count) or whose time with the fastest engine cannot beat them, then the auxiliary
+    groups."""
+    d_modes = [m for m in modes if m in ("sync", "async")]
+    coloc = _TrainIndex(problem, out, "colocated")
+    disagg = _TrainIndex(problem, out, "disagg")
+    kept = []
+    for g in out.gen:
+        if g.mode == "colocated":
+            t = coloc.colocated(g.pool, g.gpus, g.reserved_gb)
+            ok = t is not None and time_units(g.time) + time_units(t.time) <= incumbent["colocated"]
+        else:
+            t = disagg.disagg(g.pool, g.gpus, problem.pools[g.pool].n_gpus, len(problem.pools))
+            ok = t is not None and any(compose_step(m, time_units(g.time), time_units(t.time), time_units(g.sync), 0)
+                                       <= incumbent[m] for m in d_modes)
+        if ok:
+            kept.append(g)
+    out.gen = kept
+    coloc_gen: dict[tuple, int] = {}
+    for g in out.gen:
+        if g.mode == "colocated":
+            key = (g.pool, g.gpus)
+            coloc_gen[key] = min(coloc_gen.get(key, INF_TIME), time_units(g.time))
+    disagg_gen = min((time_units(g.time) for g in out.gen if g.mode == "disagg"), default=INF_TIME)
+    out.train = [c for c in out.train if not _train_beyond(
+        c, incumbent, coloc_gen.get((c.pool, c.gpus), INF_TIME) if c.mode == "colocated" else disagg_gen)]
+    gen_floor = {"colocated": min(coloc_gen.values(), default=INF_TIME), "sync": disagg_gen}
+    out.aux = _prune_aux_by_bound(out.aux, out.train, incumbent, gen_floor)
 
 
 class _TrainIndex:
@@ -373,12 +534,13 @@ class _TrainIndex:
 
 
 def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool, out: Candidates,
-                    deadline: Deadline, bounded: bool) -> list[GenCand]:
+                    deadline: Deadline, bounded: bool, incumbent: dict | None = None) -> list[GenCand]:
     """Engine candidates of pool p. `bounded` (throughput, no price cap, no linear
     constraint): best first by a lower bound of the best plan each can be part of
     (`gen_side(lower_bound=True)` and the fastest trainer it can pair with); one whose bound
-    exceeds the best plan already found in every mode it serves is not simulated, since it
-    cannot be part of an optimal plan."""
+    exceeds the best plan already found in every mode it serves (plus RUNNER_UP_MARGIN) is
+    not simulated, since it cannot be part of an optimal plan. `incumbent` (per mode, ms): the plans found before,
+    updated with the ones found here."""
     pool = problem.pools[p]
     tasks: list[tuple] = []   # (bound ms per mode, order, mode, n, layout, level or hosts, quant, weight-sync s)
     coloc = _TrainIndex(problem, out, "colocated")
@@ -399,32 +561,46 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     break  # more reserved memory fits even less
                 t = coloc.colocated(p, n, lv)
                 bound = _lb_units(lb.time + engine_release_time(lb) + sync) + time_units(t.time)
-                tasks.append(({"colocated": bound}, order, "colocated", n, lay, lv, "none", sync))
+                tasks.append(({"colocated": bound}, (0, order), "colocated", n, lay, lv, "none", sync))
                 order += 1
     if d_modes:
-        for n in _gen_counts(problem, p, all_counts, out):
-            for lay in gen_universe(problem, pool, n):
+        # Counts from the largest down: an engine layout's bound never falls with fewer
+        # replicas (the same tp, pp and hosted models; a property test checks it), so once its
+        # generation and receive time alone exceed the limit of every mode, no smaller count of
+        # it is scored (sync also pays the fastest trainer).
+        limit = _relaxed(incumbent) if bounded and incumbent is not None else None
+        fastest = min((time_units(c.time) for c in out.train if c.mode == "disagg"), default=INF_TIME)
+        dead: set[tuple] = set()
+        for n in sorted(_gen_counts(problem, p, all_counts, out), reverse=True):
+            for li, lay in enumerate(gen_universe(problem, pool, n)):
                 deadline.check("enumerating engine layouts")
                 if gen_violations(problem, pool, n, lay):
                     continue
                 recv_s = recv_time(problem, pool, lay)
                 recv = time_units(recv_s)
-                for hosts, q in _gen_host_variants(problem):
+                for hi, (hosts, q) in enumerate(_gen_host_variants(problem)):
+                    key = (lay.tp, lay.pp, lay.ep, hosts, q)
+                    if key in dead:
+                        continue
                     aux = _aux_on_gen(problem, hosts, q)
                     lb = gen_side(problem, pool, lay, aux_models=aux, lower_bound=True)
                     if not lb.fits:
                         continue
+                    tg = _lb_units(lb.time)
+                    if limit is not None and all(tg + recv + (fastest if m == "sync" else 0) > limit[m] for m in d_modes):
+                        dead.add(key)
+                        continue
                     t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools))
                     if t is None:
                         continue
-                    tg = _lb_units(lb.time)
                     bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in d_modes}
-                    tasks.append((bound, order, "disagg", n, lay, hosts, q, recv_s))
-                    order += 1
-    incumbent = {m: INF_TIME for m in modes}
+                    tasks.append((bound, (1, n, li, hi), "disagg", n, lay, hosts, q, recv_s))
+    if incumbent is None:
+        incumbent = {m: INF_TIME for m in modes}
     found: list[GenCand] = []
     for bound, _, mode, n, lay, extra, q, sync in sorted(tasks, key=lambda x: (min(x[0].values()), x[1])):
-        if bounded and all(b > incumbent[m] for m, b in bound.items()):
+        limit = _relaxed(incumbent)
+        if bounded and all(b > limit[m] for m, b in bound.items()):
             continue
         deadline.check("simulating engine layouts")
         if mode == "colocated":
