@@ -16,14 +16,16 @@ each has a property test in tests/test_solver_space.py):
   other roles leaves free in its pool (the cost objective scores every count);
 - auxiliary groups: the front of (GPUs, time);
 - a micro-batch larger than one that does not fit does not fit either;
-- more recompute than the least that fits (same states held, never faster).
+- more recompute than the least that fits (same states held, never faster);
+- disaggregated training with uneven stages, when a smaller pipeline degree gives every model
+  on the trainers the same layers per stage (`_fewer_stages_dominate`; throughput only).
 
 For the throughput objective without a price cap or linear constraints (`bounded`), bounds
 against plans already found also prune: a first plan per mode from a few training shapes
 (`_probe_incumbents`), then, best first, whatever cannot come within RUNNER_UP_MARGIN of the
 best plan of any mode it serves: training GPU counts by `train_time_lower_bound` (FLOPs at
-the GPU's rate), engines by `gen_side(lower_bound=True)` with the fastest trainer they fit
-beside, trainers, engines and auxiliary groups by the fastest partner left; each bound has a
+the GPU's rate; colocated, plus `_ColocatedEngineFloor`), engines by
+`gen_side(lower_bound=True)` with the fastest trainer they fit beside, trainers, engines and auxiliary groups by the fastest partner left; each bound has a
 property test."""
 from __future__ import annotations
 
@@ -41,9 +43,10 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.rules import (RECOMPUTE, aux_models, count_user_violations, engine_cap_violations, gen_universe,
+from rlsolve.solver.rules import (RECOMPUTE, asked, aux_models, count_ok, count_user_violations, engine_cap_violations, gen_universe,
                                   gen_violations, micro_batches, modes_allowed, role_counts, target_placement_violations,
-                                  train_bases, train_layout_violations, train_shape_violations, train_shapes)
+                                  target_caps, train_bases, train_layout_violations, train_shape_violations,
+                                  train_shapes)
 from rlsolve.solver.scale import INF_TIME, mem_units_up, time_units
 
 __all__ = ["AuxCand", "Candidates", "GenCand", "TrainCand", "enumerate_candidates", "modes_allowed"]
@@ -233,7 +236,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     best_disagg: dict[tuple, float] = {}
     variants = {kind: [v for v in _aux_variants(problem, kind == "disagg" or not single)
                        if _target_allows(problem, modes, kind, *v)] for kind in ("colocated", "disagg")}
-    bounds: dict[int, tuple[int, int]] = {}
+    bounds: dict[int, tuple[int, int, int]] = {}
+    min_recv = _min_recv_units(problem) if limit is not None else 0
+    coloc_floor = _ColocatedEngineFloor(problem, pool)
     for n, tp, pp, cp, dp in (train_shapes(problem, pool) if shapes is None else shapes):
         deadline.check("enumerating training layouts")
         kinds = []
@@ -242,10 +247,15 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             kinds.append("colocated")
         if disagg_ok and not (single and n >= pool.n_gpus):  # one pool: the engines need a GPU too
             kinds.append("disagg")
+        if limit is not None and "disagg" in kinds and _fewer_stages_dominate(problem, pool, n, tp, pp, cp, dp,
+                                                                                 min_recv):
+            kinds.remove("disagg")
         if limit is not None and kinds:
             if n not in bounds:
-                bounds[n] = (_lb_units(train_time_lower_bound(problem, pool, n)), time_units(send_time(problem, pool, n)))
-            kinds = [k for k in kinds if not _beyond(k, *bounds[n], limit)]
+                bounds[n] = (_lb_units(train_time_lower_bound(problem, pool, n)), time_units(send_time(problem, pool, n)),
+                             coloc_floor(n) if "colocated" in kinds else 0)
+            t_lb, send_u, gen_lb = bounds[n]
+            kinds = [k for k in kinds if not _beyond(k, t_lb, send_u, limit, gen_lb if k == "colocated" else 0)]
         if not kinds:
             continue
         if train_shape_violations(problem, pool, n, tp, pp, cp, dp):
@@ -294,6 +304,64 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                                    reward_quant=quant, offload_states=off, side=side, switch=switch,
                                                    send=send, pool=p))
     return found
+
+
+def _min_recv_units(problem: Problem) -> int:
+    """No engine GPU receives the weights faster than this (ms): its share shrinks with tp
+    and pp, so the widest tp any pool may use with one layer per stage receives the least."""
+    cons = problem.spec.constraints.generation
+    tp = max([max(pool.scaleup_size, 1) for pool in problem.pools] + [int(t) for t in asked(cons, "tp")])
+    L = problem.policy.layers
+    return min(time_units(recv_time(problem, pool, GenLayout(tp=tp, pp=L, dp=1))) for pool in problem.pools)
+
+
+def _fewer_stages_dominate(problem: Problem, pool: PoolHW, n: int, tp: int, pp: int, cp: int, dp: int,
+                           min_recv: int) -> bool:
+    """Dominance for disaggregated trainers: with uneven stages, a smaller pipeline degree pp'
+    > 1 that gives every model on the trainers (policy, critic, reference, reward) the same
+    layers per stage (ceil(layers / pp)) holds the same parameters per GPU, fewer
+    micro-batches in flight and a shorter bubble and fill, on fewer GPUs: every layout of
+    this shape is matched by one of pp' that is no slower and needs no more memory (a
+    property test checks it). Fewer GPUs send the weights slower, so this holds only while
+    their send time stays within what the fastest engine GPU needs to receive them (the
+    broadcast takes the longer). Not with LoRA (adapters split by pp, not by stage) or a
+    target framework (it may run one degree and not the other), nor for colocated trainers,
+    whose GPUs are the engines'."""
+    if pp <= 2 or problem.workload.lora_rank or target_caps(problem) is not None:
+        return False
+    archs = [a for a in (problem.policy, problem.value, problem.reference, problem.reward) if a is not None]
+    per_stage = math.ceil(problem.policy.layers / pp)
+    for q in range(max(2, math.ceil(problem.policy.layers / per_stage)), pp):
+        if any(math.ceil(a.layers / q) != math.ceil(a.layers / pp) for a in archs):
+            continue
+        m = tp * q * cp * dp
+        if (count_ok(pool, m) and not train_shape_violations(problem, pool, m, tp, q, cp, dp)
+                and time_units(send_time(problem, pool, m)) <= min_recv):
+            return True
+    return False
+
+
+class _ColocatedEngineFloor:
+    """A lower bound (ms) on the rollout of colocated engines on n GPUs of a pool, whatever
+    memory training holds: the least `gen_side(lower_bound=True)` time over the engine
+    layouts on n GPUs, each read at the next power of two of replicas (the bound never falls
+    with fewer replicas, and held memory never speeds generation: both are property tests),
+    so a few evaluations serve every count."""
+
+    def __init__(self, problem: Problem, pool: PoolHW):
+        self.problem, self.pool = problem, pool
+        self.memo: dict[tuple, int] = {}
+
+    def _at(self, tp: int, pp: int, ep: int, dp: int) -> int:
+        key = (tp, pp, ep, dp)
+        if key not in self.memo:
+            lb = gen_side(self.problem, self.pool, GenLayout(tp=tp, pp=pp, dp=dp, ep=ep), lower_bound=True)
+            self.memo[key] = _lb_units(lb.time) if lb.fits else INF_TIME
+        return self.memo[key]
+
+    def __call__(self, n: int) -> int:
+        return min((self._at(lay.tp, lay.pp, lay.ep, 1 << (lay.dp - 1).bit_length())
+                    for lay in gen_universe(self.problem, self.pool, n)), default=INF_TIME)
 
 
 def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict):
