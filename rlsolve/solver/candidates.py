@@ -21,11 +21,12 @@ each has a property test in tests/test_solver_space.py):
   on the trainers the same layers per stage (`_fewer_stages_dominate`; throughput only).
 
 For the throughput objective without a price cap or linear constraints (`bounded`), bounds
-against plans already found also prune: a first plan per mode from a few training shapes
-(`_probe_incumbents`), then, best first, whatever cannot come within RUNNER_UP_MARGIN of the
-best plan of any mode it serves: training GPU counts by `train_time_lower_bound` (FLOPs at
-the GPU's rate; colocated, plus `_ColocatedEngineFloor`), engines by
-`gen_side(lower_bound=True)` with the fastest trainer they fit beside, trainers, engines and auxiliary groups by the fastest partner left; each bound has a
+against plans already found also prune. A first plan per mode comes from a few training
+shapes (`_probe_incumbents`); then whatever cannot come within RUNNER_UP_MARGIN of the best
+plan of every mode it serves is dropped: training GPU counts by `train_time_lower_bound`
+(GEMM FLOPs at the device's fastest rate; colocated, plus `_ColocatedEngineFloor`), engines
+best first by `gen_side(lower_bound=True)` with the fastest trainer they fit beside, then
+trainers, engines and auxiliary groups by the fastest partner left. Each bound has a
 property test."""
 from __future__ import annotations
 
@@ -414,13 +415,14 @@ def _gen_counts(problem: Problem, p: int, all_counts: bool, out: Candidates) -> 
 
 
 # Bounds prune against the best plan found in each mode plus this share of it, not the plan
-# itself: the runner-ups within the margin (the next plans of the winning mode) stay in the
-# program, whose optimum is unaffected either way.
+# itself: the runner-ups (the best plan of every other mode, then the next plans, each within
+# the margin of its mode's best) stay in the program, whose optimum is unaffected either way.
 RUNNER_UP_MARGIN = 0.1
 
 
 def _relaxed(incumbent: dict | None) -> dict | None:
-    """The pruning limit of each mode: its incumbent plus RUNNER_UP_MARGIN (ms)."""
+    """The pruning limit of each mode (ms): its incumbent plus RUNNER_UP_MARGIN (no limit
+    while a mode has no plan yet)."""
     if incumbent is None:
         return None
     return {m: u if u >= INF_TIME else u + int(u * RUNNER_UP_MARGIN) for m, u in incumbent.items()}
@@ -435,13 +437,17 @@ def train_time_lower_bound(problem: Problem, pool: PoolHW, n: int) -> float:
     """Seconds that no training side on n GPUs of `pool` beats, by physics: the weight GEMMs
     of the policy's update (forward and backward; the weight-gradient GEMM only when the
     weights train) and of its old log-prob pass, and the critic's the same way, spread evenly
-    over the n GPUs at the GPU's peak FLOP rate, divided by any efficiency a profile grants.
+    over the n GPUs at the device's fastest GEMM rate (`Device.gemm_time` of an infinitely
+    large GEMM), divided by any efficiency a profile grants.
     Attention, communication, bubbles, memory traffic and the other models' forwards only
     add to it, so it holds whatever the model charges for them (a property test checks it
     against `train_core`)."""
     wl = problem.workload
     dev = device(pool, wl.precision, problem.profile)
-    peak = max(dev.peak_flops, pool.gpu.bf16_tflops * 1e12)
+    # the fastest a GEMM runs on this device: its peak times the achievable fraction (16-bit
+    # for the LM head under FP8 recipes)
+    peak = max(dev.peak_flops * dev.gemm_fraction, replace(dev, precision="bf16").peak_flops
+               * replace(dev, precision="bf16").gemm_fraction)
     update = wl.optimizer_steps * wl.global_batch / dev.train_efficiency
     forward = wl.samples / dev.logprob_efficiency
     work = _gemm_flops_per_token(problem.policy) * (update * (2 if wl.lora_rank else 3) + forward)
