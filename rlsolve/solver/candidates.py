@@ -165,7 +165,8 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     # per mode, the step (ms) of a plan already found: nothing whose lower bound exceeds it
     # in every mode it serves can be part of an optimal plan (nor, by RUNNER_UP_MARGIN, of a
     # runner-up close to it)
-    incumbent = _probe_incumbents(problem, modes, deadline, out) if bounded else None
+    memo: dict = {}  # engine sides scored by the probe, reused
+    incumbent = _probe_incumbents(problem, modes, deadline, out, memo) if bounded else None
     for p in range(len(problem.pools)):
         out.train += _train_candidates(problem, p, modes, out, deadline, limit=_relaxed(incumbent))
     if prune:
@@ -177,7 +178,8 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
         if incumbent is not None:
             out.aux = _prune_aux_by_bound(out.aux, out.train, _relaxed(incumbent))
     for p in range(len(problem.pools)):
-        out.gen += _gen_candidates(problem, p, modes, all_counts, out, deadline, bounded, incumbent=incumbent)
+        out.gen += _gen_candidates(problem, p, modes, all_counts, out, deadline, bounded, incumbent=incumbent,
+                                   memo=memo)
     if prune:
         out.gen = _prune_gen(out.gen, keep_apart)
     if incumbent is not None:
@@ -478,11 +480,11 @@ def _train_beyond(c: TrainCand, incumbent: dict, gen_units: int = 0) -> bool:
 
 
 def _probe_shapes(problem: Problem, pool: PoolHW) -> list[tuple]:
-    """A few training shapes for a first plan: per octave of the pool's size, the largest
+    """A few training shapes for a first plan: in the top two octaves of the pool's size, the largest
     legal count, with the widest tensor parallelism and the least context parallelism there."""
     shapes = [s for s in train_shapes(problem, pool) if not train_shape_violations(problem, pool, *s)]
     counts = sorted({s[0] for s in shapes})
-    picked = {max((c for c in counts if c <= pool.n_gpus >> k), default=0) for k in range(4)} - {0}
+    picked = {max((c for c in counts if c <= pool.n_gpus >> k), default=0) for k in range(2)} - {0}
     out = []
     for n in sorted(picked):
         at = [s for s in shapes if s[0] == n]
@@ -492,7 +494,8 @@ def _probe_shapes(problem: Problem, pool: PoolHW) -> list[tuple]:
     return out
 
 
-def _probe_incumbents(problem: Problem, modes: list[str], deadline: Deadline, out: Candidates) -> dict:
+def _probe_incumbents(problem: Problem, modes: list[str], deadline: Deadline, out: Candidates, memo: dict
+                      ) -> dict:
     """Per mode, the step (ms) of the best plan among a few training shapes (`_probe_shapes`)
     and the engines they leave room for, without auxiliary groups: real plans of the full
     space, so the optimum is no slower than each."""
@@ -503,7 +506,8 @@ def _probe_incumbents(problem: Problem, modes: list[str], deadline: Deadline, ou
     probe.train = _prune_train(probe.train)
     incumbent = {m: INF_TIME for m in modes}
     for p in range(len(problem.pools)):
-        _gen_candidates(problem, p, modes, False, probe, deadline, True, incumbent=incumbent)
+        # the probe only needs the best plan of each mode: no margin for runner-ups
+        _gen_candidates(problem, p, modes, False, probe, deadline, True, incumbent=incumbent, memo=memo, margin=False)
     out.evaluated += probe.evaluated
     return incumbent
 
@@ -608,7 +612,8 @@ class _TrainIndex:
 
 
 def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool, out: Candidates,
-                    deadline: Deadline, bounded: bool, incumbent: dict | None = None) -> list[GenCand]:
+                    deadline: Deadline, bounded: bool, incumbent: dict | None = None,
+                    memo: dict | None = None, margin: bool = True) -> list[GenCand]:
     """Engine candidates of pool p. `bounded` (throughput, no price cap, no linear
     constraint): best first by a lower bound of the best plan each can be part of
     (`gen_side(lower_bound=True)` and the fastest trainer it can pair with); one whose bound
@@ -616,6 +621,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
     not simulated, since it cannot be part of an optimal plan. `incumbent` (per mode, ms): the plans found before,
     updated with the ones found here."""
     pool = problem.pools[p]
+    memo = {} if memo is None else memo
     tasks: list[tuple] = []   # (bound ms per mode, order, mode, n, layout, level or hosts, quant, weight-sync s)
     coloc = _TrainIndex(problem, out, "colocated")
     disagg = _TrainIndex(problem, out, "disagg")
@@ -630,7 +636,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                 continue
             sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
             for lv in levels:
-                lb = gen_side(problem, pool, lay, reserved=lv * 1e9, lower_bound=True)
+                lb = _engine_side(problem, p, lay, memo, reserved_gb=lv, lower_bound=True)
                 if not lb.fits:
                     break  # more reserved memory fits even less
                 t = coloc.colocated(p, n, lv)
@@ -642,7 +648,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         # replicas (the same tp, pp and hosted models; a property test checks it), so once its
         # generation and receive time alone exceed the limit of every mode, no smaller count of
         # it is scored (sync also pays the fastest trainer).
-        limit = _relaxed(incumbent) if bounded and incumbent is not None else None
+        limit = (_relaxed(incumbent) if margin else incumbent) if bounded and incumbent is not None else None
         fastest = min((time_units(c.time) for c in out.train if c.mode == "disagg"), default=INF_TIME)
         dead: set[tuple] = set()
         for n in sorted(_gen_counts(problem, p, all_counts, out), reverse=True):
@@ -656,8 +662,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     key = (lay.tp, lay.pp, lay.ep, hosts, q)
                     if key in dead:
                         continue
-                    aux = _aux_on_gen(problem, hosts, q)
-                    lb = gen_side(problem, pool, lay, aux_models=aux, lower_bound=True)
+                    lb = _engine_side(problem, p, lay, memo, hosts=hosts, quant=q, lower_bound=True)
                     if not lb.fits:
                         continue
                     tg = _lb_units(lb.time)
@@ -673,15 +678,15 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         incumbent = {m: INF_TIME for m in modes}
     found: list[GenCand] = []
     for bound, _, mode, n, lay, extra, q, sync in sorted(tasks, key=lambda x: (min(x[0].values()), x[1])):
-        limit = _relaxed(incumbent)
+        limit = _relaxed(incumbent) if margin else incumbent
         if bounded and all(b > limit[m] for m, b in bound.items()):
             continue
         deadline.check("simulating engine layouts")
         if mode == "colocated":
-            side = gen_side(problem, pool, lay, reserved=extra * 1e9)
+            side = _engine_side(problem, p, lay, memo, reserved_gb=extra)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
         else:
-            side = gen_side(problem, pool, lay, aux_models=_aux_on_gen(problem, extra, q))
+            side = _engine_side(problem, p, lay, memo, hosts=extra, quant=q)
             g = GenCand(mode, lay, extra, q, 0, side, sync, pool=p)
         out.evaluated += 1
         if not side.fits or engine_cap_violations(problem, lay, side.max_num_seqs):
@@ -700,6 +705,17 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                                         time_units(t.send))
                     incumbent[m] = min(incumbent[m], step)
     return found
+
+
+def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserved_gb: int = 0,
+                 hosts: frozenset = frozenset(), quant: str = "none", lower_bound: bool = False) -> GenSide:
+    """`gen_side` of an engine layout, memoized across the probe and the full enumeration
+    (they score many of the same engines)."""
+    key = (p, lay, reserved_gb, hosts, quant, lower_bound)
+    if key not in memo:
+        memo[key] = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9,
+                             aux_models=_aux_on_gen(problem, hosts, quant), lower_bound=lower_bound)
+    return memo[key]
 
 
 def _aux_on_gen(problem: Problem, hosts: frozenset, quant: str) -> tuple:
