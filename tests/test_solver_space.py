@@ -258,7 +258,7 @@ def test_training_lower_bound_never_exceeds_the_scored_time():
         for pool in problem.pools:
             shapes = list(train_shapes(problem, pool))
             for n, tp, pp, cp, dp in rng.sample(shapes, min(12, len(shapes))):
-                bound = train_time_lower_bound(problem, pool, n)
+                bound = train_time_lower_bound(problem, pool, n, pp)
                 for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
                     for mb in micro_batches(problem, dp)[:3]:
                         lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,

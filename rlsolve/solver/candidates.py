@@ -239,7 +239,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     best_disagg: dict[tuple, float] = {}
     variants = {kind: [v for v in _aux_variants(problem, kind == "disagg" or not single)
                        if _target_allows(problem, modes, kind, *v)] for kind in ("colocated", "disagg")}
-    bounds: dict[int, tuple[int, int, int]] = {}
+    bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
     min_recv = _min_recv_units(problem) if limit is not None else 0
     coloc_floor = _ColocatedEngineFloor(problem, pool)
     for n, tp, pp, cp, dp in (train_shapes(problem, pool) if shapes is None else shapes):
@@ -254,10 +254,10 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                                                                  min_recv):
             kinds.remove("disagg")
         if limit is not None and kinds:
-            if n not in bounds:
-                bounds[n] = (_lb_units(train_time_lower_bound(problem, pool, n)), time_units(send_time(problem, pool, n)),
-                             coloc_floor(n) if "colocated" in kinds else 0)
-            t_lb, send_u, gen_lb = bounds[n]
+            if (n, pp) not in bounds:
+                bounds[n, pp] = (_lb_units(train_time_lower_bound(problem, pool, n, pp)),
+                                 time_units(send_time(problem, pool, n)), coloc_floor(n) if "colocated" in kinds else 0)
+            t_lb, send_u, gen_lb = bounds[n, pp]
             kinds = [k for k in kinds if not _beyond(k, t_lb, send_u, limit, gen_lb if k == "colocated" else 0)]
         if not kinds:
             continue
@@ -435,32 +435,40 @@ def _lb_units(seconds: float) -> int:
     return int(math.floor(seconds / 1e-3 * (1 - 1e-9))) if math.isfinite(seconds) else INF_TIME
 
 
-def train_time_lower_bound(problem: Problem, pool: PoolHW, n: int) -> float:
-    """Seconds that no training side on n GPUs of `pool` beats, by physics: the weight GEMMs
-    of the policy's update (forward and backward; the weight-gradient GEMM only when the
-    weights train) and of its old log-prob pass, and the critic's the same way, spread evenly
-    over the n GPUs at the device's fastest GEMM rate (`Device.gemm_time` of an infinitely
-    large GEMM), divided by any efficiency a profile grants.
-    Attention, communication, bubbles, memory traffic and the other models' forwards only
-    add to it, so it holds whatever the model charges for them (a property test checks it
-    against `train_core`)."""
+def train_time_lower_bound(problem: Problem, pool: PoolHW, n: int, pp: int = 1) -> float:
+    """Seconds that no training side on n GPUs of `pool` with `pp` pipeline stages beats, by
+    physics: the weight GEMMs of the policy's update (forward and backward; the
+    weight-gradient GEMM only when the weights train) and of its old log-prob pass, and the
+    critic's the same way, at the device's fastest GEMM rate (`Device.gemm_time` of an
+    infinitely large GEMM), divided by any efficiency a profile grants. A stage runs its
+    share of the n / pp GPUs' work, and the pipeline goes at its busiest stage, which holds
+    at least ceil(layers / pp) layers and at least 1/pp of the whole model. Attention,
+    communication, bubbles, memory traffic and the other models' forwards only add to it,
+    so it holds whatever the model charges for them (a property test checks it against
+    `train_core`)."""
     wl = problem.workload
     dev = device(pool, wl.precision, problem.profile)
     # the fastest a GEMM runs on this device: its peak times the achievable fraction (16-bit
     # for the LM head under FP8 recipes)
-    peak = max(dev.peak_flops * dev.gemm_fraction, replace(dev, precision="bf16").peak_flops
-               * replace(dev, precision="bf16").gemm_fraction)
+    dev16 = replace(dev, precision="bf16")
+    rate = max(dev.peak_flops * dev.gemm_fraction, dev16.peak_flops * dev16.gemm_fraction)
     update = wl.optimizer_steps * wl.global_batch / dev.train_efficiency
     forward = wl.samples / dev.logprob_efficiency
-    work = _gemm_flops_per_token(problem.policy) * (update * (2 if wl.lora_rank else 3) + forward)
+    work = _stage_gemm_flops_per_token(problem.policy, pp) * (update * (2 if wl.lora_rank else 3) + forward)
     if problem.value is not None:
-        work += _gemm_flops_per_token(problem.value) * (update * 3 + forward)
-    return work * wl.seq_mean / (n * peak)
+        work += _stage_gemm_flops_per_token(problem.value, pp) * (update * 3 + forward)
+    return work * wl.seq_mean * pp / (n * rate)
 
 
-def _gemm_flops_per_token(arch) -> float:
-    """Forward weight-GEMM FLOPs per token (the two norms per layer hold weights but no GEMM)."""
-    return arch.matmul_flops_per_token - 2.0 * 2 * arch.hidden * arch.layers
+def _stage_gemm_flops_per_token(arch, pp: int) -> float:
+    """Forward weight-GEMM FLOPs per token on the busiest of pp stages (norms hold weights but
+    run no GEMM; a stage's layers may all be of the cheaper kind, dense or MoE)."""
+    dense = arch.attn_params_per_layer + arch.dense_mlp_params
+    moe = arch.attn_params_per_layer + arch.hidden * arch.experts + \
+        (arch.experts_per_token + arch.shared_experts) * arch.expert_params
+    kinds = ([dense] if arch.layers > arch.moe_layers else []) + ([moe] if arch.moe_layers else [])
+    whole = (arch.layers - arch.moe_layers) * dense + arch.moe_layers * moe + arch.vocab * arch.hidden
+    return 2.0 * max(math.ceil(arch.layers / pp) * min(kinds), whole / pp)
 
 
 def _beyond(kind: str, train_units: int, send_units: int, incumbent: dict, gen_units: int = 0) -> bool:
