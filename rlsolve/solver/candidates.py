@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from itertools import combinations
 from typing import Any
 
@@ -168,7 +169,8 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     memo: dict = {}  # engine sides scored by the probe, reused
     incumbent = _probe_incumbents(problem, modes, deadline, out, memo) if bounded else None
     for p in range(len(problem.pools)):
-        out.train += _train_candidates(problem, p, modes, out, deadline, limit=_relaxed(incumbent))
+        out.train += _train_candidates(problem, p, modes, out, deadline, limit=_relaxed(incumbent),
+                                       front=prune and not keep_apart)
     if prune:
         out.train = _prune_train(out.train, keep_apart)
     if incumbent is not None:
@@ -223,11 +225,13 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
 
 
 def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidates, deadline: Deadline,
-                      shapes: list | None = None, probe: bool = False, limit: dict | None = None
-                      ) -> list[TrainCand]:
+                      shapes: list | None = None, probe: bool = False, limit: dict | None = None,
+                      front: bool = False) -> list[TrainCand]:
     """Training candidates of pool p: every legal layout (or those of `shapes`; `probe`:
     without interleaved stages) that memory fits. `limit` (ms per mode): skip a GPU count
-    whose `train_time_lower_bound` exceeds it in every mode the candidate would serve."""
+    whose `train_time_lower_bound` exceeds it in every mode the candidate would serve.
+    `front`: skip at once a colocated candidate `_prune_train` would drop (no degree is kept
+    apart)."""
     pool = problem.pools[p]
     dev = device(pool, problem.workload.precision, problem.profile)
     cap = capacity_bytes(pool, problem.workload.headroom)
@@ -240,6 +244,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     variants = {kind: [v for v in _aux_variants(problem, kind == "disagg" or not single)
                        if _target_allows(problem, modes, kind, *v)] for kind in ("colocated", "disagg")}
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
+    fronts: dict[tuple, list[tuple]] = {}
     min_recv = _min_recv_units(problem) if limit is not None else 0
     coloc_floor = _ColocatedEngineFloor(problem, pool)
     for n, tp, pp, cp, dp in (train_shapes(problem, pool) if shapes is None else shapes):
@@ -302,6 +307,14 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
                         for off in offloads:
                             switch = 2 * dev.pcie_time(side.states) if off else 0.0
+                            if kind == "colocated" and front:
+                                # what `_prune_train` keeps of a colocated group: skip now what it would drop
+                                rank = (time_units(side.time + switch), 0 if off else mem_units_up(side.states),
+                                        _simplicity_of(lay, off))
+                                group = fronts.setdefault((n, hosts, ref, quant), [])
+                                if any(k[1] <= rank[1] and k <= rank for k in group):
+                                    continue
+                                group.append(rank)
                             send = send_time(problem, pool, n) if kind == "disagg" else 0.0
                             found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
                                                    reward_quant=quant, offload_states=off, side=side, switch=switch,
@@ -318,6 +331,18 @@ def _min_recv_units(problem: Problem) -> int:
     return min(time_units(recv_time(problem, pool, GenLayout(tp=tp, pp=L, dp=1))) for pool in problem.pools)
 
 
+@lru_cache(maxsize=4096)
+def _same_stage_degrees_of(layers: tuple[int, ...], pp: int) -> tuple[int, ...]:
+    return tuple(q for q in range(2, pp) if all(math.ceil(L / q) == math.ceil(L / pp) for L in layers))
+
+
+def _same_stage_degrees(problem: Problem, pp: int) -> tuple[int, ...]:
+    """Pipeline degrees 1 < q < pp that give every model on the trainers the layers per
+    stage that pp gives."""
+    archs = (problem.policy, problem.value, problem.reference, problem.reward)
+    return _same_stage_degrees_of(tuple(a.layers for a in archs if a is not None), pp)
+
+
 def _fewer_stages_dominate(problem: Problem, pool: PoolHW, n: int, tp: int, pp: int, cp: int, dp: int,
                            min_recv: int) -> bool:
     """Dominance for disaggregated trainers: with uneven stages, a smaller pipeline degree pp'
@@ -332,11 +357,7 @@ def _fewer_stages_dominate(problem: Problem, pool: PoolHW, n: int, tp: int, pp: 
     whose GPUs are the engines'."""
     if pp <= 2 or problem.workload.lora_rank or target_caps(problem) is not None:
         return False
-    archs = [a for a in (problem.policy, problem.value, problem.reference, problem.reward) if a is not None]
-    per_stage = math.ceil(problem.policy.layers / pp)
-    for q in range(max(2, math.ceil(problem.policy.layers / per_stage)), pp):
-        if any(math.ceil(a.layers / q) != math.ceil(a.layers / pp) for a in archs):
-            continue
+    for q in _same_stage_degrees(problem, pp):
         m = tp * q * cp * dp
         if (count_ok(pool, m) and not train_shape_violations(problem, pool, m, tp, q, cp, dp)
                 and time_units(send_time(problem, pool, m)) <= min_recv):
@@ -490,12 +511,14 @@ def _train_beyond(c: TrainCand, incumbent: dict, gen_units: int = 0) -> bool:
 def _probe_shapes(problem: Problem, pool: PoolHW) -> list[tuple]:
     """A few training shapes for a first plan: in the top two octaves of the pool's size, the largest
     legal count, with the widest tensor parallelism and the least context parallelism there."""
-    shapes = [s for s in train_shapes(problem, pool) if not train_shape_violations(problem, pool, *s)]
+    shapes = list(train_shapes(problem, pool))
     counts = sorted({s[0] for s in shapes})
     picked = {max((c for c in counts if c <= pool.n_gpus >> k), default=0) for k in range(2)} - {0}
     out = []
     for n in sorted(picked):
-        at = [s for s in shapes if s[0] == n]
+        at = [s for s in shapes if s[0] == n and not train_shape_violations(problem, pool, *s)]
+        if not at:
+            continue
         cp = min(s[3] for s in at)
         tp = max(s[1] for s in at if s[3] == cp)
         out += [s for s in at if s[3] == cp and s[1] == tp]
@@ -510,7 +533,7 @@ def _probe_incumbents(problem: Problem, modes: list[str], deadline: Deadline, ou
     probe = Candidates(gen=[], train=[])
     for p, pool in enumerate(problem.pools):
         probe.train += _train_candidates(problem, p, modes, probe, deadline, shapes=_probe_shapes(problem, pool),
-                                         probe=True)
+                                         probe=True, front=True)
     probe.train = _prune_train(probe.train)
     incumbent = {m: INF_TIME for m in modes}
     for p in range(len(problem.pools)):
@@ -659,6 +682,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         limit = (_relaxed(incumbent) if margin else incumbent) if bounded and incumbent is not None else None
         fastest = min((time_units(c.time) for c in out.train if c.mode == "disagg"), default=INF_TIME)
         dead: set[tuple] = set()
+        host_variants = list(_gen_host_variants(problem))
         for n in sorted(_gen_counts(problem, p, all_counts, out), reverse=True):
             for li, lay in enumerate(gen_universe(problem, pool, n)):
                 deadline.check("enumerating engine layouts")
@@ -666,7 +690,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     continue
                 recv_s = recv_time(problem, pool, lay)
                 recv = time_units(recv_s)
-                for hi, (hosts, q) in enumerate(_gen_host_variants(problem)):
+                for hi, (hosts, q) in enumerate(host_variants):
                     key = (lay.tp, lay.pp, lay.ep, hosts, q)
                     if key in dead:
                         continue
@@ -832,6 +856,9 @@ def _prune_gen(cands: list[GenCand], keep_apart: frozenset = frozenset()) -> lis
 
 
 def _simplicity(c: TrainCand) -> tuple:
-    L = c.layout
+    return _simplicity_of(c.layout, c.offload_states)
+
+
+def _simplicity_of(L: TrainLayout, offload_states: bool) -> tuple:
     rec = {"none": 0, "selective": 1, "full": 2}[L.recompute]
-    return (L.zero_stage, rec, L.vp, -L.micro_batch, c.offload_states)
+    return (L.zero_stage, rec, L.vp, -L.micro_batch, offload_states)
