@@ -178,7 +178,7 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     if len(problem.pools) > 1:
         out.aux = _aux_candidates(problem, deadline)
         if incumbent is not None:
-            out.aux = _prune_aux_by_bound(out.aux, out.train, _relaxed(incumbent))
+            out.aux = _prune_aux_by_bound(problem, out.aux, out.train, _relaxed(incumbent))
     for p in range(len(problem.pools)):
         out.gen += _gen_candidates(problem, p, modes, all_counts, out, deadline, bounded, incumbent=incumbent,
                                    memo=memo)
@@ -543,19 +543,29 @@ def _probe_incumbents(problem: Problem, modes: list[str], deadline: Deadline, ou
     return incumbent
 
 
-def _prune_aux_by_bound(aux: list[AuxCand], train: list[TrainCand], incumbent: dict,
+def _prune_aux_by_bound(problem: Problem, aux: list[AuxCand], train: list[TrainCand], incumbent: dict,
                         gen_units: dict | None = None) -> list[AuxCand]:
     """An auxiliary group's forwards add to the training side in every mode, so a plan with it
-    takes at least its time plus the fastest trainer of that mode's kind (plus, when known,
-    the fastest engines `gen_units` of the mode: generation and training are in sequence
+    takes at least its time plus the fastest trainer of that mode's kind that fits beside it
+    (a trainer in the group's pool has the GPUs the group leaves), plus, when known, the
+    fastest engines `gen_units` of the mode (generation and training are in sequence
     colocated and sync)."""
     gen_units = gen_units or {}
-    fastest = {}
-    for c in train:
-        fastest[c.mode] = min(fastest.get(c.mode, INF_TIME), time_units(c.time))
-    floor = {m: fastest.get("colocated" if m == "colocated" else "disagg", INF_TIME) + gen_units.get(m, 0)
-             for m in incumbent}
-    return [a for a in aux if any(time_units(a.time) + f <= incumbent[m] for m, f in floor.items())]
+    index = {kind: sorted((c.pool, c.gpus, time_units(c.time)) for c in train if c.mode == kind)
+             for kind in ("colocated", "disagg")}
+
+    def fastest(kind: str, a: AuxCand) -> int:
+        left = problem.pools[a.pool].n_gpus - a.gpus
+        return min((t for q, n, t in index[kind] if q != a.pool or n <= left), default=INF_TIME)
+
+    kept = []
+    for a in aux:
+        tu = time_units(a.time)
+        floor = {kind: fastest(kind, a) for kind in ("colocated", "disagg")}
+        if any(tu + floor["colocated" if m == "colocated" else "disagg"] + gen_units.get(m, 0) <= incumbent[m]
+               for m in incumbent):
+            kept.append(a)
+    return kept
 
 
 def _prune_by_bound(problem: Problem, out: Candidates, modes: list[str], incumbent: dict) -> None:
@@ -588,7 +598,7 @@ def _prune_by_bound(problem: Problem, out: Candidates, modes: list[str], incumbe
     out.train = [c for c in out.train if not _train_beyond(
         c, incumbent, coloc_gen.get((c.pool, c.gpus), INF_TIME) if c.mode == "colocated" else disagg_gen)]
     gen_floor = {"colocated": min(coloc_gen.values(), default=INF_TIME), "sync": disagg_gen}
-    out.aux = _prune_aux_by_bound(out.aux, out.train, incumbent, gen_floor)
+    out.aux = _prune_aux_by_bound(problem, out.aux, out.train, incumbent, gen_floor)
 
 
 class _TrainIndex:
