@@ -359,8 +359,8 @@ def _fewer_stages_dominate(problem: Problem, pool: PoolHW, n: int, tp: int, pp: 
         return False
     for q in _same_stage_degrees(problem, pp):
         m = tp * q * cp * dp
-        if (count_ok(pool, m) and not train_shape_violations(problem, pool, m, tp, q, cp, dp)
-                and time_units(send_time(problem, pool, m)) <= min_recv):
+        if (count_ok(pool, m) and time_units(send_time(problem, pool, m)) <= min_recv
+                and not train_shape_violations(problem, pool, m, tp, q, cp, dp)):
             return True
     return False
 
@@ -375,6 +375,7 @@ class _ColocatedEngineFloor:
     def __init__(self, problem: Problem, pool: PoolHW):
         self.problem, self.pool = problem, pool
         self.memo: dict[tuple, int] = {}
+        self.counts: dict[int, int] = {}
 
     def _at(self, tp: int, pp: int, ep: int, dp: int) -> int:
         key = (tp, pp, ep, dp)
@@ -384,8 +385,10 @@ class _ColocatedEngineFloor:
         return self.memo[key]
 
     def __call__(self, n: int) -> int:
-        return min((self._at(lay.tp, lay.pp, lay.ep, 1 << (lay.dp - 1).bit_length())
-                    for lay in gen_universe(self.problem, self.pool, n)), default=INF_TIME)
+        if n not in self.counts:
+            self.counts[n] = min((self._at(lay.tp, lay.pp, lay.ep, 1 << (lay.dp - 1).bit_length())
+                                  for lay in gen_universe(self.problem, self.pool, n)), default=INF_TIME)
+        return self.counts[n]
 
 
 def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict):
