@@ -246,6 +246,107 @@ def test_decode_lower_bound_never_exceeds_the_simulation():
                     assert gen_side(problem, pool, lay, reserved=r, lower_bound=True).time <= exact.time * (1 + 1e-9)
 
 
+def test_training_lower_bound_never_exceeds_the_scored_time():
+    """The physics bound that skips training GPU counts (`train_time_lower_bound`) is below
+    the time the model gives every layout on that count, whatever else runs there."""
+    from rlsolve.perf.step import train_aux
+    from rlsolve.solver.candidates import train_time_lower_bound
+    from rlsolve.solver.rules import micro_batches, train_bases
+    rng = random.Random(15)
+    checked = 0
+    for problem in _random_problems(12, 15):
+        for pool in problem.pools:
+            shapes = list(train_shapes(problem, pool))
+            for n, tp, pp, cp, dp in rng.sample(shapes, min(12, len(shapes))):
+                bound = train_time_lower_bound(problem, pool, n, pp)
+                for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+                    for mb in micro_batches(problem, dp)[:3]:
+                        lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
+                                          recompute=rng.choice(RECOMPUTE), sequence_parallel=tp > 1)
+                        t, _, old = train_core(problem, pool, lay)
+                        value = train_aux(problem, pool, lay, reference="elsewhere", reward="elsewhere",
+                                          reward_quant="none")[2]
+                        assert bound <= (t.total + old + value) * (1 + 1e-12), (problem.policy.name, lay)
+                        checked += 1
+    assert checked > 200
+
+
+def test_fewer_stages_with_the_same_layers_per_stage_dominate():
+    """Dominance for disaggregated trainers (`_fewer_stages_dominate`): a pipeline degree
+    q < pp with the same layers per stage for every model on the trainers is, layout for
+    layout, no slower and needs no more memory (the aux forwards and the critic included)."""
+    import math
+    from rlsolve.perf.step import train_aux
+    rng = random.Random(17)
+    checked = 0
+    for problem in _random_problems(14, 17):
+        if problem.workload.lora_rank:
+            continue
+        pool = problem.pools[0]
+        archs = [a for a in (problem.policy, problem.value, problem.reference, problem.reward) if a is not None]
+        L = problem.policy.layers
+        pairs = [(pp, q) for pp in range(3, L + 1) for q in range(2, pp)
+                 if all(math.ceil(a.layers / q) == math.ceil(a.layers / pp) for a in archs)]
+        for pp, q in rng.sample(pairs, min(6, len(pairs))):
+            for tp, dp, zero, mb in ((1, 1, 1, 1), (2, 2, 0, 2), (1, 4, 1, 1)):
+                if problem.policy.heads % tp:
+                    continue
+                for rec in RECOMPUTE:
+                    costs = []
+                    for deg in (pp, q):
+                        lay = TrainLayout(tp=tp, pp=deg, dp=dp, micro_batch=mb, zero_stage=zero, recompute=rec,
+                                          sequence_parallel=tp > 1)
+                        t, mem, old = train_core(problem, pool, lay)
+                        ref, rew, val, resident = train_aux(problem, pool, lay, reference="training",
+                                                            reward="training", reward_quant="none")
+                        costs.append((t.total + old, ref, rew, val, mem.total, mem.states, resident))
+                    assert all(b <= a * (1 + 1e-12) for a, b in zip(*costs)), (problem.policy.name, pp, q, costs)
+                    checked += 1
+    assert checked > 50
+
+
+def test_colocated_engine_floor_never_exceeds_a_rollout():
+    """The bound that skips colocated training counts is below every colocated engine's
+    simulated rollout on that count, whatever memory training holds."""
+    from rlsolve.solver.candidates import _ColocatedEngineFloor
+    from rlsolve.solver.scale import time_units
+    checked = 0
+    for problem in _random_problems(8, 18):
+        pool = problem.pools[0]
+        floor = _ColocatedEngineFloor(problem, pool)
+        for n in role_counts(pool)[:6]:
+            for lay in gen_universe(problem, pool, n):
+                for reserved in (0.0, 10e9):
+                    g = gen_side(problem, pool, lay, reserved=reserved)
+                    if g.fits:
+                        assert floor(n) <= time_units(g.time), (problem.policy.name, n, lay)
+                        checked += 1
+    assert checked > 30
+
+
+def test_engine_lower_bound_never_falls_with_fewer_replicas():
+    """Monotonicity the engines' count loop relies on: with the same tp, pp, expert degree
+    and hosted models, fewer replicas never give a smaller `gen_side(lower_bound=True)`
+    time (so once a count is beyond the limit, every smaller one is)."""
+    from rlsolve.solver.candidates import _all_gen_host_variants, _aux_on_gen
+    checked = 0
+    for problem in _random_problems(10, 16):
+        pool = problem.pools[0]
+        for tp in (1, 2, 4, 8):
+            for pp in (1, 2, 3):
+                if problem.policy.heads % tp:
+                    continue
+                for hosts, q in list(_all_gen_host_variants(problem))[:3]:
+                    aux = _aux_on_gen(problem, hosts, q)
+                    times = [gen_side(problem, pool, GenLayout(tp=tp, pp=pp, dp=dp), aux_models=aux, lower_bound=True)
+                             for dp in (1, 2, 3, 4, 6, 8, 16, 64, 512)]
+                    fits = [g.time for g in times if g.fits]
+                    assert len(fits) in (0, len(times))  # fitting does not depend on the replicas
+                    assert all(b <= a * (1 + 1e-12) for a, b in zip(fits, fits[1:]))
+                    checked += len(fits)
+    assert checked > 100
+
+
 def test_more_recompute_is_never_faster_and_keeps_the_same_states():
     """Dominance: the least recompute that fits is the only one scored."""
     for problem in _random_problems(8, 14):

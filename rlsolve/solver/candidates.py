@@ -16,12 +16,24 @@ each has a property test in tests/test_solver_space.py):
   other roles leaves free in its pool (the cost objective scores every count);
 - auxiliary groups: the front of (GPUs, time);
 - a micro-batch larger than one that does not fit does not fit either;
-- more recompute than the least that fits (same states held, never faster)."""
+- more recompute than the least that fits (same states held, never faster);
+- disaggregated training with uneven stages, when a smaller pipeline degree gives every model
+  on the trainers the same layers per stage (`_fewer_stages_dominate`; throughput only).
+
+For the throughput objective without a price cap or linear constraints (`bounded`), bounds
+against plans already found also prune. A first plan per mode comes from a few training
+shapes (`_probe_incumbents`); then whatever cannot come within RUNNER_UP_MARGIN of the best
+plan of every mode it serves is dropped: training GPU counts by `train_time_lower_bound`
+(GEMM FLOPs at the device's fastest rate; colocated, plus `_ColocatedEngineFloor`), engines
+best first by `gen_side(lower_bound=True)` with the fastest trainer they fit beside, then
+trainers, engines and auxiliary groups by the fastest partner left. Each bound has a
+property test."""
 from __future__ import annotations
 
 import bisect
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from itertools import combinations
 from typing import Any
 
@@ -33,9 +45,10 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.rules import (RECOMPUTE, aux_models, count_user_violations, engine_cap_violations, gen_universe,
+from rlsolve.solver.rules import (RECOMPUTE, asked, aux_models, count_ok, count_user_violations, engine_cap_violations, gen_universe,
                                   gen_violations, micro_batches, modes_allowed, role_counts, target_placement_violations,
-                                  train_bases, train_layout_violations, train_shape_violations, train_shapes)
+                                  target_caps, train_bases, train_layout_violations, train_shape_violations,
+                                  train_shapes)
 from rlsolve.solver.scale import INF_TIME, mem_units_up, time_units
 
 __all__ = ["AuxCand", "Candidates", "GenCand", "TrainCand", "enumerate_candidates", "modes_allowed"]
@@ -150,16 +163,29 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     out = Candidates(gen=[], train=[])
     if not modes or not _any_legal_engine(problem, deadline):
         return out  # no engine layout is legal anywhere: nothing is worth scoring (the diagnosis says why)
+    # per mode, the step (ms) of a plan already found: nothing whose lower bound exceeds it
+    # in every mode it serves can be part of an optimal plan (nor, by RUNNER_UP_MARGIN, of a
+    # runner-up close to it)
+    memo: dict = {}  # engine sides scored by the probe, reused
+    incumbent = _probe_incumbents(problem, modes, deadline, out, memo) if bounded else None
     for p in range(len(problem.pools)):
-        out.train += _train_candidates(problem, p, modes, out, deadline)
+        out.train += _train_candidates(problem, p, modes, out, deadline, limit=_relaxed(incumbent),
+                                       front=prune and not keep_apart)
     if prune:
         out.train = _prune_train(out.train, keep_apart)
+    if incumbent is not None:
+        out.train = [c for c in out.train if not _train_beyond(c, _relaxed(incumbent))]
     if len(problem.pools) > 1:
         out.aux = _aux_candidates(problem, deadline)
+        if incumbent is not None:
+            out.aux = _prune_aux_by_bound(problem, out.aux, out.train, _relaxed(incumbent))
     for p in range(len(problem.pools)):
-        out.gen += _gen_candidates(problem, p, modes, all_counts, out, deadline, bounded)
+        out.gen += _gen_candidates(problem, p, modes, all_counts, out, deadline, bounded, incumbent=incumbent,
+                                   memo=memo)
     if prune:
         out.gen = _prune_gen(out.gen, keep_apart)
+    if incumbent is not None:
+        _prune_by_bound(problem, out, modes, _relaxed(incumbent))
     for cands in (out.gen, out.train, out.aux):
         for i, c in enumerate(cands):
             c.id = i
@@ -198,8 +224,14 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
     return found
 
 
-def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidates, deadline: Deadline
-                      ) -> list[TrainCand]:
+def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidates, deadline: Deadline,
+                      shapes: list | None = None, probe: bool = False, limit: dict | None = None,
+                      front: bool = False) -> list[TrainCand]:
+    """Training candidates of pool p: every legal layout (or those of `shapes`; `probe`:
+    without interleaved stages) that memory fits. `limit` (ms per mode): skip a GPU count
+    whose `train_time_lower_bound` exceeds it in every mode the candidate would serve.
+    `front`: skip at once a colocated candidate `_prune_train` would drop (no degree is kept
+    apart)."""
     pool = problem.pools[p]
     dev = device(pool, problem.workload.precision, problem.profile)
     cap = capacity_bytes(pool, problem.workload.headroom)
@@ -211,7 +243,11 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     best_disagg: dict[tuple, float] = {}
     variants = {kind: [v for v in _aux_variants(problem, kind == "disagg" or not single)
                        if _target_allows(problem, modes, kind, *v)] for kind in ("colocated", "disagg")}
-    for n, tp, pp, cp, dp in train_shapes(problem, pool):
+    bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
+    fronts: dict[tuple, list[tuple]] = {}
+    min_recv = _min_recv_units(problem) if limit is not None else 0
+    coloc_floor = _ColocatedEngineFloor(problem, pool)
+    for n, tp, pp, cp, dp in (train_shapes(problem, pool) if shapes is None else shapes):
         deadline.check("enumerating training layouts")
         kinds = []
         # colocated: the engines share these GPUs, so their count must be legal for them too
@@ -219,11 +255,22 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             kinds.append("colocated")
         if disagg_ok and not (single and n >= pool.n_gpus):  # one pool: the engines need a GPU too
             kinds.append("disagg")
+        if limit is not None and "disagg" in kinds and _fewer_stages_dominate(problem, pool, n, tp, pp, cp, dp,
+                                                                                 min_recv):
+            kinds.remove("disagg")
+        if limit is not None and kinds:
+            if (n, pp) not in bounds:
+                bounds[n, pp] = (_lb_units(train_time_lower_bound(problem, pool, n, pp)),
+                                 time_units(send_time(problem, pool, n)), coloc_floor(n) if "colocated" in kinds else 0)
+            t_lb, send_u, gen_lb = bounds[n, pp]
+            kinds = [k for k in kinds if not _beyond(k, t_lb, send_u, limit, gen_lb if k == "colocated" else 0)]
         if not kinds:
             continue
         if train_shape_violations(problem, pool, n, tp, pp, cp, dp):
             continue
         for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+            if probe and vp > 1:
+                continue
             deadline.check("enumerating training layouts")
             mbs = micro_batches(problem, dp)
             if not mbs or policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
@@ -261,11 +308,88 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
                         for off in offloads:
                             switch = 2 * dev.pcie_time(side.states) if off else 0.0
+                            if kind == "colocated" and front:
+                                # what `_prune_train` keeps of a colocated group: skip now what it would drop
+                                rank = (time_units(side.time + switch), 0 if off else mem_units_up(side.states),
+                                        _simplicity_of(lay, off))
+                                group = fronts.setdefault((n, hosts, ref, quant), [])
+                                if any(k[1] <= rank[1] and k <= rank for k in group):
+                                    continue
+                                group.append(rank)
                             send = send_time(problem, pool, n) if kind == "disagg" else 0.0
                             found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
                                                    reward_quant=quant, offload_states=off, side=side, switch=switch,
                                                    send=send, pool=p))
     return found
+
+
+def _min_recv_units(problem: Problem) -> int:
+    """No engine GPU receives the weights faster than this (ms): its share shrinks with tp
+    and pp, so the widest tp any pool may use with one layer per stage receives the least."""
+    cons = problem.spec.constraints.generation
+    tp = max([max(pool.scaleup_size, 1) for pool in problem.pools] + [int(t) for t in asked(cons, "tp")])
+    L = problem.policy.layers
+    return min(time_units(recv_time(problem, pool, GenLayout(tp=tp, pp=L, dp=1))) for pool in problem.pools)
+
+
+@lru_cache(maxsize=4096)
+def _same_stage_degrees_of(layers: tuple[int, ...], pp: int) -> tuple[int, ...]:
+    return tuple(q for q in range(2, pp) if all(math.ceil(L / q) == math.ceil(L / pp) for L in layers))
+
+
+def _same_stage_degrees(problem: Problem, pp: int) -> tuple[int, ...]:
+    """Pipeline degrees 1 < q < pp that give every model on the trainers the layers per
+    stage that pp gives."""
+    archs = (problem.policy, problem.value, problem.reference, problem.reward)
+    return _same_stage_degrees_of(tuple(a.layers for a in archs if a is not None), pp)
+
+
+def _fewer_stages_dominate(problem: Problem, pool: PoolHW, n: int, tp: int, pp: int, cp: int, dp: int,
+                           min_recv: int) -> bool:
+    """Dominance for disaggregated trainers: with uneven stages, a smaller pipeline degree pp'
+    > 1 that gives every model on the trainers (policy, critic, reference, reward) the same
+    layers per stage (ceil(layers / pp)) holds the same parameters per GPU, fewer
+    micro-batches in flight and a shorter bubble and fill, on fewer GPUs: every layout of
+    this shape is matched by one of pp' that is no slower and needs no more memory (a
+    property test checks it). Fewer GPUs send the weights slower, so this holds only while
+    their send time stays within what the fastest engine GPU needs to receive them (the
+    broadcast takes the longer). Not with LoRA (adapters split by pp, not by stage) or a
+    target framework (it may run one degree and not the other), nor for colocated trainers,
+    whose GPUs are the engines'."""
+    if pp <= 2 or problem.workload.lora_rank or target_caps(problem) is not None:
+        return False
+    for q in _same_stage_degrees(problem, pp):
+        m = tp * q * cp * dp
+        if (count_ok(pool, m) and time_units(send_time(problem, pool, m)) <= min_recv
+                and not train_shape_violations(problem, pool, m, tp, q, cp, dp)):
+            return True
+    return False
+
+
+class _ColocatedEngineFloor:
+    """A lower bound (ms) on the rollout of colocated engines on n GPUs of a pool, whatever
+    memory training holds: the least `gen_side(lower_bound=True)` time over the engine
+    layouts on n GPUs, each read at the next power of two of replicas (the bound never falls
+    with fewer replicas, and held memory never speeds generation: both are property tests),
+    so a few evaluations serve every count."""
+
+    def __init__(self, problem: Problem, pool: PoolHW):
+        self.problem, self.pool = problem, pool
+        self.memo: dict[tuple, int] = {}
+        self.counts: dict[int, int] = {}
+
+    def _at(self, tp: int, pp: int, ep: int, dp: int) -> int:
+        key = (tp, pp, ep, dp)
+        if key not in self.memo:
+            lb = gen_side(self.problem, self.pool, GenLayout(tp=tp, pp=pp, dp=dp, ep=ep), lower_bound=True)
+            self.memo[key] = _lb_units(lb.time) if lb.fits else INF_TIME
+        return self.memo[key]
+
+    def __call__(self, n: int) -> int:
+        if n not in self.counts:
+            self.counts[n] = min((self._at(lay.tp, lay.pp, lay.ep, 1 << (lay.dp - 1).bit_length())
+                                  for lay in gen_universe(self.problem, self.pool, n)), default=INF_TIME)
+        return self.counts[n]
 
 
 def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict):
@@ -317,9 +441,168 @@ def _gen_counts(problem: Problem, p: int, all_counts: bool, out: Candidates) -> 
     return sorted(c for c in counts if c > 0)
 
 
+# Bounds prune against the best plan found in each mode plus this share of it, not the plan
+# itself: the runner-ups (the best plan of every other mode, then the next plans, each within
+# the margin of its mode's best) stay in the program, whose optimum is unaffected either way.
+RUNNER_UP_MARGIN = 0.1
+
+
+def _relaxed(incumbent: dict | None) -> dict | None:
+    """The pruning limit of each mode (ms): its incumbent plus RUNNER_UP_MARGIN (no limit
+    while a mode has no plan yet)."""
+    if incumbent is None:
+        return None
+    return {m: u if u >= INF_TIME else u + int(u * RUNNER_UP_MARGIN) for m, u in incumbent.items()}
+
+
 def _lb_units(seconds: float) -> int:
     """A time bound in the program's units, rounded down (the bound must not overstate)."""
     return int(math.floor(seconds / 1e-3 * (1 - 1e-9))) if math.isfinite(seconds) else INF_TIME
+
+
+def train_time_lower_bound(problem: Problem, pool: PoolHW, n: int, pp: int = 1) -> float:
+    """Seconds that no training side on n GPUs of `pool` with `pp` pipeline stages beats, by
+    physics: the weight GEMMs of the policy's update (forward and backward; the
+    weight-gradient GEMM only when the weights train) and of its old log-prob pass, and the
+    critic's the same way, at the device's fastest GEMM rate (`Device.gemm_time` of an
+    infinitely large GEMM), divided by any efficiency a profile grants. A stage runs its
+    share of the n / pp GPUs' work, and the pipeline goes at its busiest stage, which holds
+    at least ceil(layers / pp) layers and at least 1/pp of the whole model. Attention,
+    communication, bubbles, memory traffic and the other models' forwards only add to it,
+    so it holds whatever the model charges for them (a property test checks it against
+    `train_core`)."""
+    wl = problem.workload
+    dev = device(pool, wl.precision, problem.profile)
+    # the fastest a GEMM runs on this device: its peak times the achievable fraction (16-bit
+    # for the LM head under FP8 recipes)
+    dev16 = replace(dev, precision="bf16")
+    rate = max(dev.peak_flops * dev.gemm_fraction, dev16.peak_flops * dev16.gemm_fraction)
+    update = wl.optimizer_steps * wl.global_batch / dev.train_efficiency
+    forward = wl.samples / dev.logprob_efficiency
+    work = _stage_gemm_flops_per_token(problem.policy, pp) * (update * (2 if wl.lora_rank else 3) + forward)
+    if problem.value is not None:
+        work += _stage_gemm_flops_per_token(problem.value, pp) * (update * 3 + forward)
+    return work * wl.seq_mean * pp / (n * rate)
+
+
+def _stage_gemm_flops_per_token(arch, pp: int) -> float:
+    """Forward weight-GEMM FLOPs per token on the busiest of pp stages (norms hold weights but
+    run no GEMM; a stage's layers may all be of the cheaper kind, dense or MoE)."""
+    dense = arch.attn_params_per_layer + arch.dense_mlp_params
+    moe = arch.attn_params_per_layer + arch.hidden * arch.experts + \
+        (arch.experts_per_token + arch.shared_experts) * arch.expert_params
+    kinds = ([dense] if arch.layers > arch.moe_layers else []) + ([moe] if arch.moe_layers else [])
+    whole = (arch.layers - arch.moe_layers) * dense + arch.moe_layers * moe + arch.vocab * arch.hidden
+    return 2.0 * max(math.ceil(arch.layers / pp) * min(kinds), whole / pp)
+
+
+def _beyond(kind: str, train_units: int, send_units: int, incumbent: dict, gen_units: int = 0) -> bool:
+    """A training side of this kind whose time is at least `train_units` (ms), paired with
+    engines taking at least `gen_units`, cannot be part of a plan faster than the incumbent of
+    any mode it serves (a mode missing from `incumbent` is not allowed): colocated, the step
+    is at least generation plus training; sync, generation plus sending the weights plus
+    training; async, the training time (`compose_step`: no term subtracts from these)."""
+    if kind == "colocated":
+        return gen_units + train_units > incumbent.get("colocated", -1)
+    return (gen_units + train_units + send_units > incumbent.get("sync", -1)
+            and train_units > incumbent.get("async", -1))
+
+
+def _train_beyond(c: TrainCand, incumbent: dict, gen_units: int = 0) -> bool:
+    return _beyond(c.mode, time_units(c.time), time_units(c.send), incumbent, gen_units)
+
+
+def _probe_shapes(problem: Problem, pool: PoolHW) -> list[tuple]:
+    """A few training shapes for a first plan: in the top two octaves of the pool's size, the largest
+    legal count, with the widest tensor parallelism and the least context parallelism there."""
+    shapes = list(train_shapes(problem, pool))
+    counts = sorted({s[0] for s in shapes})
+    picked = {max((c for c in counts if c <= pool.n_gpus >> k), default=0) for k in range(2)} - {0}
+    out = []
+    for n in sorted(picked):
+        at = [s for s in shapes if s[0] == n and not train_shape_violations(problem, pool, *s)]
+        if not at:
+            continue
+        cp = min(s[3] for s in at)
+        tp = max(s[1] for s in at if s[3] == cp)
+        out += [s for s in at if s[3] == cp and s[1] == tp]
+    return out
+
+
+def _probe_incumbents(problem: Problem, modes: list[str], deadline: Deadline, out: Candidates, memo: dict
+                      ) -> dict:
+    """Per mode, the step (ms) of the best plan among a few training shapes (`_probe_shapes`)
+    and the engines they leave room for, without auxiliary groups: real plans of the full
+    space, so the optimum is no slower than each."""
+    probe = Candidates(gen=[], train=[])
+    for p, pool in enumerate(problem.pools):
+        probe.train += _train_candidates(problem, p, modes, probe, deadline, shapes=_probe_shapes(problem, pool),
+                                         probe=True, front=True)
+    probe.train = _prune_train(probe.train)
+    incumbent = {m: INF_TIME for m in modes}
+    for p in range(len(problem.pools)):
+        # the probe only needs the best plan of each mode: no margin for runner-ups
+        _gen_candidates(problem, p, modes, False, probe, deadline, True, incumbent=incumbent, memo=memo, margin=False)
+    out.evaluated += probe.evaluated
+    return incumbent
+
+
+def _prune_aux_by_bound(problem: Problem, aux: list[AuxCand], train: list[TrainCand], incumbent: dict,
+                        gen_units: dict | None = None) -> list[AuxCand]:
+    """An auxiliary group's forwards add to the training side in every mode, so a plan with it
+    takes at least its time plus the fastest trainer of that mode's kind that fits beside it
+    (a trainer in the group's pool has the GPUs the group leaves), plus, when known, the
+    fastest engines `gen_units` of the mode (generation and training are in sequence
+    colocated and sync)."""
+    gen_units = gen_units or {}
+    index = {kind: sorted((c.pool, c.gpus, time_units(c.time)) for c in train if c.mode == kind)
+             for kind in ("colocated", "disagg")}
+
+    def fastest(kind: str, a: AuxCand) -> int:
+        left = problem.pools[a.pool].n_gpus - a.gpus
+        return min((t for q, n, t in index[kind] if q != a.pool or n <= left), default=INF_TIME)
+
+    kept = []
+    for a in aux:
+        tu = time_units(a.time)
+        floor = {kind: fastest(kind, a) for kind in ("colocated", "disagg")}
+        if any(tu + floor["colocated" if m == "colocated" else "disagg"] + gen_units.get(m, 0) <= incumbent[m]
+               for m in incumbent):
+            kept.append(a)
+    return kept
+
+
+def _prune_by_bound(problem: Problem, out: Candidates, modes: list[str], incumbent: dict) -> None:
+    """With the final incumbents: drop the engines whose best pairing (the bound of
+    `_gen_candidates`, with their simulated time) cannot beat them, then the trainers no engine
+    left can make a plan with (a colocated one needs a colocated engine on its pool and
+    count) or whose time with the fastest engine cannot beat them, then the auxiliary
+    groups."""
+    d_modes = [m for m in modes if m in ("sync", "async")]
+    coloc = _TrainIndex(problem, out, "colocated")
+    disagg = _TrainIndex(problem, out, "disagg")
+    kept = []
+    for g in out.gen:
+        if g.mode == "colocated":
+            t = coloc.colocated(g.pool, g.gpus, g.reserved_gb)
+            ok = t is not None and time_units(g.time) + time_units(t.time) <= incumbent["colocated"]
+        else:
+            t = disagg.disagg(g.pool, g.gpus, problem.pools[g.pool].n_gpus, len(problem.pools))
+            ok = t is not None and any(compose_step(m, time_units(g.time), time_units(t.time), time_units(g.sync), 0)
+                                       <= incumbent[m] for m in d_modes)
+        if ok:
+            kept.append(g)
+    out.gen = kept
+    coloc_gen: dict[tuple, int] = {}
+    for g in out.gen:
+        if g.mode == "colocated":
+            key = (g.pool, g.gpus)
+            coloc_gen[key] = min(coloc_gen.get(key, INF_TIME), time_units(g.time))
+    disagg_gen = min((time_units(g.time) for g in out.gen if g.mode == "disagg"), default=INF_TIME)
+    out.train = [c for c in out.train if not _train_beyond(
+        c, incumbent, coloc_gen.get((c.pool, c.gpus), INF_TIME) if c.mode == "colocated" else disagg_gen)]
+    gen_floor = {"colocated": min(coloc_gen.values(), default=INF_TIME), "sync": disagg_gen}
+    out.aux = _prune_aux_by_bound(problem, out.aux, out.train, incumbent, gen_floor)
 
 
 class _TrainIndex:
@@ -374,13 +657,16 @@ class _TrainIndex:
 
 
 def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool, out: Candidates,
-                    deadline: Deadline, bounded: bool) -> list[GenCand]:
+                    deadline: Deadline, bounded: bool, incumbent: dict | None = None,
+                    memo: dict | None = None, margin: bool = True) -> list[GenCand]:
     """Engine candidates of pool p. `bounded` (throughput, no price cap, no linear
     constraint): best first by a lower bound of the best plan each can be part of
     (`gen_side(lower_bound=True)` and the fastest trainer it can pair with); one whose bound
-    exceeds the best plan already found in every mode it serves is not simulated, since it
-    cannot be part of an optimal plan."""
+    exceeds the best plan already found in every mode it serves (plus RUNNER_UP_MARGIN) is
+    not simulated, since it cannot be part of an optimal plan. `incumbent` (per mode, ms): the plans found before,
+    updated with the ones found here."""
     pool = problem.pools[p]
+    memo = {} if memo is None else memo
     tasks: list[tuple] = []   # (bound ms per mode, order, mode, n, layout, level or hosts, quant, weight-sync s)
     coloc = _TrainIndex(problem, out, "colocated")
     disagg = _TrainIndex(problem, out, "disagg")
@@ -395,44 +681,58 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                 continue
             sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
             for lv in levels:
-                lb = gen_side(problem, pool, lay, reserved=lv * 1e9, lower_bound=True)
+                lb = _engine_side(problem, p, lay, memo, reserved_gb=lv, lower_bound=True)
                 if not lb.fits:
                     break  # more reserved memory fits even less
                 t = coloc.colocated(p, n, lv)
                 bound = _lb_units(lb.time + engine_release_time(lb) + sync) + time_units(t.time)
-                tasks.append(({"colocated": bound}, order, "colocated", n, lay, lv, "none", sync))
+                tasks.append(({"colocated": bound}, (0, order), "colocated", n, lay, lv, "none", sync))
                 order += 1
     if d_modes:
-        for n in _gen_counts(problem, p, all_counts, out):
-            for lay in gen_universe(problem, pool, n):
+        # Counts from the largest down: an engine layout's bound never falls with fewer
+        # replicas (the same tp, pp and hosted models; a property test checks it), so once its
+        # generation and receive time alone exceed the limit of every mode, no smaller count of
+        # it is scored (sync also pays the fastest trainer).
+        limit = (_relaxed(incumbent) if margin else incumbent) if bounded and incumbent is not None else None
+        fastest = min((time_units(c.time) for c in out.train if c.mode == "disagg"), default=INF_TIME)
+        dead: set[tuple] = set()
+        host_variants = list(_gen_host_variants(problem))
+        for n in sorted(_gen_counts(problem, p, all_counts, out), reverse=True):
+            for li, lay in enumerate(gen_universe(problem, pool, n)):
                 deadline.check("enumerating engine layouts")
                 if gen_violations(problem, pool, n, lay):
                     continue
                 recv_s = recv_time(problem, pool, lay)
                 recv = time_units(recv_s)
-                for hosts, q in _gen_host_variants(problem):
-                    aux = _aux_on_gen(problem, hosts, q)
-                    lb = gen_side(problem, pool, lay, aux_models=aux, lower_bound=True)
+                for hi, (hosts, q) in enumerate(host_variants):
+                    key = (lay.tp, lay.pp, lay.ep, hosts, q)
+                    if key in dead:
+                        continue
+                    lb = _engine_side(problem, p, lay, memo, hosts=hosts, quant=q, lower_bound=True)
                     if not lb.fits:
+                        continue
+                    tg = _lb_units(lb.time)
+                    if limit is not None and all(tg + recv + (fastest if m == "sync" else 0) > limit[m] for m in d_modes):
+                        dead.add(key)
                         continue
                     t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools))
                     if t is None:
                         continue
-                    tg = _lb_units(lb.time)
                     bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in d_modes}
-                    tasks.append((bound, order, "disagg", n, lay, hosts, q, recv_s))
-                    order += 1
-    incumbent = {m: INF_TIME for m in modes}
+                    tasks.append((bound, (1, n, li, hi), "disagg", n, lay, hosts, q, recv_s))
+    if incumbent is None:
+        incumbent = {m: INF_TIME for m in modes}
     found: list[GenCand] = []
     for bound, _, mode, n, lay, extra, q, sync in sorted(tasks, key=lambda x: (min(x[0].values()), x[1])):
-        if bounded and all(b > incumbent[m] for m, b in bound.items()):
+        limit = _relaxed(incumbent) if margin else incumbent
+        if bounded and all(b > limit[m] for m, b in bound.items()):
             continue
         deadline.check("simulating engine layouts")
         if mode == "colocated":
-            side = gen_side(problem, pool, lay, reserved=extra * 1e9)
+            side = _engine_side(problem, p, lay, memo, reserved_gb=extra)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
         else:
-            side = gen_side(problem, pool, lay, aux_models=_aux_on_gen(problem, extra, q))
+            side = _engine_side(problem, p, lay, memo, hosts=extra, quant=q)
             g = GenCand(mode, lay, extra, q, 0, side, sync, pool=p)
         out.evaluated += 1
         if not side.fits or engine_cap_violations(problem, lay, side.max_num_seqs):
@@ -451,6 +751,17 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                                         time_units(t.send))
                     incumbent[m] = min(incumbent[m], step)
     return found
+
+
+def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserved_gb: int = 0,
+                 hosts: frozenset = frozenset(), quant: str = "none", lower_bound: bool = False) -> GenSide:
+    """`gen_side` of an engine layout, memoized across the probe and the full enumeration
+    (they score many of the same engines)."""
+    key = (p, lay, reserved_gb, hosts, quant, lower_bound)
+    if key not in memo:
+        memo[key] = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9,
+                             aux_models=_aux_on_gen(problem, hosts, quant), lower_bound=lower_bound)
+    return memo[key]
 
 
 def _aux_on_gen(problem: Problem, hosts: frozenset, quant: str) -> tuple:
@@ -559,6 +870,9 @@ def _prune_gen(cands: list[GenCand], keep_apart: frozenset = frozenset()) -> lis
 
 
 def _simplicity(c: TrainCand) -> tuple:
-    L = c.layout
+    return _simplicity_of(c.layout, c.offload_states)
+
+
+def _simplicity_of(L: TrainLayout, offload_states: bool) -> tuple:
     rec = {"none": 0, "selective": 1, "full": 2}[L.recompute]
-    return (L.zero_stage, rec, L.vp, -L.micro_batch, c.offload_states)
+    return (L.zero_stage, rec, L.vp, -L.micro_batch, offload_states)
