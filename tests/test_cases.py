@@ -172,7 +172,7 @@ def test_every_metric_of_the_format_the_model_can_predict_is_scored():
 
 
 def test_the_extra_rows_are_all_scored_or_explained():
-    """benchmarks/data/extra_cases.yaml (198 rows from the same public sources) stays in the
+    """benchmarks/data/extra_cases.yaml (200 rows from the same public sources) stays in the
     format: every row is predicted or reported with its reason, none silently dropped."""
     data = yaml.safe_load((ROOT / "benchmarks" / "data" / "extra_cases.yaml").read_text())
     rep = score_cases(data, headroom=False)
