@@ -5,7 +5,10 @@ DeepSpeed, Megatron-LM) of every plan pass their validators too. Plus the capabi
 the rules the solver uses."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,6 +159,47 @@ def test_engine_and_trainer_exports_pass_their_validators(example, framework):
                                  "deepseek-v2": 10000}[next(f for f in ("llama-3.1", "qwen2.5", "qwen3", "deepseek-v2")
                                                             if name.startswith(f))]
     assert margs.use_rope_scaling == name.startswith("llama-3.1")
+
+
+# --- NeMo-RL: its own config loading and validation, given a checkout of its source ----------------
+
+NEMO_RL_CHECKOUT = os.environ.get("NEMO_RL_CHECKOUT")
+
+
+@pytest.mark.skipif(not NEMO_RL_CHECKOUT, reason=(
+    "NeMo-RL's code is not on PyPI (nemo-rl 0.0.0 is a placeholder): set NEMO_RL_CHECKOUT to a checkout of its "
+    "git tag v0.7.0 to run its own config validation (tests/nemo_rl_check.py)"))
+def test_nemo_rl_exports_pass_nemo_rl_config_validation(tmp_path):
+    """Every example's NeMo-RL export, loaded as examples/run_grpo.py loads it and validated by NeMo-RL's
+    MasterConfig (its TypedDicts through pydantic), in a process of its own; the validated numbers are the
+    plan's. And a wrong value is refused by the same code (the check can fail)."""
+    from test_export import check_nemo_rl
+    jobs, files = [], []
+    for example in EXAMPLES:
+        got = solved(example, "nemo-rl")
+        if isinstance(got, SpecError):
+            continue  # a refusal, checked above
+        spec, plan = got
+        res = export_plan(plan, spec, "nemo-rl")
+        path = tmp_path / f"{example.stem}.yaml"
+        path.write_text(res.text)
+        jobs.append(prepare(plan, spec))
+        files.append(path)
+    broken = tmp_path / "broken.yaml"
+    doc = yaml.safe_load(files[0].read_text())
+    doc["policy"]["train_micro_batch_size"] = "eight"
+    broken.write_text(yaml.safe_dump(doc))
+    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), NEMO_RL_CHECKOUT, *map(str, files),
+                          str(broken)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(rows) == len(files) + 1
+    for job, row in zip(jobs, rows):
+        assert "error" not in row, (row["file"], row.get("error"), row.get("trace"))
+        config = row["config"]
+        check_nemo_rl(job, yaml.safe_dump({"defaults": "examples/configs/grpo_math_1B.yaml", **config}))
+        assert config["policy"]["logprob_batch_size"] == config["policy"]["train_micro_batch_size"]  # TP>=4 rule
+    assert "train_micro_batch_size" in rows[-1]["error"]
 
 
 # --- the issue's case: the solver no longer picks what the target cannot express ---------------------
