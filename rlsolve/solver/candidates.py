@@ -34,7 +34,7 @@ from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
 from rlsolve.solver.rules import (RECOMPUTE, aux_models, count_user_violations, engine_cap_violations, gen_universe,
-                                  gen_violations, micro_batches, modes_allowed, role_counts, target_placement_violations,
+                                  gen_violations, micro_batches, modes_allowed, role_counts, target_hosting_modes,
                                   train_bases, train_layout_violations, train_shape_violations, train_shapes)
 from rlsolve.solver.scale import INF_TIME, mem_units_up, time_units
 
@@ -62,6 +62,7 @@ class GenCand(_OnGPUs):
     sync: float               # colocated: reshard seconds; disagg: seconds to receive the weights
     pool: int = 0             # index into problem.pools
     id: int = -1
+    modes: frozenset | None = None  # the modes the target runs what it hosts in (None: any)
 
     @property
     def time(self) -> float:
@@ -84,6 +85,7 @@ class TrainCand(_OnGPUs):
     send: float               # disagg: seconds for the trainers to send the weights
     pool: int = 0
     id: int = -1
+    modes: frozenset | None = None  # the modes the target runs its placements in (None: any)
 
     @property
     def time(self) -> float:
@@ -103,6 +105,7 @@ class AuxCand(_OnGPUs):
     reward_quant: str
     pool: int
     id: int = -1
+    modes: frozenset | None = None  # the modes the target runs these models on a group of their own in
 
     @property
     def time(self) -> float:
@@ -186,7 +189,8 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
     for p, pool in enumerate(problem.pools):
         for hosts in subsets:
             for q in (("none", "int8", "int4") if "reward" in hosts else ("none",)):
-                if not _hosted_allowed(problem, "auxiliary", hosts, q):
+                allowed_in = _hosted_modes(problem, "auxiliary", hosts, q, modes_allowed(problem))
+                if not allowed_in:
                     continue
                 best = math.inf
                 for n in role_counts(pool):
@@ -194,7 +198,7 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
                     side = aux_side(problem, pool, n, hosts, q)
                     if side.fits and time_units(side.time) < best:
                         best = time_units(side.time)
-                        found.append(AuxCand(side, hosts, q, p))
+                        found.append(AuxCand(side, hosts, q, p, modes=allowed_in))
     return found
 
 
@@ -209,8 +213,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     cache: dict[tuple, Any] = {}
     found: list[TrainCand] = []
     best_disagg: dict[tuple, float] = {}
-    variants = {kind: [v for v in _aux_variants(problem, kind == "disagg" or not single)
-                       if _target_allows(problem, modes, kind, *v)] for kind in ("colocated", "disagg")}
+    variants = {kind: [(*v, allowed_in) for v in _aux_variants(problem, kind == "disagg" or not single)
+                       if (allowed_in := _train_modes(problem, modes, kind, *v))] for kind in ("colocated", "disagg")}
     for n, tp, pp, cp, dp in train_shapes(problem, pool):
         deadline.check("enumerating training layouts")
         kinds = []
@@ -241,7 +245,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                 lay, mem, t, old = scored
                 out.evaluated += 1
                 for kind in kinds:
-                    for hosts, ref, quant in variants[kind]:
+                    for hosts, ref, quant, allowed_in in variants[kind]:
                         ref_t, rew_t, val_t, resident = train_aux(
                             problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
                             reward_quant=quant, cache=cache)
@@ -256,14 +260,14 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t,
                                          reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                                          fits=True, states=mem.states + resident)
-                        offloads = (False, True) if kind == "colocated" and _target_allows(
+                        offloads = (False, True) if kind == "colocated" and _train_modes(
                             problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
                         for off in offloads:
                             switch = 2 * dev.pcie_time(side.states) if off else 0.0
                             send = send_time(problem, pool, n) if kind == "disagg" else 0.0
                             found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
                                                    reward_quant=quant, offload_states=off, side=side, switch=switch,
-                                                   send=send, pool=p))
+                                                   send=send, pool=p, modes=allowed_in))
     return found
 
 
@@ -312,7 +316,13 @@ def _gen_counts(problem: Problem, p: int, all_counts: bool, out: Candidates) -> 
     if single:  # the trainers take at least one GPU of the pool
         lefts = {x for x in lefts if x < pool.n_gpus}
     per_replica = {lay.tp * lay.pp for lay in gen_universe(problem, pool, max(legal, default=1))} | {1}
-    counts = {_largest_count(pool, x, r) for x in lefts for r in per_replica}
+    counts = set()
+    for x in lefts:
+        for r in per_replica:
+            c = _largest_count(pool, x, r)
+            while c > 0 and count_user_violations(problem, "generation", c):  # the user caps the engines' GPUs
+                c = _largest_count(pool, c - 1, r)
+            counts.add(c)
     return sorted(c for c in counts if c > 0)
 
 
@@ -409,7 +419,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     continue
                 recv_s = recv_time(problem, pool, lay)
                 recv = time_units(recv_s)
-                for hosts, q in _gen_host_variants(problem):
+                for hosts, q, allowed_in in _gen_host_variants(problem, d_modes):
                     aux = _aux_on_gen(problem, hosts, q)
                     lb = gen_side(problem, pool, lay, aux_models=aux, lower_bound=True)
                     if not lb.fits:
@@ -418,8 +428,8 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     if t is None:
                         continue
                     tg = _lb_units(lb.time)
-                    bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in d_modes}
-                    tasks.append((bound, order, "disagg", n, lay, hosts, q, recv_s))
+                    bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in allowed_in}
+                    tasks.append((bound, order, "disagg", n, lay, (hosts, allowed_in), q, recv_s))
                     order += 1
     incumbent = {m: INF_TIME for m in modes}
     found: list[GenCand] = []
@@ -431,8 +441,9 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
             side = gen_side(problem, pool, lay, reserved=extra * 1e9)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
         else:
+            extra, allowed_in = extra
             side = gen_side(problem, pool, lay, aux_models=_aux_on_gen(problem, extra, q))
-            g = GenCand(mode, lay, extra, q, 0, side, sync, pool=p)
+            g = GenCand(mode, lay, extra, q, 0, side, sync, pool=p, modes=allowed_in)
         out.evaluated += 1
         if not side.fits or engine_cap_violations(problem, lay, side.max_num_seqs):
             continue
@@ -445,7 +456,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         else:
             t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools), extra)
             if t is not None:
-                for m in d_modes:
+                for m in g.modes & (t.modes if t.modes is not None else g.modes):  # a plan the target runs
                     step = compose_step(m, time_units(g.time), time_units(t.time), time_units(g.sync),
                                         time_units(t.send))
                     incumbent[m] = min(incumbent[m], step)
@@ -456,36 +467,30 @@ def _aux_on_gen(problem: Problem, hosts: frozenset, quant: str) -> tuple:
     return tuple((h, getattr(problem, h), QUANT_BYTES[quant] if h == "reward" else 2.0) for h in sorted(hosts))
 
 
-def _target_allows(problem: Problem, modes: list[str], kind: str, hosts: frozenset, reference: str, quant: str,
-                   offload: bool = False) -> bool:
-    """The target runs a training candidate's placements in its mode (a disaggregated
-    candidate in every disaggregated mode the program may pick, as the program does not tie
-    a candidate to one of them)."""
-    reward = "cpu" if problem.reward is None else ("training" if "reward" in hosts else "elsewhere")
+def _train_modes(problem: Problem, modes: list[str], kind: str, hosts: frozenset, reference: str, quant: str,
+                 offload: bool = False) -> frozenset:
+    """The modes of its kind in which the target runs a training candidate's placements (a model
+    `elsewhere` counts where the target runs it on the engines or an auxiliary group; the
+    candidate that hosts it answers for the exact place)."""
+    places = {"reference": reference,
+              "reward": "cpu" if problem.reward is None else ("training" if "reward" in hosts else "elsewhere")}
     each = ["colocated"] if kind == "colocated" else [m for m in modes if m != "colocated"]
-    return not any(target_placement_violations(problem, m, reference=reference, reward=reward, quant=quant,
-                                               offload=offload) for m in each)
+    return target_hosting_modes(problem, [m for m in each if m in modes], places, quant=quant, offload=offload)
 
 
-def _hosted_allowed(problem: Problem, where: str, hosts: frozenset, quant: str) -> bool:
-    """The target runs these models on the engines' GPUs (`generation`) or on a group of their
-    own (`auxiliary`) in some mode the program may pick, the others on the trainers."""
-    if not hosts:
-        return True
-    place = {m: (where if m in hosts else "training") for m in ("reference", "reward")}
-    if problem.reward is None:
-        place["reward"] = "cpu"
-    if problem.reference is None:
-        place["reference"] = "none"
-    aux = hosts if where == "auxiliary" else frozenset()
-    return any(not target_placement_violations(problem, m, quant=quant, auxiliary=aux, **place)
-               for m in modes_allowed(problem))
+def _hosted_modes(problem: Problem, where: str, hosts: frozenset, quant: str, modes: list[str]) -> frozenset:
+    """The modes of `modes` in which the target runs these models on the engines' GPUs
+    (`generation`) or on a group of their own (`auxiliary`)."""
+    return target_hosting_modes(problem, modes, dict.fromkeys(hosts, where), quant=quant,
+                                auxiliary=hosts if where == "auxiliary" else frozenset())
 
 
-def _gen_host_variants(problem: Problem):
+def _gen_host_variants(problem: Problem, modes: list[str]):
+    """(hosted models, reward quantization, the modes of `modes` the target runs them on the engines in)."""
     for hosts, q in _all_gen_host_variants(problem):
-        if _hosted_allowed(problem, "generation", hosts, q):
-            yield hosts, q
+        allowed_in = _hosted_modes(problem, "generation", hosts, q, modes)
+        if allowed_in:
+            yield hosts, q, allowed_in
 
 
 def _all_gen_host_variants(problem: Problem):
@@ -504,7 +509,8 @@ def _prune_train(cands: list[TrainCand], keep_apart: frozenset = frozenset()) ->
     apart = sorted(k.split(".", 1)[1] for k in keep_apart if k.startswith("training.") and k != "training.gpus")
     groups: dict[tuple, list[TrainCand]] = {}
     for c in cands:
-        key = (c.pool, c.mode, c.gpus, c.hosts, c.reference, c.reward_quant) + tuple(getattr(c.layout, k) for k in apart)
+        key = (c.pool, c.mode, c.gpus, c.hosts, c.reference, c.reward_quant, c.modes) + tuple(
+            getattr(c.layout, k) for k in apart)
         groups.setdefault(key, []).append(c)
     kept: list[TrainCand] = []
     for cs in groups.values():
@@ -522,7 +528,7 @@ def _prune_train(cands: list[TrainCand], keep_apart: frozenset = frozenset()) ->
     out = [c for c in kept if c.mode == "colocated"]
     for c in sorted((c for c in kept if c.mode == "disagg"),
                     key=lambda c: (time_units(c.time), time_units(c.send), c.gpus, _simplicity(c))):
-        front = fronts.setdefault((c.pool, c.hosts, c.reference, c.reward_quant)
+        front = fronts.setdefault((c.pool, c.hosts, c.reference, c.reward_quant, c.modes)
                                   + tuple(getattr(c.layout, k) for k in apart), [])
         if any(time_units(k.send) <= time_units(c.send) and k.gpus <= c.gpus for k in front):
             continue
@@ -549,7 +555,7 @@ def _prune_gen(cands: list[GenCand], keep_apart: frozenset = frozenset()) -> lis
             if any(k.reserved_gb >= c.reserved_gb for k in front):
                 continue
         else:
-            front = fronts.setdefault(("disagg", c.pool, c.hosts, c.reward_quant) + key_of(c), [])
+            front = fronts.setdefault(("disagg", c.pool, c.hosts, c.reward_quant, c.modes) + key_of(c), [])
             if any(time_units(k.sync) <= time_units(c.sync) and k.gpus <= c.gpus for k in front):
                 continue
         front.append(c)

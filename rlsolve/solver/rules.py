@@ -22,7 +22,8 @@ from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
 from rlsolve.errors import SpecError
-from rlsolve.frameworks import FrameworkCaps, capabilities, generation_ok, mode_ok, placement_ok, training_ok
+from rlsolve.frameworks import (FrameworkCaps, capabilities, generation_ok, hosting_ok, mode_ok, placement_ok,
+                                training_ok)
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
@@ -366,6 +367,18 @@ def target_placement_violations(problem: Problem, mode: str, *, reference: str, 
     return _target(placement_ok(target_caps(problem), mode, reference=reference, reward=reward,
                                 value="training" if problem.value is not None else "none",
                                 reward_quantization=quant, train_offload=offload, auxiliary=auxiliary), "placement")
+
+
+def target_hosting_modes(problem: Problem, modes: Iterable[str], places: dict[str, str], *, quant: str = "none",
+                         offload: bool = False, auxiliary: frozenset = frozenset()) -> frozenset[str]:
+    """The modes of `modes` in which the target runs the models `places` names where it puts them
+    ({model: placement}), the reward at `quant`, the training state offloaded or not, and the
+    models of `auxiliary` on a group of their own. Each candidate answers for the models it hosts;
+    the program picks a mode allowed by every chosen candidate, which is the whole plan's rule
+    since the target allows each model's placement per mode on its own (frameworks.rules.hosting_ok)."""
+    caps = target_caps(problem)
+    return frozenset(m for m in modes if hosting_ok(caps, m, places, reward_quantization=quant, train_offload=offload,
+                                                    auxiliary=auxiliary))
 
 
 def aux_models(problem: Problem) -> list[str]:
