@@ -214,6 +214,23 @@ def test_seventy_b_reward_model_plan_for_verl_is_runnable_as_planned():
     assert export_plan(plan, spec, "verl").warnings == []
 
 
+def test_reward_on_the_trainers_in_async_only_exports_to_openrlhf_and_passes_its_validators():
+    """OpenRLHF 0.11.2 runs a reward model on the trainers' GPUs in async mode only; the plan for it
+    (tests/test_target_oracle.py: per-mode placement) exports with no warning and OpenRLHF's own
+    train_ppo_ray accepts it with the plan's numbers."""
+    from test_target_oracle import _one_pool_reward_job
+    spec = _one_pool_reward_job("openrlhf", ["sync", "async"])
+    spec["model"] = {"policy": "qwen2.5-1.5b", "reference": "policy", "reward": "qwen2.5-1.5b"}
+    plan = rlsolve.solve(spec)
+    assert (plan.pipeline.mode, plan.placement.reward) == ("async", "training")
+    plan = plan.model_dump(mode="json")
+    res = export_plan(plan, spec, "openrlhf")
+    assert res.warnings == []
+    job = prepare(plan, spec)
+    CHECKS["openrlhf"](job, res)
+    _same_numbers("openrlhf", fv.openrlhf(res, job), job)
+
+
 def test_deepseek_rollout_has_no_pipeline_stages_for_verl_but_may_for_any():
     spec = yaml.safe_load((ROOT / "examples/grpo-deepseek-v2-256xh100.yaml").read_text())
     assert rlsolve.solve(spec).parallelism.generation.pp > 1  # unrestricted: the model's best
