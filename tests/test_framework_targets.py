@@ -108,6 +108,16 @@ def _same_numbers(target: str, built, job) -> None:
             assert ar.actor.fsdp_config.ulysses_sequence_parallel_size == t.cp
         if not job.colocated:
             assert ar.rollout.nnodes * ar.rollout.n_gpus_per_node == job.gen.gpus
+        if job.critic is not None:  # the critic's own degrees, as verl built them
+            c, cc = job.critic_t, cfg.critic
+            assert cc.ppo_micro_batch_size_per_gpu == c.micro_batch
+            if cc.strategy == "megatron":
+                assert (cc.megatron.tensor_model_parallel_size, cc.megatron.pipeline_model_parallel_size,
+                        cc.megatron.context_parallel_size, cc.megatron.expert_model_parallel_size) == \
+                    (c.tp, c.pp, c.cp, c.ep)
+            else:
+                assert cc.strategy in ("fsdp", "fsdp2") and c.tp == c.pp == c.ep == 1
+                assert cc.fsdp.ulysses_sequence_parallel_size == c.cp
     elif target == "openrlhf":
         args = built["args"]
         assert args.actor.num_nodes * args.actor.num_gpus_per_node == job.train.gpus
@@ -229,6 +239,35 @@ def test_reward_on_the_trainers_in_async_only_exports_to_openrlhf_and_passes_its
     job = prepare(plan, spec)
     CHECKS["openrlhf"](job, res)
     _same_numbers("openrlhf", fv.openrlhf(res, job), job)
+
+
+def _ppo_7b_on_16_a100(target: str) -> dict:
+    return {"cluster": {"gpu": "A100-SXM-40GB", "nodes": 4, "gpus_per_node": 4, "network": "IB-NDR-400"},
+            "model": {"policy": "qwen2.5-7b", "reference": "policy", "value": "policy"},
+            "rl": {"algorithm": "ppo", "prompts_per_step": 64, "samples_per_prompt": 4, "prompt_len": 512,
+                   "response_len": {"max": 2048, "mean": 512}, "mini_batches": 2, "max_staleness": 1},
+            "target": {"framework": target}, "solver": {"top_k": 0}}
+
+
+def test_the_critics_own_layout_exports_to_verl_and_passes_its_validators():
+    """verl 0.9.1 trains the critic with degrees of its own on the trainer's GPUs: on 16 A100-40GB the
+    7B PPO plan gives it other degrees than the actor's, the export carries them (critic.megatron.*)
+    with no warning, and verl's own compose + validate_config builds them. OpenRLHF 0.11.2 has one set
+    of DeepSpeed degrees: its plan's critic is the actor's."""
+    spec = _ppo_7b_on_16_a100("verl")
+    plan = rlsolve.solve(spec)
+    c, t = plan.parallelism.critic, plan.parallelism.training
+    assert (c.tp, c.pp, c.cp, c.dp) != (t.tp, t.pp, t.cp, t.dp)
+    plan_d = plan.model_dump(mode="json")
+    job = prepare(plan_d, spec)
+    for target in ("verl", "verl-yaml"):
+        res = export_plan(plan_d, spec, target)
+        assert res.warnings == []
+        _same_numbers(target, fv.verl(res, job), job)
+    other = rlsolve.solve(_ppo_7b_on_16_a100("openrlhf"))
+    oc, ot = other.parallelism.critic, other.parallelism.training
+    assert (oc.tp, oc.pp, oc.cp, oc.dp, oc.micro_batch) == (ot.tp, ot.pp, ot.cp, ot.dp, ot.micro_batch)
+    assert export_plan(other.model_dump(mode="json"), _ppo_7b_on_16_a100("openrlhf"), "openrlhf").warnings == []
 
 
 def test_deepseek_rollout_has_no_pipeline_stages_for_verl_but_may_for_any():

@@ -69,3 +69,45 @@ def test_a_mode_the_target_refuses_is_named_in_the_diagnosis():
         rlsolve.solve(spec)
     text = " ".join(err.value.reasons)
     assert "target verl" in text and "mode sync" in text and "source:" in text
+
+
+# --- the critic's own layout (PPO) ---------------------------------------------------------------
+
+def _ppo_job(target: str = "any") -> dict:
+    return {"cluster": {"gpu": "A100-SXM-40GB", "nodes": 4, "gpus_per_node": 4, "network": "IB-NDR-400"},
+            "model": {"policy": {"layers": 4, "hidden": 2048, "heads": 4, "kv_heads": 4, "vocab": 32000},
+                      "reference": "policy", "reward": "policy", "value": "policy"},
+            "rl": {"algorithm": "ppo", "prompts_per_step": 4, "samples_per_prompt": 4, "prompt_len": 512,
+                   "response_len": {"max": 2048, "mean": 512}, "mini_batches": 2, "max_staleness": 1},
+            "target": {"framework": target}, "solver": {"top_k": 0}}
+
+
+@pytest.mark.parametrize("target", ["any", "verl", "openrlhf"])
+def test_the_critics_layout_is_searched_and_equals_the_oracle(target):
+    """The critic's own degrees on the training GPUs are part of the search (verl: its own; OpenRLHF:
+    the actor's), and the optimum equals the exhaustive oracle's, which tries every critic layout
+    the rule table allows beside every trainer."""
+    spec = _ppo_job(target)
+    plan = rlsolve.solve(spec)
+    problem = resolve(load_spec(spec))
+    assert plan.parallelism.critic is not None and not plan_violations(problem, plan)
+    assert _solver_value(problem) == oracle(problem)
+    c, t = plan.parallelism.critic, plan.parallelism.training
+    if target == "verl":  # this instance's verl optimum trains the critic with degrees of its own
+        assert (c.tp, c.dp) != (t.tp, t.dp)
+    if target == "openrlhf":
+        assert (c.tp, c.pp, c.cp, c.dp, c.zero_stage, c.micro_batch) == (t.tp, t.pp, t.cp, t.dp, t.zero_stage,
+                                                                          t.micro_batch)
+
+
+def test_a_written_critic_layout_is_checked_and_scored():
+    spec = _ppo_job("verl")
+    plan = rlsolve.solve(spec).model_dump(mode="json")
+    problem = resolve(load_spec(spec))
+    bad = {**plan, "parallelism": {**plan["parallelism"], "critic": {**plan["parallelism"]["critic"], "tp": 3}}}
+    from rlsolve.plan import Plan
+    assert any("parallelism.critic" in v for v in plan_violations(problem, Plan.model_validate(bad)))
+    crit = plan["parallelism"]["critic"]
+    slower = {**crit, "micro_batch": 1, "grad_accum": crit["grad_accum"] * crit["micro_batch"], "recompute": "full"}
+    other = {**plan, "parallelism": {**plan["parallelism"], "critic": slower}}
+    assert rlsolve.estimate(spec, other).time_s.value > rlsolve.estimate(spec, plan).time_s.value

@@ -22,20 +22,23 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field, replace
-from itertools import combinations
+from itertools import combinations, product
 from typing import Any
 
+from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, compose_step,
-                               engine_release_time, gen_side, policy_memory, recv_time, send_time, sync_time,
-                               train_aux, train_core)
+                               critic_fits, critic_memory, critic_pass, engine_release_time, gen_side, policy_memory,
+                               recv_time, send_time, sync_time, train_aux, train_core)
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.rules import (RECOMPUTE, aux_models, count_user_violations, engine_cap_violations, gen_universe,
-                                  gen_violations, micro_batches, modes_allowed, role_counts, target_hosting_modes,
-                                  train_bases, train_layout_violations, train_shape_violations, train_shapes)
+from rlsolve.solver.rules import (RECOMPUTE, aux_models, count_user_violations, critic_like_policy,
+                                  critic_pair_violations, critic_universe, critic_violations, engine_cap_violations,
+                                  gen_universe, gen_violations, micro_batches, modes_allowed, role_counts,
+                                  target_caps, target_hosting_modes, train_bases, train_layout_violations,
+                                  train_shape_violations, train_shapes)
 from rlsolve.solver.scale import INF_TIME, mem_units_up, time_units
 
 __all__ = ["AuxCand", "Candidates", "GenCand", "TrainCand", "enumerate_candidates", "modes_allowed"]
@@ -86,6 +89,7 @@ class TrainCand(_OnGPUs):
     pool: int = 0
     id: int = -1
     modes: frozenset | None = None  # the modes the target runs its placements in (None: any)
+    critic: TrainLayout | None = None  # PPO: the critic's own degrees on these GPUs
 
     @property
     def time(self) -> float:
@@ -213,6 +217,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     cache: dict[tuple, Any] = {}
     found: list[TrainCand] = []
     best_disagg: dict[tuple, float] = {}
+    critics: dict[int, list] = {}
     variants = {kind: [(*v, allowed_in) for v in _aux_variants(problem, kind == "disagg" or not single)
                        if (allowed_in := _train_modes(problem, modes, kind, *v))] for kind in ("colocated", "disagg")}
     for n, tp, pp, cp, dp in train_shapes(problem, pool):
@@ -244,13 +249,24 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     continue
                 lay, mem, t, old = scored
                 out.evaluated += 1
+                paired = _critics_for(problem, pool, n, lay, critics, cache)
                 for kind in kinds:
-                    for hosts, ref, quant, allowed_in in variants[kind]:
+                    kept_states: dict[tuple, float] = {}
+                    for (hosts, ref, quant, allowed_in), critic in product(variants[kind], paired):
                         ref_t, rew_t, val_t, resident = train_aux(
                             problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
-                            reward_quant=quant, cache=cache)
+                            reward_quant=quant, cache=cache, critic=critic)
                         if mem.total + resident > cap:
                             continue
+                        if critic is not None:
+                            if not critic_fits(mem, resident, *critic_pass(problem, pool, critic, cache)[1:], cap):
+                                continue
+                            # critics come fastest first: a slower one must keep less on the GPUs to matter
+                            # (colocated), and beside a disaggregated trainer only the fastest that fits does
+                            vkey = (hosts, ref, quant)
+                            if resident >= kept_states.get(vkey, math.inf):
+                                continue
+                            kept_states[vkey] = -math.inf if kind == "disagg" else resident
                         if kind == "disagg":  # only the fastest of a group survives the front: skip the rest early
                             key = (n, hosts, ref, quant)
                             total = t.total + old + ref_t + rew_t + val_t
@@ -267,8 +283,52 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             send = send_time(problem, pool, n) if kind == "disagg" else 0.0
                             found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
                                                    reward_quant=quant, offload_states=off, side=side, switch=switch,
-                                                   send=send, pool=p, modes=allowed_in))
+                                                   send=send, pool=p, modes=allowed_in, critic=critic))
     return found
+
+
+def _critic_options(problem: Problem, pool: PoolHW, n: int, cache: dict) -> list[tuple[frozenset, TrainLayout]]:
+    """The critic's own layouts on n GPUs worth pairing with a trainer: per set of target engines
+    that run it, the front of (time, states kept, peak memory) (a critic no faster, holding no
+    less and peaking no lower than another is never better beside any trainer)."""
+    caps = target_caps(problem)
+    cap = capacity_bytes(pool, problem.workload.headroom)
+    scored = []
+    for lay in critic_universe(problem, pool, n):
+        if critic_violations(problem, pool, n, lay) or critic_memory(problem, lay).total > cap:
+            continue  # against the rules, or no room for it even alone
+        t, states, peak = critic_pass(problem, pool, lay, cache)
+        engines = frozenset(strategies(caps, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.recompute))
+        scored.append((time_units(t), states, peak, engines, lay))
+    scored.sort(key=lambda x: (x[0], x[1], x[2], x[4].zero_stage, x[4].micro_batch))
+    fronts: dict[frozenset, list] = {}
+    for t, states, peak, engines, lay in scored:
+        front = fronts.setdefault(engines, [])
+        if any(s2 <= states and p2 <= peak for _, s2, p2, _ in front):
+            continue
+        front.append((t, states, peak, lay))
+    return [(engines, lay) for engines, front in fronts.items() for *_, lay in front]
+
+
+def _critics_for(problem: Problem, pool: PoolHW, n: int, policy: TrainLayout, critics: dict, cache: dict) -> list:
+    """The critic layouts to pair with this trainer: [None] without a critic; the policy's
+    degrees where the target has no critic layout of its own; else the front of its own
+    layouts that some target engine runs beside the policy's."""
+    if problem.value is None:
+        return [None]
+    caps = target_caps(problem)
+    if caps is not None and not caps.shapes.value.critic_own_layout:
+        like = critic_like_policy(problem, policy)
+        return [like] if not critic_violations(problem, pool, n, like) else []
+    if n not in critics:
+        critics[n] = _critic_options(problem, pool, n, cache)
+    found = [lay for engines, lay in critics[n] if not critic_pair_violations(problem, policy, lay)]
+    like = critic_like_policy(problem, policy)
+    if like not in found and not critic_violations(problem, pool, n, like) and not critic_pair_violations(
+            problem, policy, like):
+        found.append(like)
+    # fastest first, then fewer states kept; on a tie the trainer's own degrees
+    return sorted(found, key=lambda c: (critic_pass(problem, pool, c, cache)[:2], c != like))
 
 
 def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict):

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, product
 
 import numpy as np
 
+from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.hw import device
-from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, engine_release_time, gen_side,
-                               policy_memory, recv_time, send_time, sync_time, train_aux, train_core)
+from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, critic_fits, critic_pass,
+                               engine_release_time, gen_side, policy_memory, recv_time, send_time, sync_time, train_aux,
+                               train_core)
 from rlsolve.resolve import Problem
-from rlsolve.solver.rules import (aux_models, engine_cap_violations, gen_universe, gen_violations, modes_allowed, role_counts,
+from rlsolve.solver.rules import (aux_models, critic_pair_violations, critic_universe, critic_violations,
+                                  engine_cap_violations, gen_universe, gen_violations, modes_allowed, role_counts,
                                   target_caps, target_placement_violations, train_shapes, train_universe,
                                   train_violations)
 from rlsolve.solver.scale import mem_units_up, time_units
@@ -87,11 +90,15 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                 if mem.total > cap:
                     continue
                 t, _, old = train_core(problem, pool, lay, mem, cache=cache)
-                for ref, on_train, q in _placements(problem, colocated, several):
+                for (ref, on_train, q), critic in product(_placements(problem, colocated, several),
+                                                          _critics(problem, p, n, lay, cache)):
                     ref_t, rew_t, val_t, resident = train_aux(problem, pool, lay, reference=ref,
                                                               reward="training" if on_train else "elsewhere",
-                                                              reward_quant=q, cache=cache)
+                                                              reward_quant=q, cache=cache, critic=critic)
                     if mem.total + resident > cap:
+                        continue
+                    if critic is not None and not critic_fits(mem, resident, *critic_pass(problem, pool, critic,
+                                                                                          cache)[1:], cap):
                         continue
                     hosts = frozenset([x for x, on in (("reference", ref in ("training", "cpu_offload")),
                                                        ("reward", on_train)) if on])
@@ -107,6 +114,30 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                         out.append(Side(p, n, time_units(core), time_units(send_time(problem, pool, n)), hosts, 0,
                                         (lay, ref, q), _place(problem, (ref, on_train, q, False))))
     return _fastest(out)
+
+
+def _critics(problem: Problem, p: int, n: int, policy, cache: dict) -> list:
+    """Every critic layout the rule table allows beside this policy layout ([None]: no critic)."""
+    if problem.value is None:
+        return [None]
+    pool = problem.pools[p]
+    key = ("oracle critics", p, n)
+    if key not in cache:
+        caps = target_caps(problem)
+        scored = []
+        for c in critic_universe(problem, pool, n):
+            if not critic_violations(problem, pool, n, c):
+                t, states, peak = critic_pass(problem, pool, c, cache)
+                scored.append((t, states, peak, frozenset(strategies(caps, c.tp, c.pp, c.cp, c.ep, c.vp, c.zero_stage,
+                                                                     c.recompute)), c))
+        # A critic no faster, keeping no less and peaking no higher than another that the same
+        # engines run can be swapped for it in any plan (every constraint is monotone in the
+        # three): keep the others. Where the target has no critic layout of its own, the critic
+        # must be the policy's, so keep them all.
+        own = caps is None or caps.shapes.value.critic_own_layout
+        cache[key] = [x[4] for x in scored if not own or not any(
+            y[0] <= x[0] and y[1] <= x[1] and y[2] <= x[2] and y[3] == x[3] and y[:3] != x[:3] for y in scored)]
+    return [c for c in cache[key] if not critic_pair_violations(problem, policy, c)]
 
 
 def _gen_layouts(problem: Problem, p: int, n: int):
