@@ -76,6 +76,8 @@ class TrainParallel(_Out):
 class Parallelism(_Out):
     generation: GenParallel = Field(description='Degrees of one engine replica and the replica count.')
     training: TrainParallel = Field(description='Degrees, ZeRO stage, micro-batch and recompute of the trainer.')
+    critic: TrainParallel | None = Field(None, description="PPO: the critic's own degrees, ZeRO stage, micro-batch "
+                                         "and recompute on the training GPUs (null: the trainer's).")
 
 
 class Optimization(_Out):

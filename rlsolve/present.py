@@ -70,6 +70,10 @@ def plan_table(plan: Plan) -> str:
         f"training     {ra.training.gpus} GPUs, {ra.training.framework}: tp={t.tp} pp={t.pp} cp={t.cp} dp={t.dp}"
         + (f" ep={t.ep}" if t.ep > 1 else "") + (f" vp={t.vp}" if t.vp > 1 else "")
         + f" ZeRO-{t.zero_stage} micro_batch={t.micro_batch} grad_accum={t.grad_accum} recompute={t.recompute}",
+        *([f"critic       on the training GPUs: tp={c.tp} pp={c.pp} cp={c.cp} dp={c.dp}"
+           + (f" ep={c.ep}" if c.ep > 1 else "")
+           + f" ZeRO-{c.zero_stage} micro_batch={c.micro_batch} grad_accum={c.grad_accum} recompute={c.recompute}"]
+          if (c := p.parallelism.critic) is not None else []),
         f"placement    reference={p.placement.reference} reward={p.placement.reward} value={p.placement.value}",
         f"options      reference_offload={p.optimization.reference_offload} "
         f"reward_quantization={p.optimization.reward_quantization} "

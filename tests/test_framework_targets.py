@@ -5,7 +5,10 @@ DeepSpeed, Megatron-LM) of every plan pass their validators too. Plus the capabi
 the rules the solver uses."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,6 +108,16 @@ def _same_numbers(target: str, built, job) -> None:
             assert ar.actor.fsdp_config.ulysses_sequence_parallel_size == t.cp
         if not job.colocated:
             assert ar.rollout.nnodes * ar.rollout.n_gpus_per_node == job.gen.gpus
+        if job.critic is not None:  # the critic's own degrees, as verl built them
+            c, cc = job.critic_t, cfg.critic
+            assert cc.ppo_micro_batch_size_per_gpu == c.micro_batch
+            if cc.strategy == "megatron":
+                assert (cc.megatron.tensor_model_parallel_size, cc.megatron.pipeline_model_parallel_size,
+                        cc.megatron.context_parallel_size, cc.megatron.expert_model_parallel_size) == \
+                    (c.tp, c.pp, c.cp, c.ep)
+            else:
+                assert cc.strategy in ("fsdp", "fsdp2") and c.tp == c.pp == c.ep == 1
+                assert cc.fsdp.ulysses_sequence_parallel_size == c.cp
     elif target == "openrlhf":
         args = built["args"]
         assert args.actor.num_nodes * args.actor.num_gpus_per_node == job.train.gpus
@@ -158,6 +171,47 @@ def test_engine_and_trainer_exports_pass_their_validators(example, framework):
     assert margs.use_rope_scaling == name.startswith("llama-3.1")
 
 
+# --- NeMo-RL: its own config loading and validation, given a checkout of its source ----------------
+
+NEMO_RL_CHECKOUT = os.environ.get("NEMO_RL_CHECKOUT")
+
+
+@pytest.mark.skipif(not NEMO_RL_CHECKOUT, reason=(
+    "NeMo-RL's code is not on PyPI (nemo-rl 0.0.0 is a placeholder): set NEMO_RL_CHECKOUT to a checkout of its "
+    "git tag v0.7.0 to run its own config validation (tests/nemo_rl_check.py)"))
+def test_nemo_rl_exports_pass_nemo_rl_config_validation(tmp_path):
+    """Every example's NeMo-RL export, loaded as examples/run_grpo.py loads it and validated by NeMo-RL's
+    MasterConfig (its TypedDicts through pydantic), in a process of its own; the validated numbers are the
+    plan's. And a wrong value is refused by the same code (the check can fail)."""
+    from test_export import check_nemo_rl
+    jobs, files = [], []
+    for example in EXAMPLES:
+        got = solved(example, "nemo-rl")
+        if isinstance(got, SpecError):
+            continue  # a refusal, checked above
+        spec, plan = got
+        res = export_plan(plan, spec, "nemo-rl")
+        path = tmp_path / f"{example.stem}.yaml"
+        path.write_text(res.text)
+        jobs.append(prepare(plan, spec))
+        files.append(path)
+    broken = tmp_path / "broken.yaml"
+    doc = yaml.safe_load(files[0].read_text())
+    doc["policy"]["train_micro_batch_size"] = "eight"
+    broken.write_text(yaml.safe_dump(doc))
+    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), NEMO_RL_CHECKOUT, *map(str, files),
+                          str(broken)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(rows) == len(files) + 1
+    for job, row in zip(jobs, rows):
+        assert "error" not in row, (row["file"], row.get("error"), row.get("trace"))
+        config = row["config"]
+        check_nemo_rl(job, yaml.safe_dump({"defaults": "examples/configs/grpo_math_1B.yaml", **config}))
+        assert config["policy"]["logprob_batch_size"] == config["policy"]["train_micro_batch_size"]  # TP>=4 rule
+    assert "train_micro_batch_size" in rows[-1]["error"]
+
+
 # --- the issue's case: the solver no longer picks what the target cannot express ---------------------
 
 def test_seventy_b_reward_model_plan_for_verl_is_runnable_as_planned():
@@ -168,6 +222,52 @@ def test_seventy_b_reward_model_plan_for_verl_is_runnable_as_planned():
     if plan.pipeline.mode == "async":
         assert plan.placement.reward in ("auxiliary", "cpu")
     assert export_plan(plan, spec, "verl").warnings == []
+
+
+def test_reward_on_the_trainers_in_async_only_exports_to_openrlhf_and_passes_its_validators():
+    """OpenRLHF 0.11.2 runs a reward model on the trainers' GPUs in async mode only; the plan for it
+    (tests/test_target_oracle.py: per-mode placement) exports with no warning and OpenRLHF's own
+    train_ppo_ray accepts it with the plan's numbers."""
+    from test_target_oracle import _one_pool_reward_job
+    spec = _one_pool_reward_job("openrlhf", ["sync", "async"])
+    spec["model"] = {"policy": "qwen2.5-1.5b", "reference": "policy", "reward": "qwen2.5-1.5b"}
+    plan = rlsolve.solve(spec)
+    assert (plan.pipeline.mode, plan.placement.reward) == ("async", "training")
+    plan = plan.model_dump(mode="json")
+    res = export_plan(plan, spec, "openrlhf")
+    assert res.warnings == []
+    job = prepare(plan, spec)
+    CHECKS["openrlhf"](job, res)
+    _same_numbers("openrlhf", fv.openrlhf(res, job), job)
+
+
+def _ppo_7b_on_16_a100(target: str) -> dict:
+    return {"cluster": {"gpu": "A100-SXM-40GB", "nodes": 4, "gpus_per_node": 4, "network": "IB-NDR-400"},
+            "model": {"policy": "qwen2.5-7b", "reference": "policy", "value": "policy"},
+            "rl": {"algorithm": "ppo", "prompts_per_step": 64, "samples_per_prompt": 4, "prompt_len": 512,
+                   "response_len": {"max": 2048, "mean": 512}, "mini_batches": 2, "max_staleness": 1},
+            "target": {"framework": target}, "solver": {"top_k": 0}}
+
+
+def test_the_critics_own_layout_exports_to_verl_and_passes_its_validators():
+    """verl 0.9.1 trains the critic with degrees of its own on the trainer's GPUs: on 16 A100-40GB the
+    7B PPO plan gives it other degrees than the actor's, the export carries them (critic.megatron.*)
+    with no warning, and verl's own compose + validate_config builds them. OpenRLHF 0.11.2 has one set
+    of DeepSpeed degrees: its plan's critic is the actor's."""
+    spec = _ppo_7b_on_16_a100("verl")
+    plan = rlsolve.solve(spec)
+    c, t = plan.parallelism.critic, plan.parallelism.training
+    assert (c.tp, c.pp, c.cp, c.dp) != (t.tp, t.pp, t.cp, t.dp)
+    plan_d = plan.model_dump(mode="json")
+    job = prepare(plan_d, spec)
+    for target in ("verl", "verl-yaml"):
+        res = export_plan(plan_d, spec, target)
+        assert res.warnings == []
+        _same_numbers(target, fv.verl(res, job), job)
+    other = rlsolve.solve(_ppo_7b_on_16_a100("openrlhf"))
+    oc, ot = other.parallelism.critic, other.parallelism.training
+    assert (oc.tp, oc.pp, oc.cp, oc.dp, oc.micro_batch) == (ot.tp, ot.pp, ot.cp, ot.dp, ot.micro_batch)
+    assert export_plan(other.model_dump(mode="json"), _ppo_7b_on_16_a100("openrlhf"), "openrlhf").warnings == []
 
 
 def test_deepseek_rollout_has_no_pipeline_stages_for_verl_but_may_for_any():

@@ -127,6 +127,11 @@ class Job:
         return self.lay.parallelism.training
 
     @property
+    def critic_t(self):
+        """The critic's own degrees (PPO), or the trainer's when the plan gives none."""
+        return self.lay.parallelism.critic or self.lay.parallelism.training
+
+    @property
     def opt(self):
         return self.lay.optimization
 

@@ -1,4 +1,4 @@
-"""NeMo-RL 0.7: a GRPO config YAML (`uv run examples/run_grpo_math.py --config nemo_rl_plan.yaml`) that
+"""NeMo-RL 0.7: a GRPO config YAML (`uv run examples/run_grpo.py --config nemo_rl_plan.yaml`) that
 inherits NeMo-RL's own `examples/configs/grpo_math_1B.yaml` through its `defaults` key and overrides the
 plan's decisions: the policy's training layout (`policy.dtensor_cfg` for FSDP2, or
 `policy.megatron_cfg`), the vLLM generation layout (`policy.generation.vllm_cfg`), colocation and
@@ -89,7 +89,7 @@ def export(job: Job) -> ExportResult:
     vals = values(job)
     head = header_lines(PIN, job, "a GRPO config YAML inheriting NeMo-RL's " + BASE)
     head += ["Put this file at the root of a NeMo-RL v0.7.0 checkout (defaults: resolves from there) and run",
-             "uv run examples/run_grpo_math.py --config nemo_rl_plan.yaml",
+             "uv run examples/run_grpo.py --config nemo_rl_plan.yaml",
              "Units: grpo.num_prompts_per_step counts prompts; policy.train_*_batch_size count samples."]
     doc = {"defaults": BASE}
     doc.update(nest(vals))

@@ -52,6 +52,12 @@ def sections(job: Job) -> list[Section]:
         if pl.value == "generation":
             notes.warn("value placement 'generation' is not expressible in OpenRLHF: the critic trains on the "
                        "training GPUs")
+        own, t = job.lay.parallelism.critic, job.t
+        keys = ("tp", "pp", "cp", "dp", "zero_stage", "micro_batch", "recompute")
+        if own is not None and any(getattr(own, k) != getattr(t, k) for k in keys):
+            notes.warn("the critic's own degrees are not expressible in OpenRLHF 0.11 (one set of --ds.* and "
+                       "--train.micro_batch_size flags for every model): it trains with the actor's "
+                       + ", ".join(f"{k}={getattr(t, k)}" for k in keys))
     if job.reward_model is not None:
         s.add("--reward.num_nodes", train.nodes)
         s.add("--reward.num_gpus_per_node", train.per_node)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlsolve.frameworks import capabilities
-from rlsolve.frameworks.rules import strategy_for
+from rlsolve.frameworks.rules import strategies, strategy_for
 from rlsolve.perf.train import expert_tp
 from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_block, dump_yaml, header_lines,
                                    nest, render_array, warning_lines)
@@ -27,14 +27,19 @@ AR = "actor_rollout_ref"
 def engine_of(job: Job) -> str:
     """verl's model engine: `megatron` or `dp` (FSDP): the plan's own strategy when verl runs the
     layout with it, else the one that does (rlsolve/frameworks/capabilities.yaml)."""
-    t = job.t
-    strategy = strategy_for(capabilities("verl"), job.framework, t.tp, t.pp, t.cp, t.ep, t.vp, t.zero_stage,
-                            t.recompute)
+    t, caps = job.t, capabilities("verl")
+    strategy = strategy_for(caps, job.framework, t.tp, t.pp, t.cp, t.ep, t.vp, t.zero_stage, t.recompute)
+    if job.critic is not None:  # one engine trains the actor and the critic: one that runs both layouts
+        c = job.critic_t
+        both = [x for x in strategies(caps, t.tp, t.pp, t.cp, t.ep, t.vp, t.zero_stage, t.recompute)
+                if x in strategies(caps, c.tp, c.pp, c.cp, c.ep, c.vp, c.zero_stage, c.recompute)]
+        if both and strategy not in both:
+            strategy = both[0]
     return "megatron" if strategy == "megatron" else "dp"
 
 
-def _megatron_layout(job: Job, s: Section, prefix: str, offload: bool) -> None:
-    t = job.t
+def _megatron_layout(job: Job, s: Section, prefix: str, offload: bool, t=None) -> None:
+    t = t or job.t
     s.add(f"{prefix}.tensor_model_parallel_size", t.tp)
     s.add(f"{prefix}.pipeline_model_parallel_size", t.pp)
     s.add(f"{prefix}.virtual_pipeline_model_parallel_size", t.vp if t.vp > 1 else None)
@@ -58,8 +63,8 @@ def _megatron_layout(job: Job, s: Section, prefix: str, offload: bool) -> None:
         s.add(f"{prefix}.override_transformer_config.recompute_num_layers", 1)
 
 
-def _fsdp_layout(job: Job, s: Section, prefix: str, offload: bool) -> None:
-    t = job.t
+def _fsdp_layout(job: Job, s: Section, prefix: str, offload: bool, t=None) -> None:
+    t = t or job.t
     s.add(f"{prefix}.param_offload", offload)
     s.add(f"{prefix}.optimizer_offload", offload)
     s.add(f"{prefix}.reshard_after_forward", t.zero_stage >= 3,
@@ -67,12 +72,12 @@ def _fsdp_layout(job: Job, s: Section, prefix: str, offload: bool) -> None:
     s.add(f"{prefix}.ulysses_sequence_parallel_size", t.cp, "context parallel as Ulysses sequence parallel")
 
 
-def _check_fsdp(job: Job) -> None:
-    t, notes = job.t, job.notes
-    if job.framework == "deepspeed":
+def _check_fsdp(job: Job, t=None, role: str = "training") -> None:
+    t, notes = t or job.t, job.notes
+    if job.framework == "deepspeed" and role == "training":
         notes.note("verl 0.9 has no DeepSpeed engine: the training side is exported for verl's FSDP engine")
     if t.tp > 1 or t.pp > 1 or t.ep > 1 or t.vp > 1:
-        notes.warn(f"verl's FSDP engine has no tensor/pipeline/expert/virtual-pipeline parallelism: training "
+        notes.warn(f"verl's FSDP engine has no tensor/pipeline/expert/virtual-pipeline parallelism: {role} "
                    f"tp={t.tp} pp={t.pp} ep={t.ep} vp={t.vp} is not expressible (plan framework "
                    f"{job.framework}); it would run as FSDP over all {job.train.gpus} GPUs")
     if t.zero_stage < 2:
@@ -89,6 +94,8 @@ def sections(job: Job) -> list[Section]:
     mega = engine_of(job) == "megatron"
     if not mega:
         _check_fsdp(job)
+        if job.critic is not None and job.lay.parallelism.critic is not None:
+            _check_fsdp(job, job.critic_t, "critic")
     job.pools_note("verl")
     out: list[Section] = []
 
@@ -198,12 +205,13 @@ def sections(job: Job) -> list[Section]:
     if job.critic is not None:
         s.add("critic.enable", True)
         s.add("critic.model.path", job.model_id("value"))
-        s.add("critic.ppo_micro_batch_size_per_gpu", t.micro_batch)
+        ct = job.critic_t
+        s.add("critic.ppo_micro_batch_size_per_gpu", ct.micro_batch)
         if mega:
-            _megatron_layout(job, s, "critic.megatron", offload)
+            _megatron_layout(job, s, "critic.megatron", offload, ct)
         else:
-            _fsdp_layout(job, s, "critic.fsdp", offload)
-            s.add("critic.model.enable_gradient_checkpointing", t.recompute != "none")
+            _fsdp_layout(job, s, "critic.fsdp", offload, ct)
+            s.add("critic.model.enable_gradient_checkpointing", ct.recompute != "none")
         if pl.value == "generation":
             notes.warn("value placement 'generation' is not expressible in verl: the critic trains on the "
                        "training GPUs (global pool)")

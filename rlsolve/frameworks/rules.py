@@ -5,7 +5,7 @@ everything. Pure functions of their arguments: the solver's enumeration and the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from rlsolve.frameworks.catalog import FrameworkCaps
 
@@ -109,13 +109,23 @@ def placement_ok(caps: FrameworkCaps | None, mode: str, *, reference: str, rewar
     """Where the reference, reward and value models run in `mode` (the plan's placement names; the
     solver's `elsewhere` counts as allowed when generation or auxiliary is), the reward weight
     precision, offloading the training state during rollout, and the models on an auxiliary pool."""
+    return hosting_ok(caps, mode, {"reference": reference, "reward": reward, "value": value},
+                      reward_quantization=reward_quantization, train_offload=train_offload, auxiliary=auxiliary)
+
+
+def hosting_ok(caps: FrameworkCaps | None, mode: str, places: Mapping[str, str], *, reward_quantization: str = "none",
+               train_offload: bool = False, auxiliary: Iterable[str] = ()) -> Verdict:
+    """`placement_ok` for the models `places` names only ({model: placement}). The target allows a
+    placement per model and mode, independently of where the others run, so a plan is allowed in a
+    mode exactly when every part of it is: the solver asks this of each candidate for the models
+    that candidate hosts."""
     if caps is None:
         return ALLOWED
     v = mode_ok(caps, mode)
     if not v:
         return v
     allowed = caps.placements[mode]
-    for model, where in (("reference", reference), ("reward", reward), ("value", value)):
+    for model, where in places.items():
         ok = getattr(allowed.value, model)
         if where == "elsewhere":
             good = "generation" in ok or "auxiliary" in ok
@@ -123,7 +133,7 @@ def placement_ok(caps: FrameworkCaps | None, mode: str, *, reference: str, rewar
             good = where in ok
         if not good:
             return _no(caps, f"{model} placement {where} in {mode} mode is not one of {ok}", allowed.source)
-    if reward not in ("cpu", "none") and reward_quantization not in caps.reward_quantization.value:
+    if places.get("reward", "cpu") not in ("cpu", "none") and reward_quantization not in caps.reward_quantization.value:
         return _no(caps, f"reward quantization {reward_quantization} is not one of {caps.reward_quantization.value}",
                    caps.reward_quantization.source)
     if train_offload and not caps.train_offload_during_rollout.value:

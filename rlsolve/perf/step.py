@@ -209,12 +209,42 @@ def _aux_layout(a: Architecture, lay: TrainLayout) -> TrainLayout:
                        micro_batch=lay.micro_batch, zero_stage=0)
 
 
+def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict | None = None
+                ) -> tuple[float, float, float]:
+    """(forward + update s, states bytes per GPU, peak bytes per GPU) of the critic (PPO) trained
+    with its own degrees `critic` on the training GPUs."""
+    cache = {} if cache is None else cache
+    key = ("critic", critic)
+    if key not in cache:
+        wl = problem.workload
+        dev = device(pool, wl.precision, problem.profile)
+        a = problem.value
+        mem = critic_memory(problem, critic)
+        cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean) + train_time(
+            a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps).total,
+            mem.states, mem.total)
+    return cache[key]
+
+
+def critic_memory(problem: Problem, critic: TrainLayout) -> TrainMem:
+    """Peak training memory of the critic with its own degrees (max-length sequences)."""
+    return train_memory(problem.value, critic, problem.workload.seq_max)
+
+
+def critic_fits(mem: TrainMem, resident: float, critic_states: float, critic_peak: float, cap: float) -> bool:
+    """While the critic trains with its own degrees, the policy's states and the other models
+    placed here stay resident beside the critic's peak."""
+    return mem.states + resident - critic_states + critic_peak <= cap
+
+
 def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: str, reward: str,
-              reward_quant: str, cache: dict | None = None) -> tuple[float, float, float, float]:
+              reward_quant: str, cache: dict | None = None, critic: TrainLayout | None = None
+              ) -> tuple[float, float, float, float]:
     """(reference s, reward s, value s, resident bytes per GPU) of the other models placed on
     the training GPUs. `reference`: training (resident) | cpu_offload (streamed over PCIe
-    each step) | elsewhere. `reward`: training | elsewhere (rule reward: CPU). `cache`
-    memoizes each model's pass by the degrees it depends on (the solver scores thousands)."""
+    each step) | elsewhere. `reward`: training | elsewhere (rule reward: CPU). `critic`: the
+    critic's own degrees (None: the policy's). `cache` memoizes each model's pass by the
+    degrees it depends on (the solver scores thousands)."""
     wl = problem.workload
     dev = device(pool, problem.workload.precision, problem.profile)
     seq_mean, seq_max = wl.seq_mean, wl.seq_max
@@ -240,7 +270,10 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     if problem.reward is not None and reward == "training":
         rew_t, wbytes = forward("reward", problem.reward, QUANT_BYTES[reward_quant])
         resident += wbytes
-    if problem.value is not None:  # the critic trains with the policy's degrees on the same GPUs
+    if problem.value is not None and critic is not None:  # its own degrees, on the same GPUs
+        val_t, states, _ = critic_pass(problem, pool, critic, cache)
+        resident += states
+    elif problem.value is not None:  # the critic trains with the policy's degrees on the same GPUs
         key = ("value", dims, lay.zero_stage, lay.recompute)
         if key not in cache:
             a = problem.value
@@ -256,15 +289,20 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
 
 def train_side(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: str = "training",
                reward: str = "cpu", reward_quant: str = "none",
-               core: tuple[TrainTime, TrainMem, float] | None = None) -> TrainSide:
+               core: tuple[TrainTime, TrainMem, float] | None = None, critic: TrainLayout | None = None) -> TrainSide:
     t, mem, old = core or train_core(problem, pool, lay)
+    cache: dict = {}
     ref_t, rew_t, val_t, resident = train_aux(problem, pool, lay, reference=reference, reward=reward,
-                                              reward_quant=reward_quant)
+                                              reward_quant=reward_quant, cache=cache, critic=critic)
     cap = capacity_bytes(pool, problem.workload.headroom)
+    fits = mem.total + resident <= cap
+    if critic is not None and problem.value is not None:
+        _, c_states, c_peak = critic_pass(problem, pool, critic, cache)
+        fits = fits and critic_fits(mem, resident, c_states, c_peak, cap)
     return TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
                      orchestration=problem.workload.orchestration_s,
                      value=val_t, mem=mem, aux_resident=resident, capacity=cap,
-                     fits=mem.total + resident <= cap, states=mem.states + resident)
+                     fits=fits, states=mem.states + resident)
 
 
 # --- auxiliary pool -----------------------------------------------------------------------

@@ -84,11 +84,16 @@ def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand, ac: Aux
         placement=placement,
         parallelism=Parallelism(
             generation=GenParallel(tp=g.tp, pp=g.pp, dp=g.dp, ep=g.ep),
-            training=TrainParallel(tp=t.tp, pp=t.pp, dp=t.dp, cp=t.cp, ep=t.ep, vp=t.vp, zero_stage=t.zero_stage,
-                                   micro_batch=t.micro_batch,
-                                   grad_accum=max(1, problem.workload.global_batch // (t.dp * t.micro_batch)),
-                                   recompute=t.recompute, sequence_parallel=t.sequence_parallel)),
+            training=_train_parallel(problem, t),
+            critic=None if tc.critic is None else _train_parallel(problem, tc.critic)),
         optimization=opt)
+
+
+def _train_parallel(problem: Problem, t) -> TrainParallel:
+    return TrainParallel(tp=t.tp, pp=t.pp, dp=t.dp, cp=t.cp, ep=t.ep, vp=t.vp, zero_stage=t.zero_stage,
+                         micro_batch=t.micro_batch,
+                         grad_accum=max(1, problem.workload.global_batch // (t.dp * t.micro_batch)),
+                         recompute=t.recompute, sequence_parallel=t.sequence_parallel)
 
 
 def _summary(lay: Layout) -> str:

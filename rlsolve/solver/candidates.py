@@ -34,21 +34,23 @@ import bisect
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from itertools import combinations
+from itertools import combinations, product
 from typing import Any
 
+from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, compose_step,
-                               engine_release_time, gen_side, policy_memory, recv_time, send_time, sync_time,
-                               train_aux, train_core)
+                               critic_fits, critic_memory, critic_pass, engine_release_time, gen_side, policy_memory,
+                               recv_time, send_time, sync_time, train_aux, train_core)
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.rules import (RECOMPUTE, asked, aux_models, count_ok, count_user_violations, engine_cap_violations, gen_universe,
-                                  gen_violations, micro_batches, modes_allowed, role_counts, target_placement_violations,
-                                  target_caps, train_bases, train_layout_violations, train_shape_violations,
-                                  train_shapes)
+from rlsolve.solver.rules import (RECOMPUTE, asked, aux_models, count_ok, count_user_violations, critic_like_policy,
+                                  critic_pair_violations, critic_universe, critic_violations, engine_cap_violations,
+                                  gen_universe, gen_violations, micro_batches, modes_allowed, role_counts,
+                                  target_caps, target_hosting_modes, train_bases, train_layout_violations,
+                                  train_shape_violations, train_shapes)
 from rlsolve.solver.scale import INF_TIME, mem_units_up, time_units
 
 __all__ = ["AuxCand", "Candidates", "GenCand", "TrainCand", "enumerate_candidates", "modes_allowed"]
@@ -75,6 +77,7 @@ class GenCand(_OnGPUs):
     sync: float               # colocated: reshard seconds; disagg: seconds to receive the weights
     pool: int = 0             # index into problem.pools
     id: int = -1
+    modes: frozenset | None = None  # the modes the target runs what it hosts in (None: any)
 
     @property
     def time(self) -> float:
@@ -97,6 +100,8 @@ class TrainCand(_OnGPUs):
     send: float               # disagg: seconds for the trainers to send the weights
     pool: int = 0
     id: int = -1
+    modes: frozenset | None = None  # the modes the target runs its placements in (None: any)
+    critic: TrainLayout | None = None  # PPO: the critic's own degrees on these GPUs
 
     @property
     def time(self) -> float:
@@ -116,6 +121,7 @@ class AuxCand(_OnGPUs):
     reward_quant: str
     pool: int
     id: int = -1
+    modes: frozenset | None = None  # the modes the target runs these models on a group of their own in
 
     @property
     def time(self) -> float:
@@ -212,7 +218,8 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
     for p, pool in enumerate(problem.pools):
         for hosts in subsets:
             for q in (("none", "int8", "int4") if "reward" in hosts else ("none",)):
-                if not _hosted_allowed(problem, "auxiliary", hosts, q):
+                allowed_in = _hosted_modes(problem, "auxiliary", hosts, q, modes_allowed(problem))
+                if not allowed_in:
                     continue
                 best = math.inf
                 for n in role_counts(pool):
@@ -220,7 +227,7 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
                     side = aux_side(problem, pool, n, hosts, q)
                     if side.fits and time_units(side.time) < best:
                         best = time_units(side.time)
-                        found.append(AuxCand(side, hosts, q, p))
+                        found.append(AuxCand(side, hosts, q, p, modes=allowed_in))
     return found
 
 
@@ -241,8 +248,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     cache: dict[tuple, Any] = {}
     found: list[TrainCand] = []
     best_disagg: dict[tuple, float] = {}
-    variants = {kind: [v for v in _aux_variants(problem, kind == "disagg" or not single)
-                       if _target_allows(problem, modes, kind, *v)] for kind in ("colocated", "disagg")}
+    critics: dict[int, list] = {}
+    variants = {kind: [(*v, allowed_in) for v in _aux_variants(problem, kind == "disagg" or not single)
+                       if (allowed_in := _train_modes(problem, modes, kind, *v))] for kind in ("colocated", "disagg")}
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
     fronts: dict[tuple, list[tuple]] = {}
     min_recv = _min_recv_units(problem) if limit is not None else 0
@@ -287,13 +295,24 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     continue
                 lay, mem, t, old = scored
                 out.evaluated += 1
+                paired = _critics_for(problem, pool, n, lay, critics, cache)
                 for kind in kinds:
-                    for hosts, ref, quant in variants[kind]:
+                    kept_states: dict[tuple, float] = {}
+                    for (hosts, ref, quant, allowed_in), critic in product(variants[kind], paired):
                         ref_t, rew_t, val_t, resident = train_aux(
                             problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
-                            reward_quant=quant, cache=cache)
+                            reward_quant=quant, cache=cache, critic=critic)
                         if mem.total + resident > cap:
                             continue
+                        if critic is not None:
+                            if not critic_fits(mem, resident, *critic_pass(problem, pool, critic, cache)[1:], cap):
+                                continue
+                            # critics come fastest first: a slower one must keep less on the GPUs to matter
+                            # (colocated), and beside a disaggregated trainer only the fastest that fits does
+                            vkey = (hosts, ref, quant)
+                            if resident >= kept_states.get(vkey, math.inf):
+                                continue
+                            kept_states[vkey] = -math.inf if kind == "disagg" else resident
                         if kind == "disagg":  # only the fastest of a group survives the front: skip the rest early
                             key = (n, hosts, ref, quant)
                             total = t.total + old + ref_t + rew_t + val_t
@@ -304,7 +323,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                          reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                                          fits=True, states=mem.states + resident,
                                          orchestration=problem.workload.orchestration_s)
-                        offloads = (False, True) if kind == "colocated" and _target_allows(
+                        offloads = (False, True) if kind == "colocated" and _train_modes(
                             problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
                         for off in offloads:
                             switch = 2 * dev.pcie_time(side.states) if off else 0.0
@@ -319,7 +338,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             send = send_time(problem, pool, n) if kind == "disagg" else 0.0
                             found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
                                                    reward_quant=quant, offload_states=off, side=side, switch=switch,
-                                                   send=send, pool=p))
+                                                   send=send, pool=p, modes=allowed_in, critic=critic))
     return found
 
 
@@ -356,8 +375,8 @@ def _fewer_stages_dominate(problem: Problem, pool: PoolHW, n: int, tp: int, pp: 
     broadcast takes the longer). Not with LoRA (adapters split by pp, not by stage) or a
     target framework (it may run one degree and not the other), nor for colocated trainers,
     whose GPUs are the engines'."""
-    if pp <= 2 or problem.workload.lora_rank or target_caps(problem) is not None:
-        return False
+    if pp <= 2 or problem.workload.lora_rank or target_caps(problem) is not None or problem.value is not None:
+        return False  # (a critic may take a layout of its own on these GPUs, which fewer GPUs may not hold)
     for q in _same_stage_degrees(problem, pp):
         m = tp * q * cp * dp
         if (count_ok(pool, m) and time_units(send_time(problem, pool, m)) <= min_recv
@@ -390,6 +409,50 @@ class _ColocatedEngineFloor:
             self.counts[n] = min((self._at(lay.tp, lay.pp, lay.ep, 1 << (lay.dp - 1).bit_length())
                                   for lay in gen_universe(self.problem, self.pool, n)), default=INF_TIME)
         return self.counts[n]
+
+
+def _critic_options(problem: Problem, pool: PoolHW, n: int, cache: dict) -> list[tuple[frozenset, TrainLayout]]:
+    """The critic's own layouts on n GPUs worth pairing with a trainer: per set of target engines
+    that run it, the front of (time, states kept, peak memory) (a critic no faster, holding no
+    less and peaking no lower than another is never better beside any trainer)."""
+    caps = target_caps(problem)
+    cap = capacity_bytes(pool, problem.workload.headroom)
+    scored = []
+    for lay in critic_universe(problem, pool, n):
+        if critic_violations(problem, pool, n, lay) or critic_memory(problem, lay).total > cap:
+            continue  # against the rules, or no room for it even alone
+        t, states, peak = critic_pass(problem, pool, lay, cache)
+        engines = frozenset(strategies(caps, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.recompute))
+        scored.append((time_units(t), states, peak, engines, lay))
+    scored.sort(key=lambda x: (x[0], x[1], x[2], x[4].zero_stage, x[4].micro_batch))
+    fronts: dict[frozenset, list] = {}
+    for t, states, peak, engines, lay in scored:
+        front = fronts.setdefault(engines, [])
+        if any(s2 <= states and p2 <= peak for _, s2, p2, _ in front):
+            continue
+        front.append((t, states, peak, lay))
+    return [(engines, lay) for engines, front in fronts.items() for *_, lay in front]
+
+
+def _critics_for(problem: Problem, pool: PoolHW, n: int, policy: TrainLayout, critics: dict, cache: dict) -> list:
+    """The critic layouts to pair with this trainer: [None] without a critic; the policy's
+    degrees where the target has no critic layout of its own; else the front of its own
+    layouts that some target engine runs beside the policy's."""
+    if problem.value is None:
+        return [None]
+    caps = target_caps(problem)
+    if caps is not None and not caps.shapes.value.critic_own_layout:
+        like = critic_like_policy(problem, policy)
+        return [like] if not critic_violations(problem, pool, n, like) else []
+    if n not in critics:
+        critics[n] = _critic_options(problem, pool, n, cache)
+    found = [lay for engines, lay in critics[n] if not critic_pair_violations(problem, policy, lay)]
+    like = critic_like_policy(problem, policy)
+    if like not in found and not critic_violations(problem, pool, n, like) and not critic_pair_violations(
+            problem, policy, like):
+        found.append(like)
+    # fastest first, then fewer states kept; on a tie the trainer's own degrees
+    return sorted(found, key=lambda c: (critic_pass(problem, pool, c, cache)[:2], c != like))
 
 
 def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict):
@@ -437,7 +500,13 @@ def _gen_counts(problem: Problem, p: int, all_counts: bool, out: Candidates) -> 
     if single:  # the trainers take at least one GPU of the pool
         lefts = {x for x in lefts if x < pool.n_gpus}
     per_replica = {lay.tp * lay.pp for lay in gen_universe(problem, pool, max(legal, default=1))} | {1}
-    counts = {_largest_count(pool, x, r) for x in lefts for r in per_replica}
+    counts = set()
+    for x in lefts:
+        for r in per_replica:
+            c = _largest_count(pool, x, r)
+            while c > 0 and count_user_violations(problem, "generation", c):  # the user caps the engines' GPUs
+                c = _largest_count(pool, c - 1, r)
+            counts.add(c)
     return sorted(c for c in counts if c > 0)
 
 
@@ -696,7 +765,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         limit = (_relaxed(incumbent) if margin else incumbent) if bounded and incumbent is not None else None
         fastest = min((time_units(c.time) for c in out.train if c.mode == "disagg"), default=INF_TIME)
         dead: set[tuple] = set()
-        host_variants = list(_gen_host_variants(problem))
+        host_variants = list(_gen_host_variants(problem, d_modes))
         for n in sorted(_gen_counts(problem, p, all_counts, out), reverse=True):
             for li, lay in enumerate(gen_universe(problem, pool, n)):
                 deadline.check("enumerating engine layouts")
@@ -704,7 +773,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     continue
                 recv_s = recv_time(problem, pool, lay)
                 recv = time_units(recv_s)
-                for hi, (hosts, q) in enumerate(host_variants):
+                for hi, (hosts, q, allowed_in) in enumerate(host_variants):
                     key = (lay.tp, lay.pp, lay.ep, hosts, q)
                     if key in dead:
                         continue
@@ -718,8 +787,8 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools))
                     if t is None:
                         continue
-                    bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in d_modes}
-                    tasks.append((bound, (1, n, li, hi), "disagg", n, lay, hosts, q, recv_s))
+                    bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in allowed_in}
+                    tasks.append((bound, (1, n, li, hi), "disagg", n, lay, (hosts, allowed_in), q, recv_s))
     if incumbent is None:
         incumbent = {m: INF_TIME for m in modes}
     found: list[GenCand] = []
@@ -732,8 +801,9 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
             side = _engine_side(problem, p, lay, memo, reserved_gb=extra)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
         else:
+            extra, allowed_in = extra
             side = _engine_side(problem, p, lay, memo, hosts=extra, quant=q)
-            g = GenCand(mode, lay, extra, q, 0, side, sync, pool=p)
+            g = GenCand(mode, lay, extra, q, 0, side, sync, pool=p, modes=allowed_in)
         out.evaluated += 1
         if not side.fits or engine_cap_violations(problem, lay, side.max_num_seqs):
             continue
@@ -746,7 +816,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         else:
             t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools), extra)
             if t is not None:
-                for m in d_modes:
+                for m in g.modes & (t.modes if t.modes is not None else g.modes):  # a plan the target runs
                     step = compose_step(m, time_units(g.time), time_units(t.time), time_units(g.sync),
                                         time_units(t.send))
                     incumbent[m] = min(incumbent[m], step)
@@ -768,36 +838,30 @@ def _aux_on_gen(problem: Problem, hosts: frozenset, quant: str) -> tuple:
     return tuple((h, getattr(problem, h), QUANT_BYTES[quant] if h == "reward" else 2.0) for h in sorted(hosts))
 
 
-def _target_allows(problem: Problem, modes: list[str], kind: str, hosts: frozenset, reference: str, quant: str,
-                   offload: bool = False) -> bool:
-    """The target runs a training candidate's placements in its mode (a disaggregated
-    candidate in every disaggregated mode the program may pick, as the program does not tie
-    a candidate to one of them)."""
-    reward = "cpu" if problem.reward is None else ("training" if "reward" in hosts else "elsewhere")
+def _train_modes(problem: Problem, modes: list[str], kind: str, hosts: frozenset, reference: str, quant: str,
+                 offload: bool = False) -> frozenset:
+    """The modes of its kind in which the target runs a training candidate's placements (a model
+    `elsewhere` counts where the target runs it on the engines or an auxiliary group; the
+    candidate that hosts it answers for the exact place)."""
+    places = {"reference": reference,
+              "reward": "cpu" if problem.reward is None else ("training" if "reward" in hosts else "elsewhere")}
     each = ["colocated"] if kind == "colocated" else [m for m in modes if m != "colocated"]
-    return not any(target_placement_violations(problem, m, reference=reference, reward=reward, quant=quant,
-                                               offload=offload) for m in each)
+    return target_hosting_modes(problem, [m for m in each if m in modes], places, quant=quant, offload=offload)
 
 
-def _hosted_allowed(problem: Problem, where: str, hosts: frozenset, quant: str) -> bool:
-    """The target runs these models on the engines' GPUs (`generation`) or on a group of their
-    own (`auxiliary`) in some mode the program may pick, the others on the trainers."""
-    if not hosts:
-        return True
-    place = {m: (where if m in hosts else "training") for m in ("reference", "reward")}
-    if problem.reward is None:
-        place["reward"] = "cpu"
-    if problem.reference is None:
-        place["reference"] = "none"
-    aux = hosts if where == "auxiliary" else frozenset()
-    return any(not target_placement_violations(problem, m, quant=quant, auxiliary=aux, **place)
-               for m in modes_allowed(problem))
+def _hosted_modes(problem: Problem, where: str, hosts: frozenset, quant: str, modes: list[str]) -> frozenset:
+    """The modes of `modes` in which the target runs these models on the engines' GPUs
+    (`generation`) or on a group of their own (`auxiliary`)."""
+    return target_hosting_modes(problem, modes, dict.fromkeys(hosts, where), quant=quant,
+                                auxiliary=hosts if where == "auxiliary" else frozenset())
 
 
-def _gen_host_variants(problem: Problem):
+def _gen_host_variants(problem: Problem, modes: list[str]):
+    """(hosted models, reward quantization, the modes of `modes` the target runs them on the engines in)."""
     for hosts, q in _all_gen_host_variants(problem):
-        if _hosted_allowed(problem, "generation", hosts, q):
-            yield hosts, q
+        allowed_in = _hosted_modes(problem, "generation", hosts, q, modes)
+        if allowed_in:
+            yield hosts, q, allowed_in
 
 
 def _all_gen_host_variants(problem: Problem):
@@ -816,7 +880,8 @@ def _prune_train(cands: list[TrainCand], keep_apart: frozenset = frozenset()) ->
     apart = sorted(k.split(".", 1)[1] for k in keep_apart if k.startswith("training.") and k != "training.gpus")
     groups: dict[tuple, list[TrainCand]] = {}
     for c in cands:
-        key = (c.pool, c.mode, c.gpus, c.hosts, c.reference, c.reward_quant) + tuple(getattr(c.layout, k) for k in apart)
+        key = (c.pool, c.mode, c.gpus, c.hosts, c.reference, c.reward_quant, c.modes) + tuple(
+            getattr(c.layout, k) for k in apart)
         groups.setdefault(key, []).append(c)
     kept: list[TrainCand] = []
     for cs in groups.values():
@@ -834,7 +899,7 @@ def _prune_train(cands: list[TrainCand], keep_apart: frozenset = frozenset()) ->
     out = [c for c in kept if c.mode == "colocated"]
     for c in sorted((c for c in kept if c.mode == "disagg"),
                     key=lambda c: (time_units(c.time), time_units(c.send), c.gpus, _simplicity(c))):
-        front = fronts.setdefault((c.pool, c.hosts, c.reference, c.reward_quant)
+        front = fronts.setdefault((c.pool, c.hosts, c.reference, c.reward_quant, c.modes)
                                   + tuple(getattr(c.layout, k) for k in apart), [])
         if any(time_units(k.send) <= time_units(c.send) and k.gpus <= c.gpus for k in front):
             continue
@@ -861,7 +926,7 @@ def _prune_gen(cands: list[GenCand], keep_apart: frozenset = frozenset()) -> lis
             if any(k.reserved_gb >= c.reserved_gb for k in front):
                 continue
         else:
-            front = fronts.setdefault(("disagg", c.pool, c.hosts, c.reward_quant) + key_of(c), [])
+            front = fronts.setdefault(("disagg", c.pool, c.hosts, c.reward_quant, c.modes) + key_of(c), [])
             if any(time_units(k.sync) <= time_units(c.sync) and k.gpus <= c.gpus for k in front):
                 continue
         front.append(c)

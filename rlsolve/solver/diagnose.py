@@ -19,8 +19,8 @@ from rlsolve.perf.step import capacity_bytes, engine_cap_bytes, policy_memory, t
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import Problem
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.rules import (cp_choices, divisors, expert_degrees, gen_universe, gen_violations, modes_allowed,
-                                  role_counts, train_violations, zero_stages)
+from rlsolve.solver.rules import (cp_choices, divisors, expert_degrees, gen_universe, gen_violations, mode_violations,
+                                  modes_allowed, role_counts, train_violations, zero_stages)
 
 GROUPS = {
     "rl.batch": "the batch per optimizer step",
@@ -32,6 +32,7 @@ GROUPS = {
     "memory.generation": "generation memory per GPU",
     "memory.colocated": "colocated memory",
     "constraints.max_price_per_hour_usd": "the price budget",
+    "target": "the target framework's capabilities",
 }
 
 
@@ -47,6 +48,7 @@ class Option:
     room: float = 0.0                 # generation: bytes free for training state (colocated)
     what: str = ""
     dp: int = 0                       # training: the data-parallel degree
+    target: str = ""                  # the target framework's reason, when it refuses this layout
 
 
 def _groups(violations) -> set[str] | None:
@@ -54,6 +56,10 @@ def _groups(violations) -> set[str] | None:
     (no framework can build it, so it is no option at all)."""
     groups = {v.group for v in violations}
     return None if "structure" in groups else groups
+
+
+def _target_reason(violations) -> str:
+    return next((v.message for v in violations if v.group == "target"), "")
 
 
 def _train_options(problem: Problem, deadline: Deadline) -> list[Option]:
@@ -75,7 +81,8 @@ def _train_options(problem: Problem, deadline: Deadline) -> list[Option]:
                                 deadline.check("explaining the infeasibility")
                                 lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero_stage=zero, micro_batch=1,
                                                   recompute="full", sequence_parallel=tp > 1)
-                                v = _groups(train_violations(problem, pool, n, lay))
+                                found = train_violations(problem, pool, n, lay)
+                                v = _groups(found)
                                 if v is None:
                                     continue
                                 mem = policy_memory(problem, lay)
@@ -89,7 +96,8 @@ def _train_options(problem: Problem, deadline: Deadline) -> list[Option]:
                                         continue
                                     out.append(Option(p, n, mode, set(v), need, cap, mem.states + resident, 0.0,
                                                       f"tp={tp} pp={pp} cp={cp} dp={dp} ep={ep} ZeRO-{zero} "
-                                                      f"micro_batch=1 full recompute on {n} {pool.gpu.name}", dp))
+                                                      f"micro_batch=1 full recompute on {n} {pool.gpu.name}", dp,
+                                                      _target_reason(found)))
     return out
 
 
@@ -103,7 +111,8 @@ def _gen_options(problem: Problem, deadline: Deadline) -> list[Option]:
         for n in role_counts(pool):
             for lay in gen_universe(problem, pool, n):
                 deadline.check("explaining the infeasibility")
-                v = _groups(gen_violations(problem, pool, n, lay))
+                found = gen_violations(problem, pool, n, lay)
+                v = _groups(found)
                 if v is None:
                     continue
                 need = weight_bytes_per_gpu(problem.policy, lay, wb) + gen_other_bytes(problem.policy, lay) + \
@@ -114,7 +123,8 @@ def _gen_options(problem: Problem, deadline: Deadline) -> list[Option]:
                     if mode == "disagg" and single and n >= pool.n_gpus:
                         continue
                     out.append(Option(p, n, mode, set(v), need, cap, 0.0, max(0.0, cap - need),
-                                      f"tp={lay.tp} pp={lay.pp} x{lay.dp} on {n} {pool.gpu.name}"))
+                                      f"tp={lay.tp} pp={lay.pp} x{lay.dp} on {n} {pool.gpu.name}",
+                                      target=_target_reason(found)))
     return out
 
 
@@ -153,7 +163,8 @@ def _diagnose(problem: Problem, deadline: Deadline) -> list[str]:
     m.add_exactly_one(mode.values())
     for k, var in mode.items():
         if k not in allowed:
-            m.add_implication(var, A["constraints.modes"].Not())
+            for group in sorted({v.group for v in mode_violations(problem, k)} or {"constraints.modes"}):
+                m.add_implication(var, A[group].Not())
     for opts, vs in ((gens, x), (trains, y)):
         m.add(sum(v for o, v in zip(opts, vs) if o.mode == "colocated") == mode["colocated"])
         for o, v in zip(opts, vs):
@@ -250,4 +261,11 @@ def _words(problem: Problem, group: str, gens: list[Option], trains: list[Option
             if any(not g.violates for g in gens) else math.nan
         return (f"price budget: {problem.spec.constraints.max_price_per_hour_usd:,.2f} USD/hour; the GPUs of the "
                 f"smallest plan that fits cost more (generation alone from {cheapest:,.2f} USD/hour)")
+    if group == "target":
+        t = problem.spec.target
+        modes = [v.message for k in ("colocated", "sync", "async") for v in mode_violations(problem, k)
+                 if v.group == "target"]
+        why = "; ".join(dict.fromkeys(modes)) or next((o.target for o in gens + trains if o.target), "")
+        return (f"target {t.framework}: the layouts and placements it runs leave no plan that fits"
+                + (f" ({why})" if why else "") + "; target any lifts its limits")
     return group

@@ -11,7 +11,7 @@ from rlsolve.errors import SpecError
 from rlsolve.perf.step import QUANT_BYTES, StepEstimate, aux_side, combine, gen_side, train_side
 from rlsolve.plan import LAYOUT_KEYS, Layout, Plan
 from rlsolve.resolve import Problem
-from rlsolve.solver.rules import layout_violations, pool_named, role_layouts
+from rlsolve.solver.rules import critic_layout, layout_violations, pool_named, role_layouts
 from rlsolve.spec import Spec, format_validation_error, load_spec, read_yaml
 
 
@@ -50,7 +50,7 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
     ts = train_side(problem, pt, t_lay,
                     reference=pl.reference if pl.reference in ("training", "cpu_offload") else "elsewhere",
                     reward="training" if pl.reward == "training" else "elsewhere",
-                    reward_quant=opt.reward_quantization)
+                    reward_quant=opt.reward_quantization, critic=critic_layout(lay))
     if mode == "colocated":
         reserved = 0.0 if opt.train_offload_during_rollout else ts.states
         gs = gen_side(problem, pg, g_lay, reserved=reserved, kv_cache_gb=opt.kv_cache_gb,

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, product
 
 import numpy as np
 
+from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.hw import device
-from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, engine_release_time, gen_side,
-                               policy_memory, recv_time, send_time, sync_time, train_aux, train_core)
+from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, critic_fits, critic_pass,
+                               engine_release_time, gen_side, policy_memory, recv_time, send_time, sync_time, train_aux,
+                               train_core)
 from rlsolve.resolve import Problem
-from rlsolve.solver.rules import (aux_models, gen_universe, gen_violations, modes_allowed, role_counts,
-                                  train_shapes, train_universe, train_violations)
+from rlsolve.solver.rules import (aux_models, critic_pair_violations, critic_universe, critic_violations,
+                                  engine_cap_violations, gen_universe, gen_violations, modes_allowed, role_counts,
+                                  target_caps, target_placement_violations, train_shapes, train_universe,
+                                  train_violations)
 from rlsolve.solver.scale import mem_units_up, time_units
 
 
@@ -35,6 +39,8 @@ class Side:
     hosts: frozenset = frozenset()
     held_gb: int = 0           # colocated trainers: memory kept during rollout
     what: tuple = ()
+    place: tuple = ()          # what the target's placement rules read: trainers (reference, reward on it?,
+                               # quantization, offload); engines and auxiliary groups (quantization,)
 
 
 def _fastest(sides: list[Side]) -> list[Side]:
@@ -42,7 +48,7 @@ def _fastest(sides: list[Side]) -> list[Side]:
     slower one can be swapped for it in any plan), unlike the solver's dominance rules."""
     best: dict[tuple, Side] = {}
     for x in sides:
-        key = (x.pool, x.gpus, x.sync_ms, x.hosts, x.held_gb)
+        key = (x.pool, x.gpus, x.sync_ms, x.hosts, x.held_gb, x.place)
         if key not in best or x.time_ms < best[key].time_ms:
             best[key] = x
     return list(best.values())
@@ -84,11 +90,15 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                 if mem.total > cap:
                     continue
                 t, _, old = train_core(problem, pool, lay, mem, cache=cache)
-                for ref, on_train, q in _placements(problem, colocated, several):
+                for (ref, on_train, q), critic in product(_placements(problem, colocated, several),
+                                                          _critics(problem, p, n, lay, cache)):
                     ref_t, rew_t, val_t, resident = train_aux(problem, pool, lay, reference=ref,
                                                               reward="training" if on_train else "elsewhere",
-                                                              reward_quant=q, cache=cache)
+                                                              reward_quant=q, cache=cache, critic=critic)
                     if mem.total + resident > cap:
+                        continue
+                    if critic is not None and not critic_fits(mem, resident, *critic_pass(problem, pool, critic,
+                                                                                          cache)[1:], cap):
                         continue
                     hosts = frozenset([x for x, on in (("reference", ref in ("training", "cpu_offload")),
                                                        ("reward", on_train)) if on])
@@ -98,11 +108,36 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                         for off in (False, True):
                             switch = 2 * dev.pcie_time(states) if off else 0.0
                             out.append(Side(p, n, time_units(core + switch), 0, hosts,
-                                            0 if off else mem_units_up(states), (lay, ref, q, off)))
+                                            0 if off else mem_units_up(states), (lay, ref, q, off),
+                                            _place(problem, (ref, on_train, q, off))))
                     else:
                         out.append(Side(p, n, time_units(core), time_units(send_time(problem, pool, n)), hosts, 0,
-                                        (lay, ref, q)))
+                                        (lay, ref, q), _place(problem, (ref, on_train, q, False))))
     return _fastest(out)
+
+
+def _critics(problem: Problem, p: int, n: int, policy, cache: dict) -> list:
+    """Every critic layout the rule table allows beside this policy layout ([None]: no critic)."""
+    if problem.value is None:
+        return [None]
+    pool = problem.pools[p]
+    key = ("oracle critics", p, n)
+    if key not in cache:
+        caps = target_caps(problem)
+        scored = []
+        for c in critic_universe(problem, pool, n):
+            if not critic_violations(problem, pool, n, c):
+                t, states, peak = critic_pass(problem, pool, c, cache)
+                scored.append((t, states, peak, frozenset(strategies(caps, c.tp, c.pp, c.cp, c.ep, c.vp, c.zero_stage,
+                                                                     c.recompute)), c))
+        # A critic no faster, keeping no less and peaking no higher than another that the same
+        # engines run can be swapped for it in any plan (every constraint is monotone in the
+        # three): keep the others. Where the target has no critic layout of its own, the critic
+        # must be the policy's, so keep them all.
+        own = caps is None or caps.shapes.value.critic_own_layout
+        cache[key] = [x[4] for x in scored if not own or not any(
+            y[0] <= x[0] and y[1] <= x[1] and y[2] <= x[2] and y[3] == x[3] and y[:3] != x[:3] for y in scored)]
+    return [c for c in cache[key] if not critic_pair_violations(problem, policy, c)]
 
 
 def _gen_layouts(problem: Problem, p: int, n: int):
@@ -129,9 +164,9 @@ def _gen_sides(problem: Problem) -> list[Side]:
                 for hosts, q in variants:
                     aux = tuple((h, getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
                     side = gen_side(problem, pool, lay, aux_models=aux)
-                    if side.fits:
+                    if side.fits and not engine_cap_violations(problem, lay, side.max_num_seqs):
                         out.append(Side(p, n, time_units(side.time), time_units(recv_time(problem, pool, lay)), hosts,
-                                        0, (lay, q)))
+                                        0, (lay, q), _place(problem, (q,))))
     return _fastest(out)
 
 
@@ -144,7 +179,7 @@ def _coloc_gen(problem: Problem, p: int, n: int, level_gb: int, cache: dict) -> 
         terms = []
         for lay in _gen_layouts(problem, p, n):
             side = gen_side(problem, pool, lay, reserved=level_gb * 1e9)
-            if side.fits:
+            if side.fits and not engine_cap_violations(problem, lay, side.max_num_seqs):
                 sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
                 terms.append(time_units(side.time + engine_release_time(side) + sync))
         cache[key] = terms
@@ -163,7 +198,7 @@ def _aux_sides(problem: Problem) -> list[Side | None]:
                     for n in role_counts(pool):
                         side = aux_side(problem, pool, n, hosts, q)
                         if side.fits:
-                            out.append(Side(p, n, time_units(side.time), 0, hosts, 0, (q,)))
+                            out.append(Side(p, n, time_units(side.time), 0, hosts, 0, (q,), _place(problem, (q,))))
     return out
 
 
@@ -196,6 +231,8 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
         for t in _train_sides(problem, colocated=True):
             for a in auxes:
                 if not homed(t.hosts, a.hosts if a else frozenset()):
+                    continue
+                if not _target_runs(problem, "colocated", t, None, a):
                     continue
                 terms = _coloc_gen(problem, t.pool, t.gpus, t.held_gb, cache)
                 if not terms:
@@ -230,8 +267,54 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
                 continue
             tt = (t["time_ms"] + (a.time_ms if a else 0))[:, None]
             for mode in disagg:
+                runs = ok & _target_matrix(problem, mode, trains, gens, a)
+                if not runs.any():
+                    continue
                 steps = compose_step(mode, g["time_ms"][None, :], tt, g["sync_ms"][None, :], t["sync_ms"][:, None],
                                      maximum=np.maximum)
                 value = steps * rate if objective == "cost" else steps
-                best = min(best, int(value[ok].min()))
+                best = min(best, int(value[runs].min()))
     return None if best == math.inf else int(best)
+
+
+# --- the target's placement rules, on the whole plan --------------------------------------------
+
+def _place(problem: Problem, place: tuple) -> tuple:
+    """A side's placement choices, kept apart by `_fastest` only when a target framework reads them."""
+    return place if target_caps(problem) is not None else ()
+
+
+def _target_runs(problem: Problem, mode: str, t: Side, g: Side | None, a: Side | None) -> bool:
+    """The target runs this plan's placements in `mode`: the whole plan's (where each model runs,
+    the reward's precision, offload, the auxiliary group) checked at once by the rule table."""
+    if target_caps(problem) is None:
+        return True
+    ref, on_train, t_quant, offload = t.place
+    others = [(s, "generation") for s in (g,) if s is not None] + [(s, "auxiliary") for s in (a,) if s is not None]
+    where = {"reference": ref if ref != "elsewhere" else None, "reward": "training" if on_train else None}
+    quant = t_quant if on_train else "none"
+    for side, name in others:
+        for model in side.hosts:
+            where[model] = name
+            if model == "reward":
+                quant = side.place[0]
+    reward = "cpu" if problem.reward is None else where["reward"]
+    if None in (where["reference"], reward):
+        return False  # a model without a home: not a plan
+    return not target_placement_violations(problem, mode, reference=where["reference"], reward=reward, quant=quant,
+                                           offload=offload, auxiliary=a.hosts if a is not None else frozenset())
+
+
+def _target_matrix(problem: Problem, mode: str, trains: list[Side], gens: list[Side], a: Side | None) -> np.ndarray:
+    """`_target_runs` for every (trainer, engine) pair, computed once per distinct placement."""
+    if target_caps(problem) is None:
+        return np.ones((len(trains), len(gens)), dtype=bool)
+    t_keys = [(x.hosts, x.place) for x in trains]
+    g_keys = [(x.hosts, x.place) for x in gens]
+    t_ids = {k: i for i, k in enumerate(dict.fromkeys(t_keys))}
+    g_ids = {k: i for i, k in enumerate(dict.fromkeys(g_keys))}
+    t_rep = {t_ids[k]: x for k, x in zip(t_keys, trains)}
+    g_rep = {g_ids[k]: x for k, x in zip(g_keys, gens)}
+    table = np.array([[_target_runs(problem, mode, t_rep[i], g_rep[j], a) for j in range(len(g_ids))]
+                      for i in range(len(t_ids))], dtype=bool)
+    return table[np.array([t_ids[k] for k in t_keys])[:, None], np.array([g_ids[k] for k in g_keys])[None, :]]

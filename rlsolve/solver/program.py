@@ -22,7 +22,8 @@ Variables:
   `cost` = rate x step.
 
 Constraints, one module each: world (one row per role, roles of the chosen mode, colocated
-roles on the same pool and count, GPUs per pool), degrees (the element links and the user's
+roles on the same pool and count, GPUs per pool), modes (a chosen row implies a mode the
+target runs its placements in: row => mode in row.modes), degrees (the element links and the user's
 linear constraints), memory (colocated: what training keeps during rollout fits the KV
 budget its generation row was scored with), placement (each reference/reward model in
 exactly one place), pipeline (the step of the chosen mode, `perf.step.compose_step`),
@@ -73,7 +74,8 @@ class Program:
         self.linear = linear or []
         self.m = cp_model.CpModel()
         self.v = self._variables()
-        for module in (self._world, self._degrees, self._memory, self._placement, self._pipeline, self._price):
+        for module in (self._world, self._modes, self._degrees, self._memory, self._placement, self._pipeline,
+                       self._price):
             module()
 
     # --- variables -------------------------------------------------------------------------
@@ -112,6 +114,17 @@ class Program:
                       sum(v.train[x.id] for x in c.train if x.mode == "colocated" and x.pool == p and x.gpus == count))
             m.add(self._gpus(p) <= n)
         m.add(v.gpus_used == sum(self._gpus(p) for p in range(len(self.pool_gpus))))
+
+    def _modes(self) -> None:
+        """A chosen candidate implies a mode the target runs what it hosts in (its `modes`)."""
+        m, v, c = self.m, self.v, self.cands
+        for rows, cands in ((v.gen, c.gen), (v.train, c.train), (v.aux, c.aux)):
+            for x in cands:
+                if x.modes is None:
+                    continue
+                for mode, on in v.mode.items():
+                    if mode not in x.modes:
+                        m.add_implication(rows[x.id], on.Not())
 
     def _gpus(self, p: int):
         """GPUs used in pool p (a colocated pair counts once)."""

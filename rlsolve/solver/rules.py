@@ -17,12 +17,14 @@ Groups: `structure` (a layout no framework can build: divisibility, world sizes,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
 from rlsolve.errors import SpecError
-from rlsolve.frameworks import FrameworkCaps, capabilities, generation_ok, mode_ok, placement_ok, training_ok
+from rlsolve.frameworks import (FrameworkCaps, capabilities, generation_ok, hosting_ok, mode_ok, placement_ok,
+                                training_ok)
+from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
@@ -333,6 +335,102 @@ def train_violations(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout, *
             + train_layout_violations(problem, lay, user=user))
 
 
+# --- the critic (PPO): its own degrees on the training GPUs ---------------------------------
+
+def critic_universe(problem: Problem, pool: PoolHW, n: int) -> Iterator[TrainLayout]:
+    """Every layout of the critic on the trainer's n GPUs (verl's critic worker on the trainer's
+    pool with degrees of its own): tp inside the NVLink domain, any pipeline degree up to its
+    layers, the searched CP degrees, a data-parallel degree dividing the batch, its expert
+    degrees, ZeRO stages, micro-batches and recompute (no virtual stages)."""
+    a = problem.value
+    if a is None:
+        return
+    gb = problem.workload.global_batch
+    for tp in divisors(math.gcd(n, max(pool.scaleup_size, 1))):
+        for pp in range(1, a.layers + 1):
+            for cp in cp_choices(problem):
+                if n % (tp * pp * cp):
+                    continue
+                dp = n // (tp * pp * cp)
+                if gb % dp:
+                    continue
+                eps = [1] if not a.is_moe else [e for e in divisors(tp * dp * cp) if a.experts % e == 0]
+                for ep in eps:
+                    for zero in zero_stages(pp):
+                        for mb in micro_batches(problem, dp):
+                            for rec in RECOMPUTE:
+                                yield TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=1, zero_stage=zero,
+                                                  micro_batch=mb, recompute=rec, sequence_parallel=tp > 1)
+
+
+def critic_violations(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout) -> list[Violation]:
+    """The rules of the critic's own layout on the trainer's n GPUs, and whether the target
+    trains a critic with these degrees."""
+    a = problem.value
+    f = "parallelism.critic"
+    if a is None:
+        return [Violation("structure", f, "the spec has no value model (model.value); remove parallelism.critic")]
+    out = []
+    if lay.gpus != n:
+        out.append(Violation("structure", f, f"tp*pp*cp*dp = {lay.gpus} but the critic trains on the "
+                             f"{n} training GPUs; make them equal"))
+    if a.heads % lay.tp:
+        out.append(Violation("structure", f + ".tp", f"tp={lay.tp} does not divide the {a.heads} attention heads "
+                             f"of the critic ({a.name})"))
+    elif not a.is_mla and a.n_kv_heads % lay.tp and lay.tp % a.n_kv_heads:
+        out.append(Violation("structure", f + ".tp", f"tp={lay.tp}: Megatron needs the critic's {a.n_kv_heads} "
+                             f"query groups divisible by tp (or tp a multiple of them)"))
+    if max(pool.scaleup_size, 1) % lay.tp:
+        out.append(Violation("structure", f + ".tp", f"tp={lay.tp} groups would cross the NVLink domain"))
+    if lay.pp > a.layers:
+        out.append(Violation("structure", f + ".pp", f"pp={lay.pp} exceeds the critic's {a.layers} layers"))
+    if lay.cp not in cp_choices(problem):
+        out.append(Violation("structure", f + ".cp", f"cp={lay.cp} is not searched (searched: {cp_choices(problem)})"))
+    if lay.vp != 1:
+        out.append(Violation("structure", f + ".vp", "the critic runs without virtual pipeline stages (vp=1)"))
+    if lay.ep > 1 and (not a.is_moe or a.experts % lay.ep or (lay.tp * lay.dp * lay.cp) % lay.ep):
+        out.append(Violation("structure", f + ".ep", f"ep={lay.ep} must divide the critic's experts and tp*dp*cp"))
+    if lay.zero_stage not in zero_stages(lay.pp):
+        out.append(Violation("structure", f + ".zero_stage", f"ZeRO-{lay.zero_stage} with pp={lay.pp}: pipelines run "
+                             f"with Megatron's distributed optimizer (ZeRO 0 or 1)"))
+    gb = problem.workload.global_batch
+    if gb % (lay.dp * lay.micro_batch):
+        out.append(Violation("rl.batch", f + ".micro_batch", f"the global batch of {gb} sequences is not divisible "
+                             f"by the critic's dp*micro_batch = {lay.dp * lay.micro_batch}"))
+    out += _target(training_ok(target_caps(problem), lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage,
+                               lay.recompute), f)
+    return out
+
+
+def critic_pair_violations(problem: Problem, policy: TrainLayout, critic: TrainLayout) -> list[Violation]:
+    """The target trains the critic beside this policy layout: with degrees of its own only where
+    the framework has them (`shapes.critic_own_layout`), and on an engine that runs both (verl
+    picks one engine for the actor and the critic)."""
+    caps = target_caps(problem)
+    if caps is None:
+        return []
+    f = "parallelism.critic"
+    if not caps.shapes.value.critic_own_layout and critic != critic_like_policy(problem, policy):
+        return [Violation("target", f, f"{problem.spec.target.framework} trains the critic with the actor's degrees "
+                          f"(source: {caps.shapes.source})")]
+    both = set(strategies(caps, *_strategy_args(policy))) & set(strategies(caps, *_strategy_args(critic)))
+    if not both:
+        return [Violation("target", f, f"no training engine of {problem.spec.target.framework} runs both the actor's "
+                          f"and the critic's degrees (source: {caps.training.source})")]
+    return []
+
+
+def critic_like_policy(problem: Problem, policy: TrainLayout) -> TrainLayout:
+    """The critic with the policy's degrees (what a framework without a critic layout of its own runs)."""
+    a = problem.value
+    ep = policy.ep if a is not None and a.is_moe and a.experts % policy.ep == 0 else 1
+    return replace(policy, ep=ep, vp=1)
+
+
+def _strategy_args(lay: TrainLayout) -> tuple:
+    return lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.recompute
+
+
 # --- the step: modes, placement, pools ----------------------------------------------------
 
 def modes_allowed(problem: Problem) -> list[str]:
@@ -366,6 +464,18 @@ def target_placement_violations(problem: Problem, mode: str, *, reference: str, 
     return _target(placement_ok(target_caps(problem), mode, reference=reference, reward=reward,
                                 value="training" if problem.value is not None else "none",
                                 reward_quantization=quant, train_offload=offload, auxiliary=auxiliary), "placement")
+
+
+def target_hosting_modes(problem: Problem, modes: Iterable[str], places: dict[str, str], *, quant: str = "none",
+                         offload: bool = False, auxiliary: frozenset = frozenset()) -> frozenset[str]:
+    """The modes of `modes` in which the target runs the models `places` names where it puts them
+    ({model: placement}), the reward at `quant`, the training state offloaded or not, and the
+    models of `auxiliary` on a group of their own. Each candidate answers for the models it hosts;
+    the program picks a mode allowed by every chosen candidate, which is the whole plan's rule
+    since the target allows each model's placement per mode on its own (frameworks.rules.hosting_ok)."""
+    caps = target_caps(problem)
+    return frozenset(m for m in modes if hosting_ok(caps, m, places, reward_quantization=quant, train_offload=offload,
+                                                    auxiliary=auxiliary))
 
 
 def aux_models(problem: Problem) -> list[str]:
@@ -465,4 +575,18 @@ def layout_violations(problem: Problem, lay, *, user: bool = True) -> list[Viola
         uses.append(("auxiliary", pool_named(problem, ra.auxiliary.pool, "layout.resource_allocation.auxiliary.pool"),
                      ra.auxiliary.gpus))
     out += pool_use_violations(problem, mode, uses)
+    critic = critic_layout(lay)
+    if critic is not None:
+        out += critic_violations(problem, pt, ra.training.gpus, critic)
+        if user:
+            out += critic_pair_violations(problem, t, critic)
     return out
+
+
+def critic_layout(lay) -> TrainLayout | None:
+    """The critic's own degrees of a plan's (or user's) Layout (None: the trainer's)."""
+    c = lay.parallelism.critic
+    if c is None:
+        return None
+    return TrainLayout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vp=c.vp, zero_stage=c.zero_stage,
+                       micro_batch=c.micro_batch, recompute=c.recompute, sequence_parallel=c.sequence_parallel)

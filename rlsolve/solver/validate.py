@@ -36,6 +36,9 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
     gb = problem.workload.global_batch
     if t.grad_accum * t.dp * t.micro_batch != gb:
         bad.append(f"grad_accum*dp*micro_batch={t.grad_accum * t.dp * t.micro_batch} != global batch {gb}")
+    c = plan.parallelism.critic
+    if c is not None and c.grad_accum * c.dp * c.micro_batch != gb:
+        bad.append(f"critic grad_accum*dp*micro_batch={c.grad_accum * c.dp * c.micro_batch} != global batch {gb}")
     mem = plan.memory_gb_per_gpu
     for role, m, pool in (("generation", mem.generation, pg), ("training", mem.training, pt)):
         cap = pool.gpu.memory_gb * (1 - problem.workload.headroom) + 0.011

@@ -1,0 +1,115 @@
+"""NeMo-RL 0.7.0's OWN config loading and validation, run on rlsolve's NeMo-RL exports, in a process of its
+own (NeMo-RL patches transformers' AutoTokenizer when its policy package is imported; that must not leak
+into the other frameworks' checks).
+
+    python tests/nemo_rl_check.py NEMO_RL_CHECKOUT EXPORT.yaml [EXPORT.yaml ...]
+
+NEMO_RL_CHECKOUT is a checkout of NeMo-RL's git tag v0.7.0 (its PyPI name, nemo-rl 0.0.0, is a placeholder
+that holds no code). For each export it does what `examples/run_grpo.py` does before it starts Ray: puts
+the file at the checkout's root (where the export says to put it; its `defaults:` resolves from there),
+`nemo_rl.utils.config.load_config` (inheritance from examples/configs/grpo_math_1B.yaml),
+`register_omegaconf_resolvers` + `OmegaConf.to_container(resolve=True)`, and
+`nemo_rl.algorithms.grpo.MasterConfig(**config)`: the pydantic model whose fields are NeMo-RL's TypedDicts
+(PolicyConfig, ClippedPGLossConfig, DataConfig, GRPOConfig, ClusterConfig, ...), which NeMo-RL's own
+tests/unit/test_config_validation.py also checks with pydantic's TypeAdapter; this runs that too.
+Prints one JSON line per export: the validated config, or the error.
+
+Shims (the least that lets `nemo_rl.algorithms.grpo` import on a CPU-only machine with the other
+frameworks' pins; none is consulted by the config classes):
+- stand-ins for modules NeMo-RL imports at module level for logging back-ends (mlflow, wandb, swanlab,
+  torch.utils.tensorboard), audio data sets (soundfile, scipy.signal) and model loading (nemo_automodel);
+- on Python < 3.12, `typing.TypedDict` is typing_extensions' backport of 3.12's (NeMo-RL requires Python
+  3.12, and pydantic refuses the older class);
+- transformers is presented as NeMo-RL's own pin (5.8.1, its pyproject) while NeMo-RL's policy package is
+  imported: its import-time assertion (< 5.12) guards a tokenizer-loading patch, not the configs.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import json
+import shutil
+import sys
+import tempfile
+import traceback
+import types
+import typing
+from pathlib import Path
+
+import typing_extensions
+
+STAND_INS = ("mlflow", "wandb", "swanlab", "torch.utils.tensorboard", "soundfile", "scipy", "nemo_automodel")
+NEMO_RL_TRANSFORMERS_PIN = "5.8.1"  # NeMo-RL v0.7.0 pyproject.toml: transformers>=5.5.0,<5.9.0 (megatron extra 5.8.1)
+
+
+class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Any module under STAND_INS is an empty package whose attributes are placeholder classes."""
+
+    def find_spec(self, name, path, target=None):
+        if any(name == m or name.startswith(m + ".") for m in STAND_INS):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        mod = types.ModuleType(spec.name)
+        mod.__path__ = []
+        mod.__version__ = "0"
+        mod.__getattr__ = lambda attr: type(attr, (), {})
+        return mod
+
+    def exec_module(self, module):
+        pass
+
+
+def _import_nemo_rl(checkout: Path):
+    sys.path.insert(0, str(checkout))
+    # transformers first, without the stand-ins (it probes scipy and others itself); it swaps its lazy
+    # module in sys.modules once, on this import
+    from transformers import AutoProcessor, AutoTokenizer  # noqa: F401
+    import transformers.models.auto  # noqa: F401
+    sys.meta_path.insert(0, _StandIns())
+    if sys.version_info < (3, 12):  # NeMo-RL requires 3.12; pydantic builds TypedDict schemas from 3.12's class
+        typing.TypedDict = typing_extensions.TypedDict
+    tf = sys.modules["transformers"]
+    real = tf.__version__
+    tf.__version__ = NEMO_RL_TRANSFORMERS_PIN
+    try:
+        import nemo_rl
+        from nemo_rl.algorithms.grpo import MasterConfig
+        from nemo_rl.utils.config import load_config, register_omegaconf_resolvers
+    finally:
+        sys.modules["transformers"].__version__ = real
+    version = nemo_rl.__version__
+    if not version.startswith("0.7.0"):
+        raise SystemExit(f"{checkout} holds NeMo-RL {version}, not 0.7.0: check out the tag v0.7.0")
+    register_omegaconf_resolvers()
+    return MasterConfig, load_config
+
+
+def check(checkout: Path, exports: list[Path]) -> list[dict]:
+    from omegaconf import OmegaConf
+    from pydantic import TypeAdapter
+
+    MasterConfig, load_config = _import_nemo_rl(checkout)
+    adapter = TypeAdapter(MasterConfig)
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "examples").symlink_to(checkout / "examples")  # the file sits at a checkout's root
+        for export in exports:
+            placed = root / "nemo_rl_plan.yaml"
+            shutil.copyfile(export, placed)
+            try:
+                config = OmegaConf.to_container(load_config(placed), resolve=True)
+                master = MasterConfig(**config)  # examples/run_grpo.py
+                adapter.validate_python(config)  # tests/unit/test_config_validation.py
+                out.append({"file": str(export), "config": master.model_dump(mode="json")})
+            except Exception as e:  # the framework's verdict, reported to the test
+                out.append({"file": str(export), "error": f"{type(e).__name__}: {e}",
+                            "trace": traceback.format_exc(limit=3)})
+    return out
+
+
+if __name__ == "__main__":
+    for row in check(Path(sys.argv[1]).resolve(), [Path(p) for p in sys.argv[2:]]):
+        print(json.dumps(row))

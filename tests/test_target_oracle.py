@@ -1,0 +1,113 @@
+"""Plans for a target framework against the exhaustive oracle, which checks the target's placement rules
+on the whole plan (where each model runs, in the chosen mode) while the solver has each candidate carry
+the modes its own placements are allowed in. Needs no framework installed."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import rlsolve
+from rlsolve import load_spec
+from rlsolve.errors import SpecError
+from rlsolve.resolve import resolve
+from rlsolve.solver.oracle import oracle
+from rlsolve.solver.validate import plan_violations
+
+from test_solver_space import _solver_value, random_spec
+
+TARGETS = ("verl", "openrlhf", "nemo-rl")
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_optimum_for_a_target_equals_the_exhaustive_oracle(seed):
+    rng = random.Random(7000 + seed)
+    spec = random_spec(rng)
+    if rng.random() < 0.5:  # reward models often, so that placements matter
+        spec["model"]["reward"] = "policy"
+    spec["target"] = {"framework": TARGETS[seed % 3]}
+    try:
+        problem = resolve(load_spec(spec))
+    except SpecError as e:  # the target refuses the job itself (pools, algorithm): named, nothing to compare
+        assert "target" in str(e)
+        return
+    assert _solver_value(problem) == oracle(problem)
+
+
+def _one_pool_reward_job(target: str, modes: list[str], staleness: int = 1) -> dict:
+    return {"cluster": {"gpu": "H100-SXM-80GB", "gpus_per_node": 4, "nodes": 2, "network": "IB-NDR-400"},
+            "model": {"policy": {"layers": 4, "hidden": 2048, "heads": 8, "kv_heads": 2, "vocab": 32000},
+                      "reference": "policy", "reward": "policy"},
+            "rl": {"algorithm": "grpo", "prompts_per_step": 8, "samples_per_prompt": 4, "prompt_len": 512,
+                   "response_len": {"max": 2048, "mean": 512}, "mini_batches": 2, "max_staleness": staleness},
+            "constraints": {"modes": modes}, "target": {"framework": target}, "solver": {"top_k": 0}}
+
+
+def test_a_placement_allowed_in_one_disaggregated_mode_only_is_planned_in_that_mode():
+    """OpenRLHF 0.11 runs a reward model on the trainers' GPUs in async mode but not in sync mode
+    (capabilities.yaml). On one pool that is the only home the reward model has apart from
+    colocation, so the disaggregated optimum is async with the reward on the trainers. A rule that
+    asked a disaggregated trainer to be allowed in every disaggregated mode found no plan here."""
+    spec = _one_pool_reward_job("openrlhf", ["sync", "async"])
+    plan = rlsolve.solve(spec)
+    assert (plan.pipeline.mode, plan.placement.reward) == ("async", "training")
+    problem = resolve(load_spec(spec))
+    assert not plan_violations(problem, plan)
+    assert _solver_value(problem) == oracle(problem)
+    spec["constraints"]["modes"] = ["sync"]  # sync alone: the reward model has no home the target runs
+    with pytest.raises(rlsolve.InfeasibleError):
+        rlsolve.solve(spec)
+    assert oracle(resolve(load_spec(spec))) is None
+
+
+def test_a_mode_the_target_refuses_is_named_in_the_diagnosis():
+    """verl 0.9.1 has no separate-pool on-policy trainer (sync): with modes [sync, async] and no
+    staleness allowed, no plan exists, and the reasons name the target and its source."""
+    spec = _one_pool_reward_job("verl", ["sync", "async"], staleness=0)
+    spec["model"]["reward"] = "rule"
+    with pytest.raises(rlsolve.InfeasibleError) as err:
+        rlsolve.solve(spec)
+    text = " ".join(err.value.reasons)
+    assert "target verl" in text and "mode sync" in text and "source:" in text
+
+
+# --- the critic's own layout (PPO) ---------------------------------------------------------------
+
+def _ppo_job(target: str = "any") -> dict:
+    return {"cluster": {"gpu": "A100-SXM-40GB", "nodes": 4, "gpus_per_node": 4, "network": "IB-NDR-400"},
+            "model": {"policy": {"layers": 4, "hidden": 2048, "heads": 4, "kv_heads": 4, "vocab": 32000},
+                      "reference": "policy", "reward": "policy", "value": "policy"},
+            "rl": {"algorithm": "ppo", "prompts_per_step": 4, "samples_per_prompt": 4, "prompt_len": 512,
+                   "response_len": {"max": 2048, "mean": 512}, "mini_batches": 2, "max_staleness": 1},
+            "target": {"framework": target}, "solver": {"top_k": 0}}
+
+
+@pytest.mark.parametrize("target", ["any", "verl", "openrlhf"])
+def test_the_critics_layout_is_searched_and_equals_the_oracle(target):
+    """The critic's own degrees on the training GPUs are part of the search (verl: its own; OpenRLHF:
+    the actor's), and the optimum equals the exhaustive oracle's, which tries every critic layout
+    the rule table allows beside every trainer."""
+    spec = _ppo_job(target)
+    plan = rlsolve.solve(spec)
+    problem = resolve(load_spec(spec))
+    assert plan.parallelism.critic is not None and not plan_violations(problem, plan)
+    assert _solver_value(problem) == oracle(problem)
+    c, t = plan.parallelism.critic, plan.parallelism.training
+    if target == "verl":  # this instance's verl optimum trains the critic with degrees of its own
+        assert (c.tp, c.dp) != (t.tp, t.dp)
+    if target == "openrlhf":
+        assert (c.tp, c.pp, c.cp, c.dp, c.zero_stage, c.micro_batch) == (t.tp, t.pp, t.cp, t.dp, t.zero_stage,
+                                                                          t.micro_batch)
+
+
+def test_a_written_critic_layout_is_checked_and_scored():
+    spec = _ppo_job("verl")
+    plan = rlsolve.solve(spec).model_dump(mode="json")
+    problem = resolve(load_spec(spec))
+    bad = {**plan, "parallelism": {**plan["parallelism"], "critic": {**plan["parallelism"]["critic"], "tp": 3}}}
+    from rlsolve.plan import Plan
+    assert any("parallelism.critic" in v for v in plan_violations(problem, Plan.model_validate(bad)))
+    crit = plan["parallelism"]["critic"]
+    slower = {**crit, "micro_batch": 1, "grad_accum": crit["grad_accum"] * crit["micro_batch"], "recompute": "full"}
+    other = {**plan, "parallelism": {**plan["parallelism"], "critic": slower}}
+    assert rlsolve.estimate(spec, other).time_s.value > rlsolve.estimate(spec, plan).time_s.value
