@@ -29,7 +29,7 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.perf_counter()
     data = yaml.safe_load(Path(args.cases).read_text())
-    report = score_cases(data)
+    report = score_cases(data, headroom=False)  # accuracy only: the headroom solves are `rlsolve cases`
     if args.groups:
         print_groups(data, report)
         print(f"scored {len(report.rows)} rows in {time.perf_counter() - t0:.1f} s")
@@ -61,6 +61,14 @@ def print_groups(data: dict, report) -> None:
         med = f"{statistics.median(ok):+.1%}" if ok else "-"
         mabs = f"{statistics.median(abs(e) for e in ok):.1%}" if ok else "-"
         print(f"{kind:8s} {family:10s} {gpu:16s} {len(errs):4d} {len(ok):6d} {med:>8s} {mabs:>10s}")
+    summary = report.summary()
+    for kind in ("train", "generate", "rl_step"):
+        if kind in summary:
+            s = summary[kind]
+            print(f"{kind:8s} all rows: {s['modelled']} scored, median |error| {s['median_abs_error']:.1%}, "
+                  f"max {s['max_abs_error']:.1%}")
+    for phase, s in summary.get("rl_phases", {}).items():
+        print(f"rl_step  phase {phase:12s} {s['rows']:3d} rows, median |error| {s['median_abs_error']:.1%}")
 
 
 if __name__ == "__main__":
