@@ -87,7 +87,8 @@ def plan_table(plan: Plan) -> str:
         + (f", other models {mt.other_models:.1f}" if mt.other_models else "") + ")",
         f"time/step    {ts.step:,.1f} s = prefill {ts.prefill:,.1f} + decode {ts.decode:,.1f} | old log-probs "
         f"{ts.old_logprob:,.1f}, reference {ts.reference:,.1f}, reward {ts.reward:,.1f}, value {ts.value:,.1f}, "
-        f"train {ts.train:,.1f} | sync {ts.weight_sync:,.2f}, switch {ts.switch:,.2f}",
+        f"train {ts.train:,.1f}, orchestration {ts.orchestration:,.2f} | sync {ts.weight_sync:,.2f}, "
+        f"switch {ts.switch:,.2f}",
         f"metrics      MFU {p.metrics.mfu:.1%}, GPU busy {p.metrics.gpu_utilization:.1%}, comm "
         f"{p.metrics.comm_fraction:.1%}, roofline {p.metrics.bound_tokens_per_s:,.0f} tokens/s "
         f"({p.metrics.efficiency:.0%} of it)",

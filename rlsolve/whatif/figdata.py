@@ -25,6 +25,7 @@ PHASES: dict[str, tuple[str, str]] = {
     "old_logprob": ("old log-probs", "#F0E442"),
     "value": ("value (critic)", "#009E73"),
     "train": ("train (update)", "#D55E00"),
+    "orchestration": ("framework orchestration", "#BBBBBB"),
     "weight_sync": ("weight sync", "#7F3C8D"),
     "switch": ("offload switch", "#999999"),
     "idle": ("idle", "#EEEEEE"),
@@ -113,7 +114,7 @@ def _phases(plan: Plan) -> tuple[list[tuple[str, float]], list[tuple[str, float]
             gen.append(("reward", ts.reward))
     else:
         train.append(("reward", ts.reward))
-    train += [("value", ts.value), ("train", ts.train)]
+    train += [("value", ts.value), ("orchestration", ts.orchestration), ("train", ts.train)]
     if plan.pipeline.mode != "async" and pl.reward == "generation" and pl.reference != "generation":
         # a reward model on the engines with the reference elsewhere: its time is in the step
         # but not in time_s; the serial modes let us recover it from the step
