@@ -295,8 +295,14 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     continue
                 lay, mem, t, old = scored
                 out.evaluated += 1
+                # every side of this layout takes at least its update and old log-prob pass (the
+                # other terms only add), so a kind it cannot serve within `limit` is skipped now:
+                # `_train_beyond` would drop each of its candidates after enumeration
+                live = kinds if limit is None else _within_limit(kinds, t.total + old, n, pp, bounds, limit)
+                if not live:
+                    continue
                 paired = _critics_for(problem, pool, n, lay, critics, cache)
-                for kind in kinds:
+                for kind in live:
                     kept_states: dict[tuple, float] = {}
                     for (hosts, ref, quant, allowed_in), critic in product(variants[kind], paired):
                         ref_t, rew_t, val_t, resident = train_aux(
@@ -340,6 +346,17 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                                    reward_quant=quant, offload_states=off, side=side, switch=switch,
                                                    send=send, pool=p, modes=allowed_in, critic=critic))
     return found
+
+
+def _within_limit(kinds: list[str], core_s: float, n: int, pp: int, bounds: dict, limit: dict) -> list[str]:
+    """The kinds in which a trainer whose update plus old log-prob pass takes `core_s` can still
+    come within `limit`: its candidates' time is at least that (the other models' passes,
+    the orchestration and the offload switch only add), with the send time of its count and,
+    colocated, the floor of any engine on its GPUs (the bounds of the GPU count's test above:
+    `_prune_by_bound` drops such a candidate, and no engine's bound pairs below it)."""
+    _, send_u, gen_u = bounds[n, pp]
+    core_u = time_units(core_s)
+    return [k for k in kinds if not _beyond(k, core_u, send_u, limit, gen_u if k == "colocated" else 0)]
 
 
 def _min_recv_units(problem: Problem) -> int:
