@@ -3,6 +3,7 @@ in hardware, and a property test for every dominance rule the enumeration prunes
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -359,6 +360,26 @@ def test_more_recompute_is_never_faster_and_keeps_the_same_states():
             times = [train_core(problem, pool, lay)[0].total for lay in lays]
             states = [policy_memory(problem, lay).states for lay in lays]
             assert times == sorted(times) and len(set(states)) == 1
+
+
+def test_selective_recompute_holds_what_none_holds_with_fused_attention():
+    """Skip rule: where no recompute does not fit, selective is not evaluated (fused attention
+    stores the same activations either way; unfused attention drops the score matrix)."""
+    rng = random.Random(5)
+    checked = 0
+    for problem in _random_problems(6, 15):
+        for _ in range(20):
+            tp, pp, cp = rng.choice([1, 2, 4]), rng.choice([1, 2, 3]), rng.choice([1, 2])
+            lay = TrainLayout(tp=tp, pp=pp, dp=rng.choice([1, 2, 4]), cp=cp, micro_batch=rng.choice([1, 2, 8]),
+                              vp=1, zero_stage=rng.choice([0, 1, 3]), sequence_parallel=rng.random() < 0.7)
+            none = policy_memory(problem, lay)
+            selective = policy_memory(problem, replace(lay, recompute="selective"))
+            assert selective.total == none.total and selective.states == none.states
+            unfused = replace(lay, attention="unfused")
+            assert (policy_memory(problem, replace(unfused, recompute="selective")).total
+                    < policy_memory(problem, unfused).total)
+            checked += 1
+    assert checked >= 100
 
 
 def test_pruned_candidates_keep_the_optimum():

@@ -174,7 +174,7 @@ def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float
            lay.micro_batch, lay.recompute, lay.sequence_parallel, lay.attention, lay.etp, grad_shard, pp_link,
            seq_len, lora)
     if key not in cache:
-        cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora)
+        cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora, memo=cache)
     return cache[key]
 
 

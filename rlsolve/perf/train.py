@@ -376,17 +376,25 @@ FP8_CAST_BYTES = 6.0
 
 
 def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float, *,
-                lora: bool = False) -> dict[str, float]:
-    """Forward and backward time of one micro-batch on the busiest stage, split by cause."""
+                lora: bool = False, memo: dict | None = None) -> dict[str, float]:
+    """Forward and backward time of one micro-batch on the busiest stage, split by cause.
+    `memo` (optional, the caller's for one model and device) keeps the per-layer times, which
+    depend on neither pp nor recompute, so layouts that differ in those share them."""
     tokens = lay.micro_batch * seq_len / lay.cp
     layers_stage = math.ceil(arch.layers / lay.pp)
     moe_frac = arch.moe_layers / arch.layers
-    dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
-    moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
+    if memo is None:
+        memo = {}
+    key = ("layer_fwd", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.sp, lay.cp, lay.ep,
+           lay.etp, lay.micro_batch, lay.attention, seq_len)
+    if key not in memo:
+        dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
+        moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
+        # the LM head stays in 16-bit under FP8 recipes (Transformer Engine keeps first/last layers in BF16)
+        memo[key] = dense, moe, replace(dev, precision="bf16")
+    dense, moe, dev16 = memo[key]
     gemm, attn, attn_b, elem, elem_b, ep = (layers_stage * ((1 - moe_frac) * d + moe_frac * m)
                                             for d, m in zip(dense, moe))
-    # the LM head stays in 16-bit under FP8 recipes (Transformer Engine keeps first/last layers in BF16)
-    dev16 = replace(dev, precision="bf16")
     head = dev16.gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
     head_elem = dev.stream_time(tokens * arch.vocab / lay.tp * 4.0 * 3)  # fp32 log-softmax read/write
     # tensor parallel: 2 all-reduce equivalents per layer forward (AG+RS with SP: same bytes)

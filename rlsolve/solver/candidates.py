@@ -302,16 +302,18 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                 if not live:
                     continue
                 paired = _critics_for(problem, pool, n, lay, critics, cache)
+                passes = [None if c is None else critic_pass(problem, pool, c, cache) for c in paired]
                 for kind in live:
                     kept_states: dict[tuple, float] = {}
-                    for (hosts, ref, quant, allowed_in), critic in product(variants[kind], paired):
+                    for (hosts, ref, quant, allowed_in), (critic, c_pass) in product(variants[kind],
+                                                                                   zip(paired, passes)):
                         ref_t, rew_t, val_t, resident = train_aux(
                             problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
                             reward_quant=quant, cache=cache, critic=critic)
                         if mem.total + resident > cap:
                             continue
                         if critic is not None:
-                            if not critic_fits(mem, resident, *critic_pass(problem, pool, critic, cache)[1:], cap):
+                            if not critic_fits(mem, resident, *c_pass[1:], cap):
                                 continue
                             # critics come fastest first: a slower one must keep less on the GPUs to matter
                             # (colocated), and beside a disaggregated trainer only the fastest that fits does
@@ -478,12 +480,16 @@ def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLa
     holds) and is never faster, so it is dominated once a lesser one fits. None: nothing
     fits; False: nothing is allowed."""
     allowed_any = False
+    none_over = False  # "none" is allowed and does not fit
     for rec in RECOMPUTE:
+        if rec == "selective" and none_over and base.attention != "unfused":
+            continue  # with fused attention it stores what "none" stores (`train_memory`): no fit either
         lay = replace(base, recompute=rec)
         if train_layout_violations(problem, lay):
             continue
         allowed_any = True
         mem = policy_memory(problem, lay)
+        none_over = rec == "none"
         if mem.total <= cap:
             t, _, old = train_core(problem, pool, lay, mem, cache=cache)
             return lay, mem, t, old
