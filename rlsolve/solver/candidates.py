@@ -249,6 +249,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     found: list[TrainCand] = []
     best_disagg: dict[tuple, float] = {}
     critics: dict[int, list] = {}
+    aux_of: dict[tuple, tuple] = {}  # train_aux by what it depends on (see the loop)
     variants = {kind: [(*v, allowed_in) for v in _aux_variants(problem, kind == "disagg" or not single)
                        if (allowed_in := _train_modes(problem, modes, kind, *v))] for kind in ("colocated", "disagg")}
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
@@ -301,23 +302,32 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                 live = kinds if limit is None else _within_limit(kinds, t.total + old, n, pp, bounds, limit)
                 if not live:
                     continue
-                paired = _critics_for(problem, pool, n, lay, critics, cache)
-                passes = [None if c is None else critic_pass(problem, pool, c, cache) for c in paired]
+                pairs = _critics_for(problem, pool, n, lay, critics, cache)
+                paired, passes = [c for c, _ in pairs], [c_pass for _, c_pass in pairs]
+                # the other models' passes depend on the trainer only through these degrees (and, for a
+                # critic on the policy's degrees, its ZeRO stage and recompute): shared across layouts
+                dims = (tp, pp, dp, cp, lay.ep, lay.micro_batch) + (
+                    (lay.zero_stage, lay.recompute) if paired and paired[0] is None else ())
                 for kind in live:
                     kept_states: dict[tuple, float] = {}
-                    for (hosts, ref, quant, allowed_in), (critic, c_pass) in product(variants[kind],
-                                                                                   zip(paired, passes)):
-                        ref_t, rew_t, val_t, resident = train_aux(
-                            problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
-                            reward_quant=quant, cache=cache, critic=critic)
+                    for (hosts, ref, quant, allowed_in), (i, critic) in product(variants[kind], enumerate(paired)):
+                        vkey = (hosts, ref, quant)
+                        if critic is not None and kept_states.get(vkey) == -math.inf:
+                            continue  # disaggregated: a faster critic already fits beside this trainer
+                        akey = (dims, ref, "reward" in hosts, quant, id(critic))
+                        hit = aux_of.get(akey)
+                        if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
+                            hit = aux_of[akey] = (critic, train_aux(
+                                problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
+                                reward_quant=quant, cache=cache, critic=critic))
+                        ref_t, rew_t, val_t, resident = hit[1]
                         if mem.total + resident > cap:
                             continue
                         if critic is not None:
-                            if not critic_fits(mem, resident, *c_pass[1:], cap):
+                            if not critic_fits(mem, resident, *passes[i][1:], cap):
                                 continue
                             # critics come fastest first: a slower one must keep less on the GPUs to matter
                             # (colocated), and beside a disaggregated trainer only the fastest that fits does
-                            vkey = (hosts, ref, quant)
                             if resident >= kept_states.get(vkey, math.inf):
                                 continue
                             kept_states[vkey] = -math.inf if kind == "disagg" else resident
@@ -453,25 +463,26 @@ def _critic_options(problem: Problem, pool: PoolHW, n: int, cache: dict) -> list
     return [(engines, lay) for engines, front in fronts.items() for *_, lay in front]
 
 
-def _critics_for(problem: Problem, pool: PoolHW, n: int, policy: TrainLayout, critics: dict, cache: dict) -> list:
-    """The critic layouts to pair with this trainer: [None] without a critic; the policy's
-    degrees where the target has no critic layout of its own; else the front of its own
-    layouts that some target engine runs beside the policy's."""
+def _critics_for(problem: Problem, pool: PoolHW, n: int, policy: TrainLayout, critics: dict, cache: dict
+                 ) -> list[tuple]:
+    """The critic layouts to pair with this trainer, each with its `critic_pass`: [(None, None)]
+    without a critic; the policy's degrees where the target has no critic layout of its own;
+    else the front of its own layouts that some target engine runs beside the policy's."""
     if problem.value is None:
-        return [None]
+        return [(None, None)]
     caps = target_caps(problem)
     if caps is not None and not caps.shapes.value.critic_own_layout:
         like = critic_like_policy(problem, policy)
-        return [like] if not critic_violations(problem, pool, n, like) else []
-    if n not in critics:
-        critics[n] = _critic_options(problem, pool, n, cache)
-    found = [lay for engines, lay in critics[n] if not critic_pair_violations(problem, policy, lay)]
+        return [(like, critic_pass(problem, pool, like, cache))] if not critic_violations(problem, pool, n, like) else []
+    if n not in critics:  # each option with its pass, looked up once per count
+        critics[n] = [(lay, critic_pass(problem, pool, lay, cache)) for _, lay in _critic_options(problem, pool, n, cache)]
+    found = [(lay, cp) for lay, cp in critics[n] if not critic_pair_violations(problem, policy, lay)]
     like = critic_like_policy(problem, policy)
-    if like not in found and not critic_violations(problem, pool, n, like) and not critic_pair_violations(
-            problem, policy, like):
-        found.append(like)
+    if all(lay != like for lay, _ in found) and not critic_violations(problem, pool, n, like) and not \
+            critic_pair_violations(problem, policy, like):
+        found.append((like, critic_pass(problem, pool, like, cache)))
     # fastest first, then fewer states kept; on a tie the trainer's own degrees
-    return sorted(found, key=lambda c: (critic_pass(problem, pool, c, cache)[:2], c != like))
+    return sorted(found, key=lambda c: (c[1][:2], c[0] != like))
 
 
 def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict):
