@@ -10,10 +10,12 @@ import pytest
 import rlsolve
 from rlsolve.errors import InfeasibleError, NoAnswerError
 from rlsolve.perf.generate import GenLayout
-from rlsolve.perf.step import gen_side, policy_memory, train_core
-from rlsolve.perf.train import TrainLayout
+from rlsolve.perf.hw import device
+from rlsolve.perf.step import cached_stage_times, gen_side, policy_memory, train_core
+from rlsolve.perf.train import TrainLayout, stage_times
 from rlsolve.resolve import resolve
 from rlsolve.solver import search
+from rlsolve.solver.candidates import _with_recompute
 from rlsolve.solver.oracle import oracle
 from rlsolve.solver.rules import (RECOMPUTE, divisors, gen_universe, gen_violations, role_counts, train_shapes,
                                   train_universe, train_violations)
@@ -413,3 +415,27 @@ def test_the_verbs_that_do_not_solve_do_not_import_the_solver(args):
     assert r.returncode == 0, r.stderr[-500:]
     loaded = [line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")]
     assert loaded and not [m for m in loaded if m.startswith(("ortools", "rlsolve.solver"))]
+
+
+def test_the_solvers_memos_keep_every_value():
+    """The enumeration's memos (states per degrees, per-layer times, the fast recompute copy)
+    return exactly what the uncached functions do."""
+    rng = random.Random(9)
+    checked = 0
+    for problem in _random_problems(6, 16):
+        pool, cache = problem.pools[0], {}
+        dev = device(pool, problem.workload.precision, problem.profile)
+        for _ in range(30):
+            ep = rng.choice([1, 2]) if problem.policy.is_moe else 1
+            lay = TrainLayout(tp=rng.choice([1, 2]), pp=rng.choice([1, 2, 3]), dp=rng.choice([2, 4]),
+                              cp=rng.choice([1, 2]), ep=ep, micro_batch=rng.choice([1, 2, 4]),
+                              zero_stage=rng.choice([0, 1, 3]), recompute=rng.choice(RECOMPUTE))
+            for rec in RECOMPUTE:
+                fast = _with_recompute(lay, rec)
+                assert fast == replace(lay, recompute=rec) and hash(fast) == hash(replace(lay, recompute=rec))
+            assert policy_memory(problem, lay, cache) == policy_memory(problem, lay)
+            seq = problem.workload.seq_mean
+            assert cached_stage_times(problem.policy, dev, lay, seq, False, cache) == stage_times(
+                problem.policy, dev, lay, seq)
+            checked += 1
+    assert checked >= 100

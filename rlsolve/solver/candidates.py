@@ -284,7 +284,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             mbs = micro_batches(problem, dp)
             if not mbs or policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
                                                              micro_batch=mbs[0], recompute="full",
-                                                             sequence_parallel=tp > 1)).total > cap:
+                                                             sequence_parallel=tp > 1), cache).total > cap:
                 continue  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
             for mb in mbs:
                 scored = _score_least_recompute(problem, pool, n, TrainLayout(
@@ -485,6 +485,14 @@ def _critics_for(problem: Problem, pool: PoolHW, n: int, policy: TrainLayout, cr
     return sorted(found, key=lambda c: (c[1][:2], c[0] != like))
 
 
+def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
+    """`replace(base, recompute=rec)` without re-running the dataclass's __init__ (a plain
+    frozen dataclass: its fields are its __dict__), which this hot loop pays for ~100k times."""
+    lay = object.__new__(TrainLayout)
+    lay.__dict__.update(base.__dict__, recompute=rec)
+    return lay
+
+
 def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict):
     """The least recompute that the rules allow and memory fits, scored: (layout, memory,
     update time, old log-prob time). More recompute keeps the same states (what colocation
@@ -495,11 +503,11 @@ def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLa
     for rec in RECOMPUTE:
         if rec == "selective" and none_over and base.attention != "unfused":
             continue  # with fused attention it stores what "none" stores (`train_memory`): no fit either
-        lay = replace(base, recompute=rec)
+        lay = _with_recompute(base, rec)
         if train_layout_violations(problem, lay):
             continue
         allowed_any = True
-        mem = policy_memory(problem, lay)
+        mem = policy_memory(problem, lay, cache)
         none_over = rec == "none"
         if mem.total <= cap:
             t, _, old = train_core(problem, pool, lay, mem, cache=cache)
