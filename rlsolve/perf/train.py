@@ -402,8 +402,8 @@ FP8_CAST_BYTES = 6.0
 def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float, *,
                 lora: bool = False, memo: dict | None = None) -> dict[str, float]:
     """Forward and backward time of one micro-batch on the busiest stage, split by cause.
-    `memo` (optional, the caller's for one model and device) keeps the per-layer times, which
-    depend on neither pp nor recompute, so layouts that differ in those share them."""
+    `memo` (optional, the caller's) keeps the per-layer times and the LM head's, which depend
+    on neither pp nor recompute, so layouts that differ in those share them."""
     tokens = lay.micro_batch * seq_len / lay.cp
     layers_stage = math.ceil(arch.layers / lay.pp)
     moe_frac = arch.moe_layers / arch.layers
@@ -415,18 +415,19 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
         moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
         # the LM head stays in 16-bit under FP8 recipes (Transformer Engine keeps first/last layers in BF16)
-        memo[key] = dense, moe, replace(dev, precision="bf16")
-    dense, moe, dev16 = memo[key]
+        head = replace(dev, precision="bf16").gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
+        head_elem = dev.stream_time(tokens * arch.vocab / lay.tp * 4.0 * 3)  # fp32 log-softmax read/write
+        # tensor parallel: 2 all-reduce equivalents per layer forward (AG+RS with SP: same bytes)
+        tp_layer = dev.all_reduce(tokens * arch.hidden * BF16, lay.tp, lay.tp)
+        # context parallel: ring exchange of this rank's K/V, overlapped with attention
+        kv_bytes = tokens * (2 * arch.n_kv_heads * arch.d_head) * BF16 / lay.tp
+        cp_layer = dev.all_gather(kv_bytes * lay.cp, lay.cp, lay.tp * lay.cp)
+        memo[key] = dense, moe, head, head_elem, tp_layer, cp_layer
+    dense, moe, head, head_elem, tp_layer, cp_layer = memo[key]
     gemm, attn, attn_b, elem, elem_b, ep = (layers_stage * ((1 - moe_frac) * d + moe_frac * m)
                                             for d, m in zip(dense, moe))
-    head = dev16.gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
-    head_elem = dev.stream_time(tokens * arch.vocab / lay.tp * 4.0 * 3)  # fp32 log-softmax read/write
-    # tensor parallel: 2 all-reduce equivalents per layer forward (AG+RS with SP: same bytes)
-    act_bytes = tokens * arch.hidden * BF16
-    tp_fwd = layers_stage * 2 * dev.all_reduce(act_bytes, lay.tp, lay.tp)
-    # context parallel: ring exchange of this rank's K/V, overlapped with attention
-    kv_bytes = tokens * (2 * arch.n_kv_heads * arch.d_head) * BF16 / lay.tp
-    cp_fwd = layers_stage * dev.all_gather(kv_bytes * lay.cp, lay.cp, lay.tp * lay.cp)
+    tp_fwd = layers_stage * 2 * tp_layer
+    cp_fwd = layers_stage * cp_layer
     attn_fwd_exposed = max(attn, cp_fwd) if lay.cp > 1 else attn
     cp_exposed = attn_fwd_exposed - attn
     bwd_gemm = 1.0 if lora else 2.0  # frozen weights need no weight-gradient GEMM
