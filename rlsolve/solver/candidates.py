@@ -286,10 +286,13 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                                              micro_batch=mbs[0], recompute="full",
                                                              sequence_parallel=tp > 1), cache).total > cap:
                 continue  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
+            # recomputes over memory at a smaller micro-batch: over at every larger one too, when
+            # micro-batches hold max-length sequences (memory grows with them; not when packed)
+            over: set[str] | None = set() if problem.workload.packed_tokens is None else None
             for mb in mbs:
                 scored = _score_least_recompute(problem, pool, n, TrainLayout(
                     tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
-                    sequence_parallel=tp > 1), cap, cache)
+                    sequence_parallel=tp > 1), cap, cache, over)
                 if scored is None:
                     break  # no recompute fits: a larger micro-batch needs more memory still
                 if scored is False:
@@ -493,25 +496,33 @@ def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
     return lay
 
 
-def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict):
+def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict,
+                           over: set[str] | None = None):
     """The least recompute that the rules allow and memory fits, scored: (layout, memory,
     update time, old log-prob time). More recompute keeps the same states (what colocation
     holds) and is never faster, so it is dominated once a lesser one fits. None: nothing
-    fits; False: nothing is allowed."""
+    fits; False: nothing is allowed. `over` (updated): recomputes known not to fit (the
+    caller's, from a smaller micro-batch), only checked against the rules."""
     allowed_any = False
-    none_over = False  # "none" is allowed and does not fit
+    skipped = []
+    over = set() if over is None else over
     for rec in RECOMPUTE:
-        if rec == "selective" and none_over and base.attention != "unfused":
-            continue  # with fused attention it stores what "none" stores (`train_memory`): no fit either
+        if rec == "selective" and "none" in over and base.attention != "unfused":
+            over.add(rec)  # with fused attention it stores what "none" stores (`train_memory`): no fit either
         lay = _with_recompute(base, rec)
+        if rec in over:
+            skipped.append(lay)
+            continue
         if train_layout_violations(problem, lay):
             continue
         allowed_any = True
         mem = policy_memory(problem, lay, cache)
-        none_over = rec == "none"
         if mem.total <= cap:
             t, _, old = train_core(problem, pool, lay, mem, cache=cache)
             return lay, mem, t, old
+        over.add(rec)
+    if not allowed_any:  # none is allowed unless one known not to fit is
+        allowed_any = any(not train_layout_violations(problem, lay) for lay in skipped)
     return None if allowed_any else False
 
 
