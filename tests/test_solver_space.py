@@ -3,16 +3,19 @@ in hardware, and a property test for every dominance rule the enumeration prunes
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 import rlsolve
 from rlsolve.errors import InfeasibleError, NoAnswerError
 from rlsolve.perf.generate import GenLayout
-from rlsolve.perf.step import gen_side, policy_memory, train_core
-from rlsolve.perf.train import TrainLayout
+from rlsolve.perf.hw import device
+from rlsolve.perf.step import cached_stage_times, gen_side, policy_memory, train_core
+from rlsolve.perf.train import TrainLayout, stage_times
 from rlsolve.resolve import resolve
 from rlsolve.solver import search
+from rlsolve.solver.candidates import _with_recompute
 from rlsolve.solver.oracle import oracle
 from rlsolve.solver.rules import (RECOMPUTE, divisors, gen_universe, gen_violations, role_counts, train_shapes,
                                   train_universe, train_violations)
@@ -361,6 +364,26 @@ def test_more_recompute_is_never_faster_and_keeps_the_same_states():
             assert times == sorted(times) and len(set(states)) == 1
 
 
+def test_selective_recompute_holds_what_none_holds_with_fused_attention():
+    """Skip rule: where no recompute does not fit, selective is not evaluated (fused attention
+    stores the same activations either way; unfused attention drops the score matrix)."""
+    rng = random.Random(5)
+    checked = 0
+    for problem in _random_problems(6, 15):
+        for _ in range(20):
+            tp, pp, cp = rng.choice([1, 2, 4]), rng.choice([1, 2, 3]), rng.choice([1, 2])
+            lay = TrainLayout(tp=tp, pp=pp, dp=rng.choice([1, 2, 4]), cp=cp, micro_batch=rng.choice([1, 2, 8]),
+                              vp=1, zero_stage=rng.choice([0, 1, 3]), sequence_parallel=rng.random() < 0.7)
+            none = policy_memory(problem, lay)
+            selective = policy_memory(problem, replace(lay, recompute="selective"))
+            assert selective.total == none.total and selective.states == none.states
+            unfused = replace(lay, attention="unfused")
+            assert (policy_memory(problem, replace(unfused, recompute="selective")).total
+                    < policy_memory(problem, unfused).total)
+            checked += 1
+    assert checked >= 100
+
+
 def test_pruned_candidates_keep_the_optimum():
     """The training and engine fronts drop nothing an optimal plan needs: with and without
     them the program's optimum is the same."""
@@ -392,3 +415,46 @@ def test_the_verbs_that_do_not_solve_do_not_import_the_solver(args):
     assert r.returncode == 0, r.stderr[-500:]
     loaded = [line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")]
     assert loaded and not [m for m in loaded if m.startswith(("ortools", "rlsolve.solver"))]
+
+
+def test_the_solvers_memos_keep_every_value():
+    """The enumeration's memos (states per degrees, per-layer times, the fast recompute copy)
+    return exactly what the uncached functions do."""
+    rng = random.Random(9)
+    checked = 0
+    for problem in _random_problems(6, 16):
+        pool, cache = problem.pools[0], {}
+        dev = device(pool, problem.workload.precision, problem.profile)
+        for _ in range(30):
+            ep = rng.choice([1, 2]) if problem.policy.is_moe else 1
+            lay = TrainLayout(tp=rng.choice([1, 2]), pp=rng.choice([1, 2, 3]), dp=rng.choice([2, 4]),
+                              cp=rng.choice([1, 2]), ep=ep, micro_batch=rng.choice([1, 2, 4]),
+                              zero_stage=rng.choice([0, 1, 3]), recompute=rng.choice(RECOMPUTE))
+            for rec in RECOMPUTE:
+                fast = _with_recompute(lay, rec)
+                assert fast == replace(lay, recompute=rec) and hash(fast) == hash(replace(lay, recompute=rec))
+            assert policy_memory(problem, lay, cache) == policy_memory(problem, lay)
+            seq = problem.workload.seq_mean
+            assert cached_stage_times(problem.policy, dev, lay, seq, False, cache) == stage_times(
+                problem.policy, dev, lay, seq)
+            checked += 1
+    assert checked >= 100
+
+
+def test_memory_never_falls_with_a_larger_micro_batch_of_max_length_sequences():
+    """Skip rule: a recompute over memory at one micro-batch is not evaluated at a larger one
+    (micro-batches of max-length sequences, i.e. not packed)."""
+    rng = random.Random(17)
+    checked = 0
+    for problem in _random_problems(6, 18):
+        if problem.workload.packed_tokens is not None:
+            continue
+        for _ in range(15):
+            lay = TrainLayout(tp=rng.choice([1, 2, 4]), pp=rng.choice([1, 2, 3]), dp=rng.choice([1, 2]),
+                              cp=rng.choice([1, 2]), vp=1, zero_stage=rng.choice([0, 1, 3]),
+                              recompute=rng.choice(RECOMPUTE), attention=rng.choice(["flash", "unfused"]),
+                              sequence_parallel=rng.random() < 0.7)
+            totals = [policy_memory(problem, replace(lay, micro_batch=mb)).total for mb in (1, 2, 3, 4, 8, 16)]
+            assert totals == sorted(totals)
+            checked += 1
+    assert checked >= 60

@@ -174,7 +174,7 @@ def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float
            lay.micro_batch, lay.recompute, lay.sequence_parallel, lay.attention, lay.etp, grad_shard, pp_link,
            seq_len, lora)
     if key not in cache:
-        cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora)
+        cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora, memo=cache)
     return cache[key]
 
 
@@ -194,12 +194,13 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     return t, mem or policy_memory(problem, lay), old
 
 
-def policy_memory(problem: Problem, lay: TrainLayout) -> TrainMem:
+def policy_memory(problem: Problem, lay: TrainLayout, cache: dict | None = None) -> TrainMem:
     """Peak training memory of the policy; sized for micro-batches of max-length sequences, or
-    for the token budget when micro-batches are packed to one."""
+    for the token budget when micro-batches are packed to one. `cache` memoizes the states
+    (the solver asks for every micro-batch and recompute of a layout)."""
     wl = problem.workload
     seq = wl.seq_max if wl.packed_tokens is None else max(1.0, wl.packed_tokens / lay.micro_batch)
-    return train_memory(problem.policy, lay, seq, lora_rank=problem.workload.lora_rank)
+    return train_memory(problem.policy, lay, seq, lora_rank=problem.workload.lora_rank, memo=cache)
 
 
 def _aux_layout(a: Architecture, lay: TrainLayout) -> TrainLayout:

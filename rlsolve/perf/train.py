@@ -160,20 +160,45 @@ class TrainMem:
 
 
 def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, trainable: bool = True,
-                 lora_rank: int = 0, weight_bytes: float = BF16, fp8: bool = False) -> TrainMem:
+                 lora_rank: int = 0, weight_bytes: float = BF16, fp8: bool = False,
+                 memo: dict | None = None) -> TrainMem:
     """Peak bytes per GPU on the busiest pipeline stage (`fp8`: Transformer Engine FP8
-    training, whose linear layers keep their inputs for the backward in FP8)."""
+    training, whose linear layers keep their inputs for the backward in FP8). `memo`
+    (optional, the caller's) keeps the states of a trainable model, which depend on neither
+    the micro-batch nor recompute, so layouts differing in those share them."""
+    if not trainable:
+        weights = _weights(arch, lay, weight_bytes, trainable=False)
+        return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True),
+                        _other(weights, lay.gpus))
+    if memo is None:
+        weights, grads, opt = _states(arch, lay, lora_rank, weight_bytes)
+    else:
+        key = ("states", id(arch), lay.tp, lay.pp, lay.ep, lay.etp, lay.dp, lay.cp, lay.zero_stage, lay.offload,
+               lay.main_grad_bytes, lora_rank, weight_bytes)
+        if key not in memo:
+            memo[key] = _states(arch, lay, lora_rank, weight_bytes)
+        weights, grads, opt = memo[key]
+    act = _activations(arch, lay, seq_len, fp8=fp8)
+    return TrainMem(weights, grads, opt, act, _other(weights + grads + opt + act, lay.gpus))
+
+
+def _weights(arch: Architecture, lay: TrainLayout, weight_bytes: float, trainable: bool) -> float:
+    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+    z = lay.zero_stage
+    weights = weight_bytes * (dense / (lay.dp * lay.cp if z >= 3 else 1) + expert / (lay.expert_dp if z >= 3 else 1))
+    if trainable and lay.offload == "params_optimizer" and z >= 3:
+        # only the layers being gathered stay on the GPU (two in flight with prefetch)
+        weights = weight_bytes * 2 * (dense + expert) / math.ceil(arch.layers / lay.pp)
+    return weights
+
+
+def _states(arch: Architecture, lay: TrainLayout, lora_rank: int, weight_bytes: float) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per GPU of a trainable model."""
+    weights = _weights(arch, lay, weight_bytes, trainable=True)
     dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
     shard_dense = lay.dp * lay.cp
     shard_expert = lay.expert_dp
     z = lay.zero_stage
-    weights = weight_bytes * (dense / (shard_dense if z >= 3 else 1) + expert / (shard_expert if z >= 3 else 1))
-    if trainable and lay.offload == "params_optimizer" and z >= 3:
-        # only the layers being gathered stay on the GPU (two in flight with prefetch)
-        weights = weight_bytes * 2 * (dense + expert) / math.ceil(arch.layers / lay.pp)
-    if not trainable:
-        return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True),
-                        _other(weights, lay.gpus))
     if lora_rank > 0:  # only the adapters train; ZeRO shards their state like any other
         adapters = lora_params(arch, lora_rank) / (lay.tp * lay.pp)
         grads = BF16 * adapters / (shard_dense if z >= 2 else 1)
@@ -185,8 +210,7 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         opt = ADAM_BYTES * (dense / oshard[0] + expert / oshard[1])
     if lay.offload != "none":
         opt = 0.0  # fp32 master weights and moments live in host memory
-    act = _activations(arch, lay, seq_len, fp8=fp8)
-    return TrainMem(weights, grads, opt, act, _other(weights + grads + opt + act, lay.gpus))
+    return weights, grads, opt
 
 
 def _other(tracked: float, gpus: int) -> float:
@@ -376,25 +400,34 @@ FP8_CAST_BYTES = 6.0
 
 
 def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float, *,
-                lora: bool = False) -> dict[str, float]:
-    """Forward and backward time of one micro-batch on the busiest stage, split by cause."""
+                lora: bool = False, memo: dict | None = None) -> dict[str, float]:
+    """Forward and backward time of one micro-batch on the busiest stage, split by cause.
+    `memo` (optional, the caller's) keeps the per-layer times and the LM head's, which depend
+    on neither pp nor recompute, so layouts that differ in those share them."""
     tokens = lay.micro_batch * seq_len / lay.cp
     layers_stage = math.ceil(arch.layers / lay.pp)
     moe_frac = arch.moe_layers / arch.layers
-    dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
-    moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
+    if memo is None:
+        memo = {}
+    key = ("layer_fwd", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.sp, lay.cp, lay.ep,
+           lay.etp, lay.micro_batch, lay.attention, seq_len)
+    if key not in memo:
+        dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
+        moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
+        # the LM head stays in 16-bit under FP8 recipes (Transformer Engine keeps first/last layers in BF16)
+        head = replace(dev, precision="bf16").gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
+        head_elem = dev.stream_time(tokens * arch.vocab / lay.tp * 4.0 * 3)  # fp32 log-softmax read/write
+        # tensor parallel: 2 all-reduce equivalents per layer forward (AG+RS with SP: same bytes)
+        tp_layer = dev.all_reduce(tokens * arch.hidden * BF16, lay.tp, lay.tp)
+        # context parallel: ring exchange of this rank's K/V, overlapped with attention
+        kv_bytes = tokens * (2 * arch.n_kv_heads * arch.d_head) * BF16 / lay.tp
+        cp_layer = dev.all_gather(kv_bytes * lay.cp, lay.cp, lay.tp * lay.cp)
+        memo[key] = dense, moe, head, head_elem, tp_layer, cp_layer
+    dense, moe, head, head_elem, tp_layer, cp_layer = memo[key]
     gemm, attn, attn_b, elem, elem_b, ep = (layers_stage * ((1 - moe_frac) * d + moe_frac * m)
                                             for d, m in zip(dense, moe))
-    # the LM head stays in 16-bit under FP8 recipes (Transformer Engine keeps first/last layers in BF16)
-    dev16 = replace(dev, precision="bf16")
-    head = dev16.gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
-    head_elem = dev.stream_time(tokens * arch.vocab / lay.tp * 4.0 * 3)  # fp32 log-softmax read/write
-    # tensor parallel: 2 all-reduce equivalents per layer forward (AG+RS with SP: same bytes)
-    act_bytes = tokens * arch.hidden * BF16
-    tp_fwd = layers_stage * 2 * dev.all_reduce(act_bytes, lay.tp, lay.tp)
-    # context parallel: ring exchange of this rank's K/V, overlapped with attention
-    kv_bytes = tokens * (2 * arch.n_kv_heads * arch.d_head) * BF16 / lay.tp
-    cp_fwd = layers_stage * dev.all_gather(kv_bytes * lay.cp, lay.cp, lay.tp * lay.cp)
+    tp_fwd = layers_stage * 2 * tp_layer
+    cp_fwd = layers_stage * cp_layer
     attn_fwd_exposed = max(attn, cp_fwd) if lay.cp > 1 else attn
     cp_exposed = attn_fwd_exposed - attn
     bwd_gemm = 1.0 if lora else 2.0  # frozen weights need no weight-gradient GEMM

@@ -249,6 +249,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     found: list[TrainCand] = []
     best_disagg: dict[tuple, float] = {}
     critics: dict[int, list] = {}
+    aux_of: dict[tuple, tuple] = {}  # train_aux by what it depends on (see the loop)
     variants = {kind: [(*v, allowed_in) for v in _aux_variants(problem, kind == "disagg" or not single)
                        if (allowed_in := _train_modes(problem, modes, kind, *v))] for kind in ("colocated", "disagg")}
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
@@ -283,33 +284,53 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             mbs = micro_batches(problem, dp)
             if not mbs or policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
                                                              micro_batch=mbs[0], recompute="full",
-                                                             sequence_parallel=tp > 1)).total > cap:
+                                                             sequence_parallel=tp > 1), cache).total > cap:
                 continue  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
+            # recomputes over memory at a smaller micro-batch: over at every larger one too, when
+            # micro-batches hold max-length sequences (memory grows with them; not when packed)
+            over: set[str] | None = set() if problem.workload.packed_tokens is None else None
             for mb in mbs:
                 scored = _score_least_recompute(problem, pool, n, TrainLayout(
                     tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
-                    sequence_parallel=tp > 1), cap, cache)
+                    sequence_parallel=tp > 1), cap, cache, over)
                 if scored is None:
                     break  # no recompute fits: a larger micro-batch needs more memory still
                 if scored is False:
                     continue
                 lay, mem, t, old = scored
                 out.evaluated += 1
-                paired = _critics_for(problem, pool, n, lay, critics, cache)
-                for kind in kinds:
+                # every side of this layout takes at least its update and old log-prob pass (the
+                # other terms only add), so a kind it cannot serve within `limit` is skipped now:
+                # `_train_beyond` would drop each of its candidates after enumeration
+                live = kinds if limit is None else _within_limit(kinds, t.total + old, n, pp, bounds, limit)
+                if not live:
+                    continue
+                pairs = _critics_for(problem, pool, n, lay, critics, cache)
+                paired, passes = [c for c, _ in pairs], [c_pass for _, c_pass in pairs]
+                # the other models' passes depend on the trainer only through these degrees (and, for a
+                # critic on the policy's degrees, its ZeRO stage and recompute): shared across layouts
+                dims = (tp, pp, dp, cp, lay.ep, lay.micro_batch) + (
+                    (lay.zero_stage, lay.recompute) if paired and paired[0] is None else ())
+                for kind in live:
                     kept_states: dict[tuple, float] = {}
-                    for (hosts, ref, quant, allowed_in), critic in product(variants[kind], paired):
-                        ref_t, rew_t, val_t, resident = train_aux(
-                            problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
-                            reward_quant=quant, cache=cache, critic=critic)
+                    for (hosts, ref, quant, allowed_in), (i, critic) in product(variants[kind], enumerate(paired)):
+                        vkey = (hosts, ref, quant)
+                        if critic is not None and kept_states.get(vkey) == -math.inf:
+                            continue  # disaggregated: a faster critic already fits beside this trainer
+                        akey = (dims, ref, "reward" in hosts, quant, id(critic))
+                        hit = aux_of.get(akey)
+                        if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
+                            hit = aux_of[akey] = (critic, train_aux(
+                                problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
+                                reward_quant=quant, cache=cache, critic=critic))
+                        ref_t, rew_t, val_t, resident = hit[1]
                         if mem.total + resident > cap:
                             continue
                         if critic is not None:
-                            if not critic_fits(mem, resident, *critic_pass(problem, pool, critic, cache)[1:], cap):
+                            if not critic_fits(mem, resident, *passes[i][1:], cap):
                                 continue
                             # critics come fastest first: a slower one must keep less on the GPUs to matter
                             # (colocated), and beside a disaggregated trainer only the fastest that fits does
-                            vkey = (hosts, ref, quant)
                             if resident >= kept_states.get(vkey, math.inf):
                                 continue
                             kept_states[vkey] = -math.inf if kind == "disagg" else resident
@@ -340,6 +361,17 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                                    reward_quant=quant, offload_states=off, side=side, switch=switch,
                                                    send=send, pool=p, modes=allowed_in, critic=critic))
     return found
+
+
+def _within_limit(kinds: list[str], core_s: float, n: int, pp: int, bounds: dict, limit: dict) -> list[str]:
+    """The kinds in which a trainer whose update plus old log-prob pass takes `core_s` can still
+    come within `limit`: its candidates' time is at least that (the other models' passes,
+    the orchestration and the offload switch only add), with the send time of its count and,
+    colocated, the floor of any engine on its GPUs (the bounds of the GPU count's test above:
+    `_prune_by_bound` drops such a candidate, and no engine's bound pairs below it)."""
+    _, send_u, gen_u = bounds[n, pp]
+    core_u = time_units(core_s)
+    return [k for k in kinds if not _beyond(k, core_u, send_u, limit, gen_u if k == "colocated" else 0)]
 
 
 def _min_recv_units(problem: Problem) -> int:
@@ -434,42 +466,63 @@ def _critic_options(problem: Problem, pool: PoolHW, n: int, cache: dict) -> list
     return [(engines, lay) for engines, front in fronts.items() for *_, lay in front]
 
 
-def _critics_for(problem: Problem, pool: PoolHW, n: int, policy: TrainLayout, critics: dict, cache: dict) -> list:
-    """The critic layouts to pair with this trainer: [None] without a critic; the policy's
-    degrees where the target has no critic layout of its own; else the front of its own
-    layouts that some target engine runs beside the policy's."""
+def _critics_for(problem: Problem, pool: PoolHW, n: int, policy: TrainLayout, critics: dict, cache: dict
+                 ) -> list[tuple]:
+    """The critic layouts to pair with this trainer, each with its `critic_pass`: [(None, None)]
+    without a critic; the policy's degrees where the target has no critic layout of its own;
+    else the front of its own layouts that some target engine runs beside the policy's."""
     if problem.value is None:
-        return [None]
+        return [(None, None)]
     caps = target_caps(problem)
     if caps is not None and not caps.shapes.value.critic_own_layout:
         like = critic_like_policy(problem, policy)
-        return [like] if not critic_violations(problem, pool, n, like) else []
-    if n not in critics:
-        critics[n] = _critic_options(problem, pool, n, cache)
-    found = [lay for engines, lay in critics[n] if not critic_pair_violations(problem, policy, lay)]
+        return [(like, critic_pass(problem, pool, like, cache))] if not critic_violations(problem, pool, n, like) else []
+    if n not in critics:  # each option with its pass, looked up once per count
+        critics[n] = [(lay, critic_pass(problem, pool, lay, cache)) for _, lay in _critic_options(problem, pool, n, cache)]
+    found = [(lay, cp) for lay, cp in critics[n] if not critic_pair_violations(problem, policy, lay)]
     like = critic_like_policy(problem, policy)
-    if like not in found and not critic_violations(problem, pool, n, like) and not critic_pair_violations(
-            problem, policy, like):
-        found.append(like)
+    if all(lay != like for lay, _ in found) and not critic_violations(problem, pool, n, like) and not \
+            critic_pair_violations(problem, policy, like):
+        found.append((like, critic_pass(problem, pool, like, cache)))
     # fastest first, then fewer states kept; on a tie the trainer's own degrees
-    return sorted(found, key=lambda c: (critic_pass(problem, pool, c, cache)[:2], c != like))
+    return sorted(found, key=lambda c: (c[1][:2], c[0] != like))
 
 
-def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict):
+def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
+    """`replace(base, recompute=rec)` without re-running the dataclass's __init__ (a plain
+    frozen dataclass: its fields are its __dict__), which this hot loop pays for ~100k times."""
+    lay = object.__new__(TrainLayout)
+    lay.__dict__.update(base.__dict__, recompute=rec)
+    return lay
+
+
+def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict,
+                           over: set[str] | None = None):
     """The least recompute that the rules allow and memory fits, scored: (layout, memory,
     update time, old log-prob time). More recompute keeps the same states (what colocation
     holds) and is never faster, so it is dominated once a lesser one fits. None: nothing
-    fits; False: nothing is allowed."""
+    fits; False: nothing is allowed. `over` (updated): recomputes known not to fit (the
+    caller's, from a smaller micro-batch), only checked against the rules."""
     allowed_any = False
+    skipped = []
+    over = set() if over is None else over
     for rec in RECOMPUTE:
-        lay = replace(base, recompute=rec)
+        if rec == "selective" and "none" in over and base.attention != "unfused":
+            over.add(rec)  # with fused attention it stores what "none" stores (`train_memory`): no fit either
+        lay = _with_recompute(base, rec)
+        if rec in over:
+            skipped.append(lay)
+            continue
         if train_layout_violations(problem, lay):
             continue
         allowed_any = True
-        mem = policy_memory(problem, lay)
+        mem = policy_memory(problem, lay, cache)
         if mem.total <= cap:
             t, _, old = train_core(problem, pool, lay, mem, cache=cache)
             return lay, mem, t, old
+        over.add(rec)
+    if not allowed_any:  # none is allowed unless one known not to fit is
+        allowed_any = any(not train_layout_violations(problem, lay) for lay in skipped)
     return None if allowed_any else False
 
 
