@@ -1,6 +1,7 @@
 """`export_plan` and the targets (see the package docstring)."""
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from rlsolve.errors import SpecError, did_you_mean
@@ -17,6 +18,9 @@ TARGETS: dict[str, str] = {
     "nemo-rl": "NeMo-RL 0.7: GRPO config YAML inheriting its examples/configs/grpo_math_1B.yaml",
     "yaml": "framework-neutral YAML: the layout plus the job from the spec",
 }
+
+# targets whose exporter module is named otherwise
+MODULES = {"verl-yaml": "verl", "nemo-rl": "nemo_rl", "yaml": "yaml_"}
 
 
 def prepare(plan: Any, spec: Any) -> Job:
@@ -40,26 +44,8 @@ def export_plan(plan: Any, spec: Any, target: str) -> ExportResult:
     if key not in TARGETS:
         raise SpecError(f"unknown export target {target!r}; {did_you_mean(key, TARGETS)}", field="--to")
     job = prepare(plan, spec)
-    if key in ("verl", "verl-yaml"):
-        from rlsolve.export import verl
-        return verl.export(job, style="yaml" if key == "verl-yaml" else "sh")
-    if key == "openrlhf":
-        from rlsolve.export import openrlhf
-        return openrlhf.export(job)
-    if key == "megatron":
-        from rlsolve.export import megatron
-        return megatron.export(job)
-    if key == "vllm":
-        from rlsolve.export import vllm
-        return vllm.export(job)
-    if key == "sglang":
-        from rlsolve.export import sglang
-        return sglang.export(job)
-    if key == "deepspeed":
-        from rlsolve.export import deepspeed
-        return deepspeed.export(job)
-    if key == "nemo-rl":
-        from rlsolve.export import nemo_rl
-        return nemo_rl.export(job)
-    from rlsolve.export import yaml_
-    return yaml_.export(job)
+    # each exporter is imported only when its target is asked for (the CLI starts fast)
+    module = importlib.import_module(f"rlsolve.export.{MODULES.get(key, key)}")
+    if key == "verl-yaml":
+        return module.export(job, style="yaml")
+    return module.export(job)
