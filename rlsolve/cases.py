@@ -6,7 +6,6 @@ functions the solver uses. A row the model cannot represent is reported with the
 never skipped. Pure: no printing, no files."""
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import statistics
@@ -25,7 +24,8 @@ from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_d
 from rlsolve.perf.hw import GB, device
 from rlsolve.perf.train import (BF16_MAIN_GRAD_BYTES, FP32_MAIN_GRAD_BYTES, OFFLOADS, TrainLayout, model_flops,
                                 train_memory, train_time)
-from rlsolve.resolve import PoolHW
+from rlsolve.resolve import PoolHW, resolve
+from rlsolve.spec import load_spec
 
 # Rows of kind rl_step give the mean generated length (NeMo-RL's "G-average seq len": its
 # tokens/s/GPU x step time x GPUs / samples exceeds it by the prompt, ~100 tokens) and the
@@ -541,11 +541,10 @@ def _score_recipe(row: dict, profile: dict | None):
     """(plan, how the layout was found, assumptions): estimate on the row's own layout; when the
     row leaves a decision open that no framework default fills, the solver's best under the
     row's stated choices, said so in the note."""
-    from rlsolve.resolve import resolve
+    # the solver (and OR-Tools) loads only when a file has RL rows
     from rlsolve.solver import solve
     from rlsolve.solver.estimate import evaluate_layout, to_layout
     from rlsolve.solver.report import build_plan
-    from rlsolve.spec import load_spec
     spec = load_spec(rl_step_spec(row))
     problem = resolve(spec, profile)
     try:
@@ -555,7 +554,7 @@ def _score_recipe(row: dict, profile: dict | None):
         plan = solve(spec, profile=profile)
         return plan, f"solver's best under the row's choices ({e})", []
     if budget is not None:  # packed micro-batches: memory holds the token budget, not mb x max length
-        problem = dataclasses.replace(problem, workload=dataclasses.replace(problem.workload, packed_tokens=budget))
+        problem = replace(problem, workload=replace(problem.workload, packed_tokens=budget))
     est = lay = None
     for rc in [recompute] if recompute else ["none", "selective", "full"]:  # the least that fits
         layout["parallelism"]["training"]["recompute"] = rc
