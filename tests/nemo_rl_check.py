@@ -4,7 +4,7 @@ into the other frameworks' checks).
 
     python tests/nemo_rl_check.py NEMO_RL_CHECKOUT EXPORT.yaml [EXPORT.yaml ...]
 
-NEMO_RL_CHECKOUT is a checkout of NeMo-RL's git tag v0.7.0 (its PyPI name, nemo-rl 0.0.0, is a placeholder
+NEMO_RL_CHECKOUT is a checkout of NeMo-RL's git tag v0.7.0, or the part of it carried in tests/vendor (its PyPI name, nemo-rl 0.0.0, is a placeholder
 that holds no code). For each export it does what `examples/run_grpo.py` does before it starts Ray: puts
 the file at the checkout's root (where the export says to put it; its `defaults:` resolves from there),
 `nemo_rl.utils.config.load_config` (inheritance from examples/configs/grpo_math_1B.yaml),

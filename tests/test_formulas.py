@@ -91,7 +91,10 @@ def test_rings_across_nodes_aggregate_the_nics_all_to_all_does_not():
     assert dev.ring_link(4, 16) == (pytest.approx(2 * net), lat)             # TP 4: 2 ranks per node
     assert dev.ring_link(2, 16) == (pytest.approx(net), lat)                 # TP 8: 1 rank per node
     n, nbytes = 16, 1e9
-    assert dev.all_reduce(nbytes, n, 16) == pytest.approx(2 * (n - 1) / n * nbytes / min(nv, 8 * net) + 4 * lat)
+    nv_lat = dev.link(8)[1]
+    # latency: NCCL's tree, 3 steps inside each node, then one network hop up and one down
+    assert dev.all_reduce(nbytes, n, 16) == pytest.approx(2 * (n - 1) / n * nbytes / min(nv, 8 * net)
+                                                          + 3 * nv_lat + 2 * lat)
     assert dev.all_to_all(nbytes, n, 16) == pytest.approx((n - 1) / n * nbytes / net + 4 * lat)
 
 
@@ -351,3 +354,16 @@ def test_expert_all_to_all_sends_only_the_off_node_share_over_the_nics():
     assert t < dev.all_to_all(nbytes, 32, 32)
     # inside one node nothing changes
     assert expert_all_to_all(dev, nbytes, 8, 8) == dev.all_to_all(nbytes, 8, 8)
+
+
+def test_a_small_all_reduce_never_gets_cheaper_by_leaving_the_server():
+    """NCCL's tree all-reduce latency is base + 2 * ((ppn - 1) * intra + log2(nodes) * inter)
+    (src/graph/tuning.cc): spreading a tensor-parallel group over more nodes adds network hops to
+    the hops inside each node; it never replaces them."""
+    dev = Device(h100_pool(nodes=8))
+    tiny = 1e-9
+    by_size = [dev.all_reduce(tiny, n, n) for n in (2, 4, 8, 16, 32, 64)]
+    assert by_size == sorted(by_size)
+    assert dev.all_reduce(tiny, 16, 16) > dev.all_reduce(tiny, 8, 8)
+    # the same 16 ranks spread one per node cost more than two full nodes' worth
+    assert dev.all_reduce(tiny, 16, 64) >= dev.all_reduce(tiny, 8, 8)
