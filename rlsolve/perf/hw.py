@@ -12,6 +12,7 @@ from importlib import resources
 
 import yaml
 
+from rlsolve.perf.nccl import collective_time
 from rlsolve.resolve import PoolHW
 
 GB = 1e9
@@ -146,21 +147,14 @@ class Device:
         inside, _ = self.link(domain)
         return min(inside, per_domain * bw), lat
 
-    def _latency(self, n: int, span: int, sweeps: int) -> float:
-        """Latency of a small ring collective of `n` ranks over `span` GPUs. Inside one NVLink
-        domain / server: log2(n) steps at that domain's latency. Beyond it NCCL's tree goes up
-        and down the nodes (`sweeps` = 2 for an all-reduce, 1 for a gather or scatter): the
-        ranks inside each domain first, then log2(domains) network hops per sweep, each at the
-        network's per-hop latency (NCCL src/graph/tuning.cc: tree all-reduce latency = base +
-        2 * ((ppn - 1) * intraLat + log2(nNodes) * interLat)). So a group never gets cheaper
-        by leaving its server."""
+    def nodes_spanned(self, n: int, span: int) -> int:
+        """Servers / NVLink domains a group of `n` ranks spread evenly over `span` GPUs touches
+        (1 inside one): beyond one, NCCL's own cost model prices its collectives."""
         domain = max(self.pool.scaleup_size, self.pool.gpus_per_node)
-        if span <= domain:
-            return self._steps(n) * self.link(span)[1]
+        if span <= domain or n <= 1:
+            return 1
         per_domain = max(1, min(n, round(n * domain / span)))
-        domains = max(2, -(-n // per_domain))
-        inside = self._steps(per_domain) * self.link(domain)[1] if per_domain > 1 else 0.0
-        return inside + sweeps * self._steps(domains) * self.link(span)[1]
+        return max(2, -(-n // per_domain))
 
     @staticmethod
     def _steps(n: int) -> int:
@@ -172,15 +166,21 @@ class Device:
         """Ring all-reduce bandwidth term 2(n-1)/n * bytes / busbw, plus the latency term."""
         if n <= 1 or nbytes <= 0:
             return 0.0
-        bw, _ = self.ring_link(n, span)
-        return 2 * (n - 1) / n * nbytes / bw + self._latency(n, span, sweeps=2)
+        bw, lat = self.ring_link(n, span)
+        nodes = self.nodes_spanned(n, span)
+        if nodes > 1:
+            return collective_time("all_reduce", nbytes, n, nodes, bw, self.pool.gpu.nvlink_gbps_per_dir > 0)
+        return 2 * (n - 1) / n * nbytes / bw + self._steps(n) * lat
 
     def all_gather(self, nbytes: float, n: int, span: int) -> float:
         """All-gather (or reduce-scatter) of a `nbytes` result: (n-1)/n * bytes."""
         if n <= 1 or nbytes <= 0:
             return 0.0
-        bw, _ = self.ring_link(n, span)
-        return (n - 1) / n * nbytes / bw + self._latency(n, span, sweeps=1)
+        bw, lat = self.ring_link(n, span)
+        nodes = self.nodes_spanned(n, span)
+        if nodes > 1:
+            return collective_time("all_gather", nbytes, n, nodes, bw, self.pool.gpu.nvlink_gbps_per_dir > 0)
+        return (n - 1) / n * nbytes / bw + self._steps(n) * lat
 
     reduce_scatter = all_gather
 
