@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from rlsolve.perf.generate import GenLayout
-from rlsolve.perf.step import combine, gen_side, sync_time, train_aux, train_side
+from rlsolve.perf.step import combine, gen_side, rollout_steps_in_flight, sync_time, train_aux, train_side
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import resolve
 from rlsolve.solver import solve
@@ -25,6 +25,35 @@ def test_long_tail_costs_more_than_the_mean_suggests():
     lay = GenLayout(tp=1, dp=8)
     a, b = gen_side(short, short.pool, lay), gen_side(tail, tail.pool, lay)
     assert b.decode > 1.5 * a.decode
+
+
+def test_steps_in_flight_pay_the_long_tail_once_per_stream():
+    """An async engine that may run k steps ahead decodes their rollouts as one stream: the batch
+    stays full while a step's longest responses finish, and it is k times larger. A step costs
+    less than alone, and the gain is larger when responses have a long tail (paid once per k
+    steps) than when every response has the same length (only the larger batch helps)."""
+    tail = problem(rl={"response_len": {"max": 8192, "mean": 1024}})
+    flat = problem(rl={"response_len": {"max": 1024, "mean": 1024}})
+    lay = GenLayout(tp=1, dp=8)
+    one, four = (gen_side(tail, tail.pool, lay, in_flight=k) for k in (1, 4))
+    flat_one, flat_four = (gen_side(flat, flat.pool, lay, in_flight=k) for k in (1, 4))
+    assert four.decode < one.decode and flat_four.decode < flat_one.decode
+    assert four.decode / one.decode < flat_four.decode / flat_one.decode
+    # on-policy modes never have more than one step in flight
+    assert rollout_steps_in_flight("sync", 4) == rollout_steps_in_flight("colocated", 4) == 1
+    assert rollout_steps_in_flight("async", 4) == 4 and rollout_steps_in_flight("async", 1) == 1
+
+
+def test_deeper_staleness_gives_an_async_plan_a_shorter_rollout():
+    """The solver prices an async engine with the staleness it is allowed (and the plan says so)."""
+    spec = small_spec(rl={"response_len": {"max": 8192, "mean": 1024}}, constraints={"modes": ["async"]})
+    shallow = solve(spec)
+    deep = solve(small_spec(rl={"response_len": {"max": 8192, "mean": 1024}, "max_staleness": 4},
+                            constraints={"modes": ["async"]}))
+    assert deep.pipeline.staleness == 4
+    assert deep.time_s.decode < shallow.time_s.decode
+    assert deep.throughput.tokens_per_s >= shallow.throughput.tokens_per_s
+    assert any("4 steps' rollouts as one stream" in line for line in deep.explanation)
 
 
 def test_prefix_sharing_prefills_each_prompt_once():

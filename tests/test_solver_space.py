@@ -3,6 +3,7 @@ in hardware, and a property test for every dominance rule the enumeration prunes
 from __future__ import annotations
 
 import random
+from itertools import product
 from dataclasses import replace
 
 import pytest
@@ -52,7 +53,7 @@ def random_spec(rng: random.Random) -> dict:
         "rl": {"algorithm": "ppo" if ppo else "grpo", "prompts_per_step": rng.choice([4, 8, 16]),
                "samples_per_prompt": rng.choice([2, 4]), "prompt_len": rng.choice([256, 512]),
                "response_len": {"max": rng.choice([1024, 2048]), "mean": rng.choice([256, 512])},
-               "mini_batches": rng.choice([1, 2]), "max_staleness": rng.choice([0, 1, 1])},
+               "mini_batches": rng.choice([1, 2]), "max_staleness": rng.choice([0, 1, 1, 3])},
         "solver": {"top_k": 0, "time_limit_s": 60},
     }
     cons: dict = {}
@@ -242,11 +243,12 @@ def test_decode_lower_bound_never_exceeds_the_simulation():
         for tp, pp, dp in ((1, 1, 1), (2, 1, 3), (1, 2, 2), (4, 1, 1)):
             if tp * pp > pool.gpus_per_node or problem.policy.heads % tp:
                 continue
-            for r in (0, 8e9, 30e9):
+            for r, k in ((0, 1), (8e9, 1), (30e9, 1), (0, 3), (8e9, 4)):  # k: steps in flight (async)
                 lay = GenLayout(tp=tp, pp=pp, dp=dp)
-                exact = gen_side(problem, pool, lay, reserved=r)
+                exact = gen_side(problem, pool, lay, reserved=r, in_flight=k)
                 if exact.fits:
-                    assert gen_side(problem, pool, lay, reserved=r, lower_bound=True).time <= exact.time * (1 + 1e-9)
+                    bound = gen_side(problem, pool, lay, reserved=r, lower_bound=True, in_flight=k)
+                    assert bound.time <= exact.time * (1 + 1e-9)
 
 
 def test_training_lower_bound_never_exceeds_the_scored_time():
@@ -339,9 +341,10 @@ def test_engine_lower_bound_never_falls_with_fewer_replicas():
             for pp in (1, 2, 3):
                 if problem.policy.heads % tp:
                     continue
-                for hosts, q in list(_all_gen_host_variants(problem))[:3]:
+                for (hosts, q), k in product(list(_all_gen_host_variants(problem))[:3], (1, 3)):
                     aux = _aux_on_gen(problem, hosts, q)
-                    times = [gen_side(problem, pool, GenLayout(tp=tp, pp=pp, dp=dp), aux_models=aux, lower_bound=True)
+                    times = [gen_side(problem, pool, GenLayout(tp=tp, pp=pp, dp=dp), aux_models=aux, lower_bound=True,
+                                      in_flight=k)
                              for dp in (1, 2, 3, 4, 6, 8, 16, 64, 512)]
                     fits = [g.time for g in times if g.fits]
                     assert len(fits) in (0, len(times))  # fitting does not depend on the replicas

@@ -69,15 +69,26 @@ def aux_forward_on_gen(arch: Architecture, dev: Device, lay: GenLayout, sequence
     return prefill_time(arch, dev, lay, sequences * seq_len / lay.dp, seq_len / 2)
 
 
+def rollout_steps_in_flight(mode: str, staleness: int) -> int:
+    """Steps whose rollouts an engine decodes at once. An async engine may run `staleness`
+    steps ahead of the trainer (NeMo-RL's max_trajectory_age_steps, verl's staleness
+    threshold), so it keeps admitting the next steps' prompts while a step's longest responses
+    finish: the long tail is paid once per `staleness` steps. On-policy engines (colocated,
+    sync) wait for every response of the step before the weights change."""
+    return max(1, staleness) if mode == "async" else 1
+
+
 def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,
              aux_models: tuple[tuple[str, Architecture, float], ...] = (), kv_cache_gb: float | None = None,
-             max_num_seqs: float | None = None, lower_bound: bool = False) -> GenSide:
+             max_num_seqs: float | None = None, lower_bound: bool = False, in_flight: int = 1) -> GenSide:
     """Time and memory of generating one step's samples on `lay.dp` replicas.
 
     `reserved`: bytes per GPU held by other roles while generating (colocated training
     states). `aux_models`: (role, architecture, bytes per parameter) run on these GPUs after
     decoding (reference, reward). `lower_bound`: the decode time is `decode_lower_bound`'s
-    instead of the simulation's (the search prunes with it; the rest is exact)."""
+    instead of the simulation's (the search prunes with it; the rest is exact). `in_flight`
+    (`rollout_steps_in_flight`): the engine decodes that many steps' requests as one
+    continuously batched stream; the step is charged its share of that stream's time."""
     wl = problem.workload
     arch = problem.policy
     dev = device(pool, problem.workload.precision, problem.profile)
@@ -93,8 +104,9 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     kv_tokens = max(kv, 0.0) / kv_tok_gpu
     # a replica must hold at least one full-length sequence
     fits = fits and kv_tokens >= wl.seq_max
-    n_req = wl.samples / lay.dp
-    prompts = wl.prompts / lay.dp
+    k = max(1, int(in_flight))
+    n_req = k * wl.samples / lay.dp
+    prompts = k * wl.prompts / lay.dp
     # the engine returns each sampled token's log-prob when the framework asks for it
     step = StepModel(arch, dev, lay, wb, wb, host_per_seq=dev.decode_host_per_seq_s if wl.rollout_logprobs else 0.0)
     chosen_cap = max_num_seqs
@@ -103,12 +115,12 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
 
     def run(cap: float) -> tuple[float, Any]:
         r = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, kv_tokens, cap,
-                            wl.samples, clip=wl.clip_ratio)
+                            k * wl.samples, clip=wl.clip_ratio)
         return r.time + prefill_time(arch, dev, lay, prompt_tokens + r.reprefill_tokens, ctx), r
 
     if fits and lower_bound:
         decode, peak, limited, rep = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max,
-                                                        kv_tokens, wl.samples, clip=wl.clip_ratio), 0.0, False, 0.0
+                                                        kv_tokens, k * wl.samples, clip=wl.clip_ratio), 0.0, False, 0.0
     elif fits:
         total, res = run(max_num_seqs or float("inf"))
         if max_num_seqs is None and res.kv_limited:
@@ -123,8 +135,10 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         decode, peak, limited, rep = res.time, res.peak_batch, res.kv_limited, res.reprefill_tokens
     else:
         decode, peak, limited, rep = float("inf"), 0.0, True, 0.0
-    # prefix caching: each prompt is prefilled once for its samples_per_prompt responses
-    prefill = prefill_time(arch, dev, lay, prompt_tokens + rep, ctx)
+    # prefix caching: each prompt is prefilled once for its samples_per_prompt responses;
+    # k steps in flight: this step's share
+    prefill = prefill_time(arch, dev, lay, prompt_tokens + rep, ctx) / k
+    decode = decode / k
     aux_times = {role: aux_forward_on_gen(a, dev, lay, wl.samples, wl.seq_mean) for role, a, _ in aux_models}
     return GenSide(layout=lay, gpus=lay.tp * lay.pp * lay.dp, prefill=prefill, decode=decode,
                    aux=sum(aux_times.values()), aux_times=aux_times,

@@ -42,7 +42,8 @@ from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, compose_step,
                                critic_fits, critic_memory, critic_pass, engine_release_time, gen_side, policy_memory,
-                               recv_time, send_time, sync_time, train_aux, train_core)
+                               recv_time, rollout_steps_in_flight, send_time, sync_time, train_aux,
+                               train_core)
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
@@ -818,7 +819,10 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         limit = (_relaxed(incumbent) if margin else incumbent) if bounded and incumbent is not None else None
         fastest = min((time_units(c.time) for c in out.train if c.mode == "disagg"), default=INF_TIME)
         dead: set[tuple] = set()
-        host_variants = list(_gen_host_variants(problem, d_modes))
+        # an async engine decodes several steps' rollouts at once (rollout_steps_in_flight), so
+        # its time differs from the same engine's in sync: one candidate per such group of modes
+        host_variants = [(hosts, q, group, k) for hosts, q, allowed_in in _gen_host_variants(problem, d_modes)
+                         for group, k in _in_flight_groups(problem, allowed_in)]
         for n in sorted(_gen_counts(problem, p, all_counts, out), reverse=True):
             for li, lay in enumerate(gen_universe(problem, pool, n)):
                 deadline.check("enumerating engine layouts")
@@ -826,22 +830,23 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     continue
                 recv_s = recv_time(problem, pool, lay)
                 recv = time_units(recv_s)
-                for hi, (hosts, q, allowed_in) in enumerate(host_variants):
-                    key = (lay.tp, lay.pp, lay.ep, hosts, q)
+                for hi, (hosts, q, allowed_in, k) in enumerate(host_variants):
+                    key = (lay.tp, lay.pp, lay.ep, hosts, q, k)
                     if key in dead:
                         continue
-                    lb = _engine_side(problem, p, lay, memo, hosts=hosts, quant=q, lower_bound=True)
+                    lb = _engine_side(problem, p, lay, memo, hosts=hosts, quant=q, lower_bound=True, in_flight=k)
                     if not lb.fits:
                         continue
                     tg = _lb_units(lb.time)
-                    if limit is not None and all(tg + recv + (fastest if m == "sync" else 0) > limit[m] for m in d_modes):
+                    if limit is not None and all(tg + recv + (fastest if m == "sync" else 0) > limit[m]
+                                                 for m in allowed_in):
                         dead.add(key)
                         continue
                     t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools))
                     if t is None:
                         continue
                     bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in allowed_in}
-                    tasks.append((bound, (1, n, li, hi), "disagg", n, lay, (hosts, allowed_in), q, recv_s))
+                    tasks.append((bound, (1, n, li, hi), "disagg", n, lay, (hosts, allowed_in, k), q, recv_s))
     if incumbent is None:
         incumbent = {m: INF_TIME for m in modes}
     found: list[GenCand] = []
@@ -854,8 +859,8 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
             side = _engine_side(problem, p, lay, memo, reserved_gb=extra)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
         else:
-            extra, allowed_in = extra
-            side = _engine_side(problem, p, lay, memo, hosts=extra, quant=q)
+            extra, allowed_in, k = extra
+            side = _engine_side(problem, p, lay, memo, hosts=extra, quant=q, in_flight=k)
             g = GenCand(mode, lay, extra, q, 0, side, sync, pool=p, modes=allowed_in)
         out.evaluated += 1
         if not side.fits or engine_cap_violations(problem, lay, side.max_num_seqs):
@@ -877,14 +882,25 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
 
 
 def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserved_gb: int = 0,
-                 hosts: frozenset = frozenset(), quant: str = "none", lower_bound: bool = False) -> GenSide:
+                 hosts: frozenset = frozenset(), quant: str = "none", lower_bound: bool = False,
+                 in_flight: int = 1) -> GenSide:
     """`gen_side` of an engine layout, memoized across the probe and the full enumeration
     (they score many of the same engines)."""
-    key = (p, lay, reserved_gb, hosts, quant, lower_bound)
+    key = (p, lay, reserved_gb, hosts, quant, lower_bound, in_flight)
     if key not in memo:
         memo[key] = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9,
-                             aux_models=_aux_on_gen(problem, hosts, quant), lower_bound=lower_bound)
+                             aux_models=_aux_on_gen(problem, hosts, quant), lower_bound=lower_bound,
+                             in_flight=in_flight)
     return memo[key]
+
+
+def _in_flight_groups(problem: Problem, modes: frozenset) -> list[tuple[frozenset, int]]:
+    """The disaggregated modes split by the steps an engine decodes at once in them
+    (`rollout_steps_in_flight`): one group when they agree."""
+    groups: dict[int, set] = {}
+    for m in modes:
+        groups.setdefault(rollout_steps_in_flight(m, problem.workload.max_staleness), set()).add(m)
+    return [(frozenset(ms), k) for k, ms in sorted(groups.items())]
 
 
 def _aux_on_gen(problem: Problem, hosts: frozenset, quant: str) -> tuple:

@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from rlsolve.errors import SpecError
-from rlsolve.perf.step import QUANT_BYTES, StepEstimate, aux_side, combine, gen_side, train_side
+from rlsolve.perf.step import (QUANT_BYTES, StepEstimate, aux_side, combine, gen_side, rollout_steps_in_flight,
+                               train_side)
 from rlsolve.plan import LAYOUT_KEYS, Layout, Plan
 from rlsolve.resolve import Problem
 from rlsolve.solver.rules import critic_layout, layout_violations, pool_named, role_layouts
@@ -62,7 +63,7 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
         if pl.reward == "generation":
             aux.append(("reward", problem.reward, QUANT_BYTES[opt.reward_quantization]))
         gs = gen_side(problem, pg, g_lay, aux_models=tuple(aux), kv_cache_gb=opt.kv_cache_gb,
-                      max_num_seqs=opt.max_num_seqs)
+                      max_num_seqs=opt.max_num_seqs, in_flight=rollout_steps_in_flight(mode, lay.pipeline.staleness))
     aux = None
     hosts = frozenset(k for k in ("reference", "reward") if getattr(pl, k) == "auxiliary")
     if hosts:

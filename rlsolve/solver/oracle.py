@@ -18,8 +18,8 @@ import numpy as np
 from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, critic_fits, critic_pass,
-                               engine_release_time, gen_side, policy_memory, recv_time, send_time, sync_time, train_aux,
-                               train_core)
+                               engine_release_time, gen_side, policy_memory, recv_time, rollout_steps_in_flight, send_time,
+                               sync_time, train_aux, train_core)
 from rlsolve.resolve import Problem
 from rlsolve.solver.rules import (aux_models, critic_pair_violations, critic_universe, critic_violations,
                                   engine_cap_violations, gen_universe, gen_violations, modes_allowed, role_counts,
@@ -41,6 +41,7 @@ class Side:
     what: tuple = ()
     place: tuple = ()          # what the target's placement rules read: trainers (reference, reward on it?,
                                # quantization, offload); engines and auxiliary groups (quantization,)
+    in_flight: int = 1         # engines: steps decoded at once (rollout_steps_in_flight); 1 elsewhere
 
 
 def _fastest(sides: list[Side]) -> list[Side]:
@@ -48,7 +49,7 @@ def _fastest(sides: list[Side]) -> list[Side]:
     slower one can be swapped for it in any plan), unlike the solver's dominance rules."""
     best: dict[tuple, Side] = {}
     for x in sides:
-        key = (x.pool, x.gpus, x.sync_ms, x.hosts, x.held_gb, x.place)
+        key = (x.pool, x.gpus, x.sync_ms, x.hosts, x.held_gb, x.place, x.in_flight)
         if key not in best or x.time_ms < best[key].time_ms:
             best[key] = x
     return list(best.values())
@@ -158,15 +159,16 @@ def _gen_sides(problem: Problem) -> list[Side]:
             variants.append((frozenset({"reward"}), q))
             if problem.reference is not None:
                 variants.append((frozenset({"reference", "reward"}), q))
+    in_flight = sorted({rollout_steps_in_flight(m, problem.workload.max_staleness) for m in ("sync", "async")})
     for p, pool in enumerate(problem.pools):
         for n in role_counts(pool):
             for lay in _gen_layouts(problem, p, n):
-                for hosts, q in variants:
+                for (hosts, q), k in product(variants, in_flight):
                     aux = tuple((h, getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
-                    side = gen_side(problem, pool, lay, aux_models=aux)
+                    side = gen_side(problem, pool, lay, aux_models=aux, in_flight=k)
                     if side.fits and not engine_cap_violations(problem, lay, side.max_num_seqs):
                         out.append(Side(p, n, time_units(side.time), time_units(recv_time(problem, pool, lay)), hosts,
-                                        0, (lay, q), _place(problem, (q,))))
+                                        0, (lay, q), _place(problem, (q,)), in_flight=k))
     return _fastest(out)
 
 
@@ -250,7 +252,8 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
         bit = {m: 1 << i for i, m in enumerate(models)}
         full = sum(bit.values())
         mask = (lambda hosts: sum(bit[m] for m in hosts))
-        g = {k: np.array([getattr(x, k) for x in gens], dtype=np.int64) for k in ("pool", "gpus", "time_ms", "sync_ms")}
+        g = {k: np.array([getattr(x, k) for x in gens], dtype=np.int64)
+             for k in ("pool", "gpus", "time_ms", "sync_ms", "in_flight")}
         t = {k: np.array([getattr(x, k) for x in trains], dtype=np.int64) for k in ("pool", "gpus", "time_ms", "sync_ms")}
         g_h = np.array([mask(x.hosts) for x in gens])[None, :]
         t_h = np.array([mask(x.hosts) for x in trains])[:, None]
@@ -267,7 +270,8 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
                 continue
             tt = (t["time_ms"] + (a.time_ms if a else 0))[:, None]
             for mode in disagg:
-                runs = ok & _target_matrix(problem, mode, trains, gens, a)
+                k = rollout_steps_in_flight(mode, problem.workload.max_staleness)
+                runs = ok & _target_matrix(problem, mode, trains, gens, a) & (g["in_flight"] == k)[None, :]
                 if not runs.any():
                     continue
                 steps = compose_step(mode, g["time_ms"][None, :], tt, g["sync_ms"][None, :], t["sync_ms"][:, None],

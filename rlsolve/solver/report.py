@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlsolve.errors import InfeasibleError
 from rlsolve.perf.hw import GB
-from rlsolve.perf.step import StepEstimate, step_flops
+from rlsolve.perf.step import StepEstimate, rollout_steps_in_flight, step_flops
 from rlsolve.plan import (GenMemory, Layout, Metrics, MemorySection, Objective, Plan, SolverInfo, Throughput,
                           TimeSection, TrainMemory)
 from rlsolve.resolve import Problem
@@ -140,6 +140,10 @@ def explain(problem: Problem, est: StepEstimate, usd_per_mtok: float) -> list[st
         slower = "generation" if g.time + est.sync_exposed >= t.time else "training"
         out.append(f"disaggregated, async (staleness {problem.spec.rl.max_staleness}): generation {g.time:.1f} s on "
                    f"{g.gpus} GPUs overlaps training {t.time:.1f} s on {t.gpus} GPUs; {slower} sets the pace")
+        k = rollout_steps_in_flight("async", problem.spec.rl.max_staleness)
+        if k > 1:
+            out.append(f"the engines decode {k} steps' rollouts as one stream (they may run {k} steps ahead): "
+                       f"a step's longest responses overlap the next steps', and generation is this step's share")
     if g.kv_limited:
         out.append(f"binding: KV-cache memory caps the decode batch at {g.peak_batch:,.0f} sequences per replica "
                    f"({g.kv_tokens:,.0f} tokens of {g.kv_cache / GB:.1f} GB)")
