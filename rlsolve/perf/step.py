@@ -73,8 +73,11 @@ def rollout_steps_in_flight(mode: str, staleness: int) -> int:
     """Steps whose rollouts an engine decodes at once. An async engine may run `staleness`
     steps ahead of the trainer (NeMo-RL's max_trajectory_age_steps, verl's staleness
     threshold), so it keeps admitting the next steps' prompts while a step's longest responses
-    finish: the long tail is paid once per `staleness` steps. On-policy engines (colocated,
-    sync) wait for every response of the step before the weights change."""
+    finish: the long tail is paid once per `staleness` steps (NeMo-RL v0.7.0 docs/guides/
+    async-grpo.md: the collector generates in the background into a buffer of
+    num_prompts_per_step x max_trajectory_age_steps x 2; "increase [the age limit] for higher
+    throughput"). On-policy engines (colocated, sync) wait for every response of the step
+    before the weights change."""
     return max(1, staleness) if mode == "async" else 1
 
 
