@@ -54,10 +54,17 @@ def test_a_placement_allowed_in_one_disaggregated_mode_only_is_planned_in_that_m
     problem = resolve(load_spec(spec))
     assert not plan_violations(problem, plan)
     assert _solver_value(problem) == oracle(problem)
-    spec["constraints"]["modes"] = ["sync"]  # sync alone: the reward model has no home the target runs
-    with pytest.raises(rlsolve.InfeasibleError):
-        rlsolve.solve(spec)
-    assert oracle(resolve(load_spec(spec))) is None
+    # sync alone: OpenRLHF runs the reward model only on a group of its own (--reward.num_nodes/num_gpus_per_node
+    # without --train.colocate_all), here on GPUs of the same pool beside the engines and the trainers
+    spec["constraints"]["modes"] = ["sync"]
+    plan = rlsolve.solve(spec)
+    ra = plan.resource_allocation
+    assert (plan.pipeline.mode, plan.placement.reward) == ("sync", "auxiliary")
+    assert ra.auxiliary.pool == ra.training.pool == ra.generation.pool
+    assert ra.generation.gpus + ra.training.gpus + ra.auxiliary.gpus <= 8
+    problem = resolve(load_spec(spec))
+    assert not plan_violations(problem, plan)
+    assert _solver_value(problem) == oracle(problem)
 
 
 def test_a_mode_the_target_refuses_is_named_in_the_diagnosis():
@@ -88,6 +95,8 @@ def test_the_critics_layout_is_searched_and_equals_the_oracle(target):
     the actor's), and the optimum equals the exhaustive oracle's, which tries every critic layout
     the rule table allows beside every trainer."""
     spec = _ppo_job(target)
+    if target == "verl":  # colocated: the critic shares the trainers' GPUs (async, a 1-GPU trainer is best)
+        spec["constraints"] = {"modes": ["colocated"]}
     plan = rlsolve.solve(spec)
     problem = resolve(load_spec(spec))
     assert plan.parallelism.critic is not None and not plan_violations(problem, plan)

@@ -22,10 +22,12 @@ Variables:
   `cost` = rate x step.
 
 Constraints, one module each: world (one row per role, roles of the chosen mode, colocated
-roles on the same pool and count, GPUs per pool), modes (a chosen row implies a mode the
-target runs its placements in: row => mode in row.modes), degrees (the element links and the user's
-linear constraints), memory (colocated: what training keeps during rollout fits the KV
-budget its generation row was scored with), placement (each reference/reward model in
+roles on the same pool and count, GPUs per pool: engines, trainers and an auxiliary group of that
+pool, a colocated pair counted once), modes (a chosen row implies a mode the target runs its
+placements in: row => mode in row.modes), degrees (the element links and the user's linear
+constraints), groups (an auxiliary group the target runs with the actor's degrees sits beside a
+trainer of that tp, tp x cp dividing its GPUs), memory (colocated: what training keeps during
+rollout fits the KV budget its generation row was scored with), placement (each reference/reward model in
 exactly one place), pipeline (the step of the chosen mode, `perf.step.compose_step`),
 price (the budget).
 
@@ -74,8 +76,8 @@ class Program:
         self.linear = linear or []
         self.m = cp_model.CpModel()
         self.v = self._variables()
-        for module in (self._world, self._modes, self._degrees, self._memory, self._placement, self._pipeline,
-                       self._price):
+        for module in (self._world, self._modes, self._degrees, self._groups, self._memory, self._placement,
+                       self._pipeline, self._price):
             module()
 
     # --- variables -------------------------------------------------------------------------
@@ -127,7 +129,10 @@ class Program:
                         m.add_implication(rows[x.id], on.Not())
 
     def _gpus(self, p: int):
-        """GPUs used in pool p (a colocated pair counts once)."""
+        """GPUs used in pool p (a colocated pair counts once). The sum is the whole rule: each group's
+        count is a divisor of the node size or whole nodes (`role_counts`), and at most three groups
+        share a pool (engines, trainers, one auxiliary group), so any sum within the pool packs onto
+        its nodes (groups below a node hold at most half of one: two of them always share a node)."""
         v, c = self.v, self.cands
         return (sum(x.gpus * v.gen[x.id] for x in c.gen if x.pool == p) +
                 sum(x.gpus * v.train[x.id] for x in c.train if x.pool == p and x.mode == "disagg") +
@@ -151,6 +156,19 @@ class Program:
             lhs = sum(coef * v.degrees[name] for name, coef in lc.terms.items())
             {"<=": lambda: m.add(lhs <= lc.bound), ">=": lambda: m.add(lhs >= lc.bound),
              "==": lambda: m.add(lhs == lc.bound)}[lc.op]()
+
+    def _groups(self) -> None:
+        """An auxiliary group the target runs with the actor's degrees (`actor_tp`) goes only beside a
+        trainer of that tp whose tp x cp divides the group's GPUs."""
+        m, v, c = self.m, self.v, self.cands
+        cps = {x.layout.cp for x in c.train}
+        for a in c.aux:
+            if a.actor_tp is None:
+                continue
+            m.add(v.degrees["training.tp"] == a.actor_tp).only_enforce_if(v.aux[a.id])
+            for cp in cps:
+                if a.gpus % (a.actor_tp * cp):
+                    m.add(v.degrees["training.cp"] != cp).only_enforce_if(v.aux[a.id])
 
     def _price(self) -> None:
         """Dollars per hour of the GPUs used (thousandths), for the cost objective and the budget."""
