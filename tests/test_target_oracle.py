@@ -120,3 +120,24 @@ def test_a_written_critic_layout_is_checked_and_scored():
     slower = {**crit, "micro_batch": 1, "grad_accum": crit["grad_accum"] * crit["micro_batch"], "recompute": "full"}
     other = {**plan, "parallelism": {**plan["parallelism"], "critic": slower}}
     assert rlsolve.estimate(spec, other).time_s.value > rlsolve.estimate(spec, plan).time_s.value
+
+
+def test_a_reward_group_with_the_actors_degrees_pairs_only_with_trainers_of_its_tp():
+    """OpenRLHF 0.11.2 runs a reward model's actor group with the actor's tp x ring GPUs per replica
+    (capabilities.yaml shapes.auxiliary_own_layout: false). A reward model that fits only at tp >= 2 on
+    its own GPUs of the one pool then forces the trainer's tp: the plan pairs them, and the optimum
+    equals the oracle's, which pairs every trainer with every group of the same tp whose GPUs hold
+    whole replicas."""
+    spec = _one_pool_reward_job("openrlhf", ["sync"])
+    spec["cluster"]["gpu"] = "A100-SXM-40GB"
+    spec["model"]["reward"] = {"layers": 60, "hidden": 6144, "heads": 48, "kv_heads": 8, "vocab": 32000}
+    plan = rlsolve.solve(spec)
+    ra, t = plan.resource_allocation, plan.parallelism.training
+    assert plan.placement.reward == "auxiliary" and t.tp >= 2 and ra.auxiliary.gpus % (t.tp * t.cp) == 0
+    problem = resolve(load_spec(spec))
+    assert not plan_violations(problem, plan)
+    assert _solver_value(problem) == oracle(problem)
+    bad = plan.model_dump(mode="json")
+    bad["resource_allocation"]["auxiliary"]["gpus"] = 1  # not whole replicas of the actor's tp x cp
+    from rlsolve.plan import Plan
+    assert any("auxiliary.gpus" in v for v in plan_violations(problem, Plan.model_validate(bad)))
