@@ -141,3 +141,16 @@ def test_a_reward_group_with_the_actors_degrees_pairs_only_with_trainers_of_its_
     bad["resource_allocation"]["auxiliary"]["gpus"] = 1  # not whole replicas of the actor's tp x cp
     from rlsolve.plan import Plan
     assert any("auxiliary.gpus" in v for v in plan_violations(problem, Plan.model_validate(bad)))
+
+
+def test_a_reward_model_that_fits_on_no_group_of_its_own_is_named():
+    """OpenRLHF in sync mode runs a reward model only on a group of its own: one too large for every
+    group the pool can give is the reason, with its size, not a generic 'combination' message."""
+    spec = _one_pool_reward_job("openrlhf", ["sync"])
+    spec["cluster"] = {"gpu": "L4", "gpus_per_node": 2, "nodes": 1, "network": "IB-NDR-400"}
+    spec["model"]["reward"] = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "vocab": 32000}
+    with pytest.raises(rlsolve.InfeasibleError) as err:
+        rlsolve.solve(spec)
+    text = " ".join(err.value.reasons)
+    assert "reward model" in text and "only on GPUs of its own" in text and "fit on no group" in text
+    assert oracle(resolve(load_spec(spec))) is None
