@@ -92,7 +92,7 @@ class TrainCand(_OnGPUs):
     mode: str
     layout: TrainLayout
     hosts: frozenset          # aux models run on these GPUs
-    reference: str            # training | cpu_offload | elsewhere (engines or auxiliary pool) | none
+    reference: str            # training | cpu_offload | elsewhere (engines or an auxiliary group) | none
     reward_quant: str
     offload_states: bool      # colocated: move states to the host during rollout
     side: TrainSide
@@ -114,7 +114,7 @@ class TrainCand(_OnGPUs):
 
 @dataclass
 class AuxCand(_OnGPUs):
-    """Reference and/or reward forwards on GPUs of their own pool."""
+    """Reference and/or reward forwards on GPUs of their own, in any pool (the other roles' included)."""
 
     side: AuxSide
     hosts: frozenset

@@ -189,7 +189,7 @@ class Program:
 
     def _placement(self) -> None:
         """Each reference/reward model runs in exactly one place (training GPUs, engines, or an
-        auxiliary pool); the reward quantization is the one its host was scored with."""
+        auxiliary group); the reward quantization is the one its host was scored with."""
         m, v, c = self.m, self.v, self.cands
         for a in self.aux_models:
             m.add(sum(v.gen[x.id] for x in c.gen if a in x.hosts) +
@@ -200,7 +200,7 @@ class Program:
         """The step of the chosen mode, by the composition the performance model uses."""
         m, v, c = self.m, self.v, self.cands
         tg = sum(time_units(x.time) * v.gen[x.id] for x in c.gen)
-        # forwards on an auxiliary pool sit between generation and training
+        # forwards on an auxiliary group sit between generation and training
         tt = sum(time_units(x.time) * v.train[x.id] for x in c.train) + \
             sum(time_units(x.time) * v.aux[x.id] for x in c.aux)
         recv = sum(time_units(x.sync) * v.gen[x.id] for x in c.gen if x.mode == "disagg")
@@ -276,7 +276,7 @@ def run(program: Program, time_limit_s: float, workers: int, deterministic: bool
     m.clear_objective()
     m.add(obj == best)
     v = program.v
-    n_aux = len(v.aux) + 1  # "no auxiliary pool" ranks first
+    n_aux = len(v.aux) + 1  # "no auxiliary group" ranks first
     n_train = len(v.train) * n_aux
     # ties: fewer GPUs first, then the lowest-numbered (simplest) candidates
     m.minimize(v.gpus_used * (len(v.gen) * n_train + 1) + sum(i * n_train * var for i, var in v.gen.items())
