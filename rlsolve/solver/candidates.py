@@ -268,6 +268,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     aux_of: dict[tuple, tuple] = {}  # train_aux by what it depends on (see the loop)
     variants = {kind: [(*v, allowed_in) for v in _aux_variants(problem)
                        if (allowed_in := _train_modes(problem, modes, kind, *v))] for kind in ("colocated", "disagg")}
+    whole_pool = [v for v in variants["colocated"] if not _hosts_elsewhere(problem, v[0])]
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
     fronts: dict[tuple, list[tuple]] = {}
     min_recv = _min_recv_units(problem) if limit is not None else 0
@@ -329,9 +330,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     (lay.zero_stage, lay.recompute) if paired and paired[0] is None else ())
                 for kind in live:
                     kept_states: dict[tuple, float] = {}
-                    for (hosts, ref, quant, allowed_in), (i, critic) in product(variants[kind], enumerate(paired)):
-                        if kind == "colocated" and single and n >= pool.n_gpus and _hosts_elsewhere(problem, hosts):
-                            continue  # one pool, all of it colocated: no GPU left for an auxiliary group
+                    # one pool, all of it colocated: no GPU left for an auxiliary group
+                    kind_variants = whole_pool if kind == "colocated" and single and n >= pool.n_gpus else variants[kind]
+                    for (hosts, ref, quant, allowed_in), (i, critic) in product(kind_variants, enumerate(paired)):
                         vkey = (hosts, ref, quant)
                         if critic is not None and kept_states.get(vkey) == -math.inf:
                             continue  # disaggregated: a faster critic already fits beside this trainer
