@@ -42,7 +42,11 @@ def sections(job: Job) -> list[Section]:
     if aux is not None and aux.gpus % (job.t.tp * job.t.cp):
         notes.warn(f"OpenRLHF runs every model with the actor's tp x ring = {job.t.tp * job.t.cp} GPUs per replica: "
                    f"the auxiliary group's {aux.gpus} GPUs do not hold whole replicas")
-    if aux is not None:
+    if aux is not None and colocate_all:
+        notes.warn("with --train.colocate_all OpenRLHF puts every DeepSpeed model in the actor's placement group: the "
+                   f"plan's auxiliary group ({aux.gpus} GPUs for the {' and '.join(sorted(job.aux_hosts()))} "
+                   f"model(s)) is not expressible with it; solve with --framework openrlhf")
+    elif aux is not None:
         notes.note(f"the plan's auxiliary group: {aux.gpus} GPUs of pool {aux.pool!r} for the "
                    f"{' and '.join(sorted(job.aux_hosts()))} model(s), a Ray actor group of its own with the actor's "
                    f"--ds.tensor_parallel_size x --ds.ring_attn_size GPUs per replica")
