@@ -40,8 +40,9 @@ class RoleGPUs(_Out):
 class ResourceAllocation(_Out):
     generation: RoleGPUs = Field(description='GPUs that run the rollout engines.')
     training: RoleGPUs = Field(description='GPUs that train the policy (and host the models placed on training).')
-    auxiliary: RoleGPUs | None = Field(None, description="GPUs of another pool that run the reference and/or "
-                                       "reward forwards (placement 'auxiliary'), e.g. older nodes.")
+    auxiliary: RoleGPUs | None = Field(None, description="GPUs of their own (in any pool, the other roles' "
+                                       "included) that run the reference and/or reward forwards (placement "
+                                       "'auxiliary'), e.g. a reward model's group or older nodes.")
 
 
 class PlacementSection(_Out):

@@ -312,14 +312,15 @@ def check_target(spec: Spec) -> None:
         if not verdict:
             raise SpecError(f"target {name} cannot run this: {verdict.reason}; change {field} or target.framework",
                             field=field)
-    if caps is None or len(spec.cluster.pool_list()) > 1:
+    if caps is None:
         return
     for model, ref in (("reward", spec.model.reward), ("reference", spec.model.reference)):
         if ref in (None, "rule"):
             continue
-        where = {p for m in caps.modes.value for p in getattr(caps.placements[m].value, model)}
-        if not where - {"auxiliary", "cpu", "none"}:
-            src = caps.placements[caps.modes.value[0]].source
-            raise SpecError(f"target {name} runs a {model} model only on GPUs of its own (source: {src}); this "
-                            f"planner places such a group only on a second pool: add one to cluster.pools, or "
-                            f"change model.{model} or target.framework", field=f"model.{model}")
+        where = {p for m in caps.modes.value for p in getattr(caps.placements[m].value, model)} - {"cpu", "none"}
+        if model not in caps.auxiliary_models.value:  # a group of its own (in any pool) is planned where listed
+            where.discard("auxiliary")
+        if not where:
+            src = caps.auxiliary_models.source
+            raise SpecError(f"target {name} runs no {model} model that rlsolve can plan (source: {src}); change "
+                            f"model.{model} or target.framework", field=f"model.{model}")

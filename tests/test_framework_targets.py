@@ -109,6 +109,18 @@ def _same_numbers(target: str, built, job) -> None:
             assert ar.actor.fsdp_config.ulysses_sequence_parallel_size == t.cp
         if not job.colocated:
             assert ar.rollout.nnodes * ar.rollout.n_gpus_per_node == job.gen.gpus
+        rm = cfg.reward.reward_model
+        if job.aux is not None and "reward" in job.aux_hosts():  # the plan's group of its own: verl's reward pool
+            from verl.utils.config import omega_conf_to_dataclass
+            from verl.workers.config import RolloutConfig
+            assert rm.enable and rm.enable_resource_pool and rm.nnodes * rm.n_gpus_per_node == job.aux.gpus
+            assert isinstance(omega_conf_to_dataclass(rm.rollout), RolloutConfig)
+            assert rm.rollout.tensor_model_parallel_size == job.aux_group().tp
+            pools = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node + rm.nnodes * rm.n_gpus_per_node + (
+                0 if job.colocated else ar.rollout.nnodes * ar.rollout.n_gpus_per_node)
+            assert pools == job.gen.gpus * (not job.colocated) + job.train.gpus + job.aux.gpus  # no GPU outside the plan
+        else:
+            assert not rm.enable_resource_pool
         if job.critic is not None:  # the critic's own degrees, as verl built them
             c, cc = job.critic_t, cfg.critic
             assert cc.ppo_micro_batch_size_per_gpu == c.micro_batch
@@ -130,6 +142,12 @@ def _same_numbers(target: str, built, job) -> None:
         assert args.vllm.gpu_memory_utilization == job.opt.gpu_memory_utilization
         actor = next(gr for gr in built["groups"] if gr[0] == "PolicyModelActor")
         assert actor[1] * actor[2] == job.train.gpus
+        for model, cls in (("reference", "ReferenceModelActor"), ("reward", "RewardModelActor")):
+            if getattr(job.placement, model) == "auxiliary":  # a Ray actor group of its own on the plan's GPUs
+                group = next(gr for gr in built["groups"] if gr[0] == cls)
+                _, nodes, per_node, shared_pg, _, replica = group
+                assert (nodes * per_node, shared_pg, replica) == (job.aux.gpus, False, t.tp * t.cp)
+                assert job.aux.gpus % replica == 0 and job.aux_group().tp == t.tp
 
 
 @pytest.mark.parametrize("framework", ["any", *FRAMEWORK_EXPORTS])
@@ -251,6 +269,50 @@ def test_reward_on_the_trainers_in_async_only_exports_to_openrlhf_and_passes_its
     job = prepare(plan, spec)
     CHECKS["openrlhf"](job, res)
     _same_numbers("openrlhf", fv.openrlhf(res, job), job)
+
+
+def test_seventy_b_reward_model_on_a_group_of_its_own_in_one_pool_exports_to_openrlhf():
+    """The issue's 70B GRPO job with a 70B reward model on one pool of 64 H100, OpenRLHF target, synchronous:
+    OpenRLHF 0.11.2 runs the reward model there only as an actor group of its own (no --train.colocate_all),
+    with the actor's DeepSpeed degrees. The plan gives it GPUs of the same pool beside the engines and the
+    trainers, and OpenRLHF's own train_ppo_ray builds exactly those groups (no GPU outside the plan)."""
+    spec = yaml.safe_load((ROOT / "examples/grpo-70b-64xh100.yaml").read_text())
+    spec["target"] = {"framework": "openrlhf"}
+    spec["constraints"] = {"modes": ["sync"]}
+    plan = rlsolve.solve(spec)
+    ra, t = plan.resource_allocation, plan.parallelism.training
+    assert plan.placement.reward == "auxiliary" and ra.auxiliary.pool == ra.training.pool == ra.generation.pool
+    assert ra.generation.gpus + ra.training.gpus + ra.auxiliary.gpus <= 64
+    assert ra.auxiliary.gpus % (t.tp * t.cp) == 0
+    plan = plan.model_dump(mode="json")
+    res = export_plan(plan, spec, "openrlhf")
+    assert res.warnings == []
+    job = prepare(plan, spec)
+    CHECKS["openrlhf"](job, res)
+    built = fv.openrlhf(res, job)
+    _same_numbers("openrlhf", built, job)
+    assert sum(n * g for cls, n, g, *_ in built["groups"] if cls in ("PolicyModelActor", "RewardModelActor")) + \
+        built["args"].vllm.num_engines * built["args"].vllm.tensor_parallel_size <= 64
+
+
+def test_reward_pool_of_its_own_in_one_pool_exports_to_verl():
+    """verl 0.9.1's separate_async trainer needs the reward model on a resource pool of its own; on one
+    pool the plan gives it GPUs beside the rollout and trainer pools, and verl's config carries exactly
+    those GPUs and the tensor-parallel degree the plan scored (checked in `_same_numbers`)."""
+    from test_target_oracle import _one_pool_reward_job
+    spec = _one_pool_reward_job("verl", ["sync", "async"])
+    spec["model"] = {"policy": "qwen2.5-1.5b", "reference": "policy", "reward": "qwen2.5-1.5b"}
+    plan = rlsolve.solve(spec)
+    ra = plan.resource_allocation
+    assert (plan.pipeline.mode, plan.placement.reward) == ("async", "auxiliary")
+    assert ra.auxiliary.pool == ra.training.pool and ra.generation.gpus + ra.training.gpus + ra.auxiliary.gpus <= 8
+    plan = plan.model_dump(mode="json")
+    for target in FRAMEWORK_EXPORTS["verl"]:
+        res = export_plan(plan, spec, target)
+        assert res.warnings == []
+        job = prepare(plan, spec)
+        CHECKS[target](job, res)
+        _same_numbers(target, fv.verl(res, job), job)
 
 
 def _ppo_7b_on_16_a100(target: str) -> dict:

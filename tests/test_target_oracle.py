@@ -54,10 +54,17 @@ def test_a_placement_allowed_in_one_disaggregated_mode_only_is_planned_in_that_m
     problem = resolve(load_spec(spec))
     assert not plan_violations(problem, plan)
     assert _solver_value(problem) == oracle(problem)
-    spec["constraints"]["modes"] = ["sync"]  # sync alone: the reward model has no home the target runs
-    with pytest.raises(rlsolve.InfeasibleError):
-        rlsolve.solve(spec)
-    assert oracle(resolve(load_spec(spec))) is None
+    # sync alone: OpenRLHF runs the reward model only on a group of its own (--reward.num_nodes/num_gpus_per_node
+    # without --train.colocate_all), here on GPUs of the same pool beside the engines and the trainers
+    spec["constraints"]["modes"] = ["sync"]
+    plan = rlsolve.solve(spec)
+    ra = plan.resource_allocation
+    assert (plan.pipeline.mode, plan.placement.reward) == ("sync", "auxiliary")
+    assert ra.auxiliary.pool == ra.training.pool == ra.generation.pool
+    assert ra.generation.gpus + ra.training.gpus + ra.auxiliary.gpus <= 8
+    problem = resolve(load_spec(spec))
+    assert not plan_violations(problem, plan)
+    assert _solver_value(problem) == oracle(problem)
 
 
 def test_a_mode_the_target_refuses_is_named_in_the_diagnosis():
@@ -88,7 +95,8 @@ def test_the_critics_layout_is_searched_and_equals_the_oracle(target):
     the actor's), and the optimum equals the exhaustive oracle's, which tries every critic layout
     the rule table allows beside every trainer."""
     spec = _ppo_job(target)
-    if target == "verl":  # 8 layers: an instance whose verl optimum gives the critic degrees of its own
+    if target == "verl":  # colocated (the critic shares the trainers' GPUs; async, a 1-GPU trainer is best),
+        spec["constraints"] = {"modes": ["colocated"]}  # 8 layers: the critic's own degrees win here
         spec["model"]["policy"]["layers"] = 8
     plan = rlsolve.solve(spec)
     problem = resolve(load_spec(spec))
@@ -113,3 +121,37 @@ def test_a_written_critic_layout_is_checked_and_scored():
     slower = {**crit, "micro_batch": 1, "grad_accum": crit["grad_accum"] * crit["micro_batch"], "recompute": "full"}
     other = {**plan, "parallelism": {**plan["parallelism"], "critic": slower}}
     assert rlsolve.estimate(spec, other).time_s.value > rlsolve.estimate(spec, plan).time_s.value
+
+
+def test_a_reward_group_with_the_actors_degrees_pairs_only_with_trainers_of_its_tp():
+    """OpenRLHF 0.11.2 runs a reward model's actor group with the actor's tp x ring GPUs per replica
+    (capabilities.yaml shapes.auxiliary_own_layout: false). A reward model that fits only at tp >= 2 on
+    its own GPUs of the one pool then forces the trainer's tp: the plan pairs them, and the optimum
+    equals the oracle's, which pairs every trainer with every group of the same tp whose GPUs hold
+    whole replicas."""
+    spec = _one_pool_reward_job("openrlhf", ["sync"])
+    spec["cluster"]["gpu"] = "A100-SXM-40GB"
+    spec["model"]["reward"] = {"layers": 60, "hidden": 6144, "heads": 48, "kv_heads": 8, "vocab": 32000}
+    plan = rlsolve.solve(spec)
+    ra, t = plan.resource_allocation, plan.parallelism.training
+    assert plan.placement.reward == "auxiliary" and t.tp >= 2 and ra.auxiliary.gpus % (t.tp * t.cp) == 0
+    problem = resolve(load_spec(spec))
+    assert not plan_violations(problem, plan)
+    assert _solver_value(problem) == oracle(problem)
+    bad = plan.model_dump(mode="json")
+    bad["resource_allocation"]["auxiliary"]["gpus"] = 1  # not whole replicas of the actor's tp x cp
+    from rlsolve.plan import Plan
+    assert any("auxiliary.gpus" in v for v in plan_violations(problem, Plan.model_validate(bad)))
+
+
+def test_a_reward_model_that_fits_on_no_group_of_its_own_is_named():
+    """OpenRLHF in sync mode runs a reward model only on a group of its own: one too large for every
+    group the pool can give is the reason, with its size, not a generic 'combination' message."""
+    spec = _one_pool_reward_job("openrlhf", ["sync"])
+    spec["cluster"] = {"gpu": "L4", "gpus_per_node": 2, "nodes": 1, "network": "IB-NDR-400"}
+    spec["model"]["reward"] = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "vocab": 32000}
+    with pytest.raises(rlsolve.InfeasibleError) as err:
+        rlsolve.solve(spec)
+    text = " ".join(err.value.reasons)
+    assert "reward model" in text and "only on GPUs of its own" in text and "fit on no group" in text
+    assert oracle(resolve(load_spec(spec))) is None

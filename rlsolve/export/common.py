@@ -16,8 +16,10 @@ from typing import Any, Iterable
 import yaml
 
 from rlsolve.models import Architecture
+from rlsolve.perf.step import AuxSide, aux_side
 from rlsolve.plan import Layout
 from rlsolve.resolve import PoolHW, Problem
+from rlsolve.solver.rules import aux_shares_actor_degrees, pool_named
 from rlsolve.spec import Spec
 
 
@@ -104,6 +106,7 @@ class Job:
     gen: Role
     train: Role
     notes: Notes = field(default_factory=Notes)
+    aux: Role | None = None  # the auxiliary group (reference/reward on GPUs of their own), any pool
 
     # --- the plan ---------------------------------------------------------------------------
     @property
@@ -257,6 +260,19 @@ class Job:
                             f"{framework}'s default ({default}) applies")
         return util
 
+    def aux_hosts(self) -> frozenset:
+        """The models the plan runs on its auxiliary group."""
+        return frozenset(m for m in ("reference", "reward") if getattr(self.placement, m) == "auxiliary")
+
+    def aux_group(self) -> AuxSide | None:
+        """The auxiliary group as the performance model scored it (its tensor-parallel degree and memory)."""
+        if self.aux is None:
+            return None
+        pool = pool_named(self.problem, self.aux.pool, "plan.resource_allocation.auxiliary.pool")
+        shared = aux_shares_actor_degrees(self.problem)
+        return aux_side(self.problem, pool, self.aux.gpus, self.aux_hosts(), self.opt.reward_quantization,
+                        tp=self.t.tp if shared else None)
+
     def reward_quant_note(self, framework: str) -> None:
         q = self.opt.reward_quantization
         if q != "none" and self.reward_model is not None:
@@ -287,22 +303,24 @@ class Job:
 
 
 def build_job(lay: Layout, spec: Spec, problem: Problem) -> Job:
-    from rlsolve.solver.rules import pool_named
     ra = lay.resource_allocation
     roles = []
-    for name, r in (("generation", ra.generation), ("training", ra.training)):
+    for name, r in (("generation", ra.generation), ("training", ra.training), ("auxiliary", ra.auxiliary)):
+        if r is None:
+            roles.append(None)
+            continue
         pool: PoolHW = pool_named(problem, r.pool, f"plan.resource_allocation.{name}.pool")
         nodes, per = split_nodes(r.gpus, pool.gpus_per_node)
         roles.append(Role(gpus=r.gpus, nodes=nodes, per_node=per, gpus_per_node=pool.gpus_per_node, pool=pool.name,
                           gpu=pool.gpu.name))
-    job = Job(lay=lay, spec=spec, problem=problem, gen=roles[0], train=roles[1])
+    job = Job(lay=lay, spec=spec, problem=problem, gen=roles[0], train=roles[1], aux=roles[2])
     t = lay.parallelism.training
     if t.micro_batch * t.dp * t.grad_accum != job.mini_batch_samples:
         job.notes.warn(f"the optimizer step of {job.mini_batch_samples} samples is not micro_batch {t.micro_batch} x "
                        f"dp {t.dp} x grad_accum {t.grad_accum}: Megatron and DeepSpeed reject such a batch; fix "
                        f"the layout or rl.mini_batches")
-    for name, role in (("generation", job.gen), ("training", job.train)):
-        if not role.whole_nodes:
+    for name, role in (("generation", job.gen), ("training", job.train), ("auxiliary", job.aux)):
+        if role is not None and not role.whole_nodes:
             job.notes.warn(f"{name} uses {role.gpus} GPUs, not whole {role.gpus_per_node}-GPU nodes: launchers "
                            f"count {role.nodes} x {role.per_node}; give the role whole nodes")
     return job

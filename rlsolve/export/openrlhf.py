@@ -35,10 +35,26 @@ def sections(job: Job) -> list[Section]:
     elif colocate_all:
         s.flag("--train.colocate_all", comment="async: colocates the DeepSpeed models (actor/ref/critic/reward) on "
                                                "the training GPUs; vLLM keeps its own")
+    aux = job.aux
+    if aux is not None and len(job.aux_hosts()) > 1:
+        notes.warn(f"OpenRLHF runs one model per actor group: the plan's shared auxiliary group of {aux.gpus} GPUs "
+                   f"for the reference and reward models becomes two groups of {aux.gpus} GPUs each")
+    if aux is not None and aux.gpus % (job.t.tp * job.t.cp):
+        notes.warn(f"OpenRLHF runs every model with the actor's tp x ring = {job.t.tp * job.t.cp} GPUs per replica: "
+                   f"the auxiliary group's {aux.gpus} GPUs do not hold whole replicas")
+    if aux is not None and colocate_all:
+        notes.warn("with --train.colocate_all OpenRLHF puts every DeepSpeed model in the actor's placement group: the "
+                   f"plan's auxiliary group ({aux.gpus} GPUs for the {' and '.join(sorted(job.aux_hosts()))} "
+                   f"model(s)) is not expressible with it; solve with --framework openrlhf")
+    elif aux is not None:
+        notes.note(f"the plan's auxiliary group: {aux.gpus} GPUs of pool {aux.pool!r} for the "
+                   f"{' and '.join(sorted(job.aux_hosts()))} model(s), a Ray actor group of its own with the actor's "
+                   f"--ds.tensor_parallel_size x --ds.ring_attn_size GPUs per replica")
     if job.has_reference:
-        s.add("--ref.num_nodes", train.nodes)
-        s.add("--ref.num_gpus_per_node", train.per_node)
-        if not colocate_all:
+        ref_group = aux if pl.reference == "auxiliary" else train
+        s.add("--ref.num_nodes", ref_group.nodes)
+        s.add("--ref.num_gpus_per_node", ref_group.per_node)
+        if not colocate_all and pl.reference != "auxiliary":
             s.flag("--train.colocate_actor_ref", comment="the reference shares the actor's GPUs")
         if pl.reference == "generation":
             notes.warn("reference placement 'generation' is not expressible in OpenRLHF (the reference is a "
@@ -59,9 +75,10 @@ def sections(job: Job) -> list[Section]:
                        "--train.micro_batch_size flags for every model): it trains with the actor's "
                        + ", ".join(f"{k}={getattr(t, k)}" for k in keys))
     if job.reward_model is not None:
-        s.add("--reward.num_nodes", train.nodes)
-        s.add("--reward.num_gpus_per_node", train.per_node)
-        if not colocate_all:
+        reward_group = aux if pl.reward == "auxiliary" else train
+        s.add("--reward.num_nodes", reward_group.nodes)
+        s.add("--reward.num_gpus_per_node", reward_group.per_node)
+        if pl.reward != "auxiliary" and not colocate_all:  # (auxiliary: its own group on the plan's GPUs)
             if job.critic is not None:
                 s.flag("--train.colocate_critic_reward", comment="the reward model shares the critic's GPUs")
             else:

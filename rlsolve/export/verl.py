@@ -225,17 +225,21 @@ def sections(job: Job) -> list[Section]:
         s.add("reward.reward_model.enable", True)
         s.add("reward.reward_model.model_path", job.model_id("reward"))
         s.add("reward.reward_model.rollout.name", job.engine)
-        own_pool = pl.reward == "generation" or not job.colocated
-        if own_pool:
-            size = g.tp * g.pp
-            why = ("verl cannot place the reward model on the rollout GPUs" if pl.reward == "generation" else
-                   "verl's separate_async trainer requires the reward model in its own resource pool")
-            notes.warn(f"reward placement '{pl.reward}' is not expressible: {why}; exported on a pool of {size} "
-                       f"extra GPU(s) (reward.reward_model.nnodes/n_gpus_per_node), outside the plan's GPU count")
-            s.add("reward.reward_model.enable_resource_pool", True)
-            s.add("reward.reward_model.nnodes", 1)
-            s.add("reward.reward_model.n_gpus_per_node", size)
+        if pl.reward == "auxiliary":  # the plan's group of its own: verl's reward resource pool, exactly
+            aux, side = job.aux, job.aux_group()
+            s.add("reward.reward_model.enable_resource_pool", True, f"the plan's auxiliary group on pool {aux.pool!r}")
+            s.add("reward.reward_model.nnodes", aux.nodes)
+            s.add("reward.reward_model.n_gpus_per_node", aux.per_node)
+            s.add("reward.reward_model.rollout.tensor_model_parallel_size", side.tp,
+                  f"{aux.gpus // side.tp} server(s) of tp={side.tp}, as planned")
+            s.add("reward.reward_model.rollout.gpu_memory_utilization", round(1 - job.problem.workload.headroom, 3),
+                  "the group's GPUs hold only the reward model: all but the plan's headroom")
         else:
+            if pl.reward == "generation" or not job.colocated:
+                why = ("verl cannot place the reward model on the rollout GPUs" if pl.reward == "generation" else
+                       "verl's separate_async trainer requires the reward model in its own resource pool")
+                notes.warn(f"reward placement '{pl.reward}' is not expressible: {why}; solve with --framework verl "
+                           f"for a plan that gives it a resource pool of its own inside the cluster")
             s.add("reward.reward_model.enable_resource_pool", False, "on the training GPUs (global pool)")
         q = opt.reward_quantization
         if q != "none":

@@ -88,6 +88,9 @@ class Algorithms(_Sourced):
 class ShapeSet(_Strict):
     per_model_placement: bool = Field(description="Each model (actor, critic, reference, reward) on its own group.")
     critic_own_layout: bool = Field(description="The critic's parallel degrees differ from the actor's.")
+    auxiliary_own_layout: bool = Field(description="An auxiliary group (reference/reward on GPUs of their own) "
+                                       "picks its own tensor-parallel degree; false: the actor's tp and cp "
+                                       "(GPUs per replica), its GPU count a multiple of tp x cp.")
     multi_pool_generation: bool = Field(description="Rollout engines on several pools at once.")
     rollout_ep: bool = Field(description="Expert parallelism in the rollout engine.")
 

@@ -342,9 +342,11 @@ class AuxSide:
         return sum(self.times.values())
 
 
-def aux_side(problem: Problem, pool: PoolHW, gpus: int, hosts: frozenset, reward_quant: str = "none") -> AuxSide:
+def aux_side(problem: Problem, pool: PoolHW, gpus: int, hosts: frozenset, reward_quant: str = "none",
+             tp: int | None = None) -> AuxSide:
     """The hosted models run one after the other, data parallel over the GPUs, each with the
-    smallest tensor-parallel degree (inside the NVLink domain) at which it fits."""
+    smallest tensor-parallel degree (inside the NVLink domain) at which it fits, or with `tp`
+    (a framework that runs every model with the actor's degrees)."""
     wl = problem.workload
     dev = device(pool, problem.workload.precision, problem.profile)
     seq_mean, seq_max = wl.seq_mean, wl.seq_max
@@ -355,9 +357,10 @@ def aux_side(problem: Problem, pool: PoolHW, gpus: int, hosts: frozenset, reward
         a = getattr(problem, role)
         wb = QUANT_BYTES[reward_quant] if role == "reward" else 2.0
         best = None
-        for tp in (t for t in (1, 2, 4, 8, 16, 32, 64, 72) if gpus % t == 0 and t <= max(1, pool.scaleup_size)
-                   and a.heads % t == 0):
-            lay = TrainLayout(tp=tp, dp=gpus // tp, zero_stage=0, micro_batch=1)
+        for t_ in ((1, 2, 4, 8, 16, 32, 64, 72) if tp is None else (tp,)):
+            if gpus % t_ or t_ > max(1, pool.scaleup_size) or a.heads % t_:
+                continue
+            lay = TrainLayout(tp=t_, dp=gpus // t_, zero_stage=0, micro_batch=1)
             mem = train_memory(a, lay, seq_max, trainable=False, weight_bytes=wb)
             if mem.total <= cap:
                 best = (lay, mem)

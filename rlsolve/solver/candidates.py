@@ -47,8 +47,8 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.rules import (RECOMPUTE, asked, aux_models, count_ok, count_user_violations, critic_like_policy,
-                                  critic_pair_violations, critic_universe, critic_violations, engine_cap_violations,
+from rlsolve.solver.rules import (RECOMPUTE, asked, aux_models, aux_shares_actor_degrees, count_ok,
+                                  count_user_violations, critic_like_policy, critic_pair_violations, critic_universe, critic_violations, engine_cap_violations,
                                   gen_universe, gen_violations, micro_batches, modes_allowed, role_counts,
                                   target_caps, target_hosting_modes, train_bases, train_layout_violations,
                                   train_shape_violations, train_shapes)
@@ -93,7 +93,7 @@ class TrainCand(_OnGPUs):
     mode: str
     layout: TrainLayout
     hosts: frozenset          # aux models run on these GPUs
-    reference: str            # training | cpu_offload | elsewhere (engines or auxiliary pool) | none
+    reference: str            # training | cpu_offload | elsewhere (engines or an auxiliary group) | none
     reward_quant: str
     offload_states: bool      # colocated: move states to the host during rollout
     side: TrainSide
@@ -115,7 +115,7 @@ class TrainCand(_OnGPUs):
 
 @dataclass
 class AuxCand(_OnGPUs):
-    """Reference and/or reward forwards on GPUs of their own pool."""
+    """Reference and/or reward forwards on GPUs of their own, in any pool (the other roles' included)."""
 
     side: AuxSide
     hosts: frozenset
@@ -123,6 +123,7 @@ class AuxCand(_OnGPUs):
     pool: int
     id: int = -1
     modes: frozenset | None = None  # the modes the target runs these models on a group of their own in
+    actor_tp: int | None = None     # the target runs the group with the actor's degrees: its tp (None: its own)
 
     @property
     def time(self) -> float:
@@ -139,11 +140,12 @@ class Candidates:
 
 # --- the enumeration ----------------------------------------------------------------------
 
-def _aux_variants(problem: Problem, elsewhere: bool):
-    """(hosts on training, reference placement, reward quant). `elsewhere`: a model may run
-    off the training GPUs (on the engines, or on an auxiliary pool), chosen by the program."""
-    refs = ["none"] if problem.reference is None else (["training", "cpu_offload"] + (["elsewhere"] if elsewhere else []))
-    rewards = ["cpu"] if problem.reward is None else (["training"] + (["elsewhere"] if elsewhere else []))
+def _aux_variants(problem: Problem):
+    """(hosts on training, reference placement, reward quant). A model `elsewhere` runs off the
+    training GPUs (on disaggregated engines, or on an auxiliary group of any pool, the
+    trainers' own included), chosen by the program."""
+    refs = ["none"] if problem.reference is None else ["training", "cpu_offload", "elsewhere"]
+    rewards = ["cpu"] if problem.reward is None else ["training", "elsewhere"]
     quants = ["none"] if problem.reward is None else ["none", "int8", "int4"]
     for r in refs:
         for w in rewards:
@@ -153,6 +155,11 @@ def _aux_variants(problem: Problem, elsewhere: bool):
                 if problem.reward is not None and "reward" not in train_hosts and q != "none":
                     continue  # the quantization belongs to the reward's host
                 yield train_hosts, r, q
+
+
+def _hosts_elsewhere(problem: Problem, train_hosts: frozenset) -> bool:
+    """A model of the job that these training GPUs do not host (it needs engines or a group of its own)."""
+    return any(m not in train_hosts for m in aux_models(problem))
 
 
 def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool = True,
@@ -167,6 +174,9 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     for the throughput objective without a price cap or linear constraints)."""
     deadline = deadline or Deadline(None)
     modes = modes_allowed(problem)
+    if aux_shares_actor_degrees(problem):
+        # a group of its own runs with the actor's tp and cp: trainers differing in them pair with different groups
+        keep_apart = keep_apart | {"training.tp", "training.cp"}
     out = Candidates(gen=[], train=[])
     if not modes or not _any_legal_engine(problem, deadline):
         return out  # no engine layout is legal anywhere: nothing is worth scoring (the diagnosis says why)
@@ -177,15 +187,14 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     incumbent = _probe_incumbents(problem, modes, deadline, out, memo) if bounded else None
     for p in range(len(problem.pools)):
         out.train += _train_candidates(problem, p, modes, out, deadline, limit=_relaxed(incumbent),
-                                       front=prune and not keep_apart)
+                                       front=prune and not keep_apart, apart=_apart_degrees(keep_apart))
     if prune:
         out.train = _prune_train(out.train, keep_apart)
     if incumbent is not None:
         out.train = [c for c in out.train if not _train_beyond(c, _relaxed(incumbent))]
-    if len(problem.pools) > 1:
-        out.aux = _aux_candidates(problem, deadline)
-        if incumbent is not None:
-            out.aux = _prune_aux_by_bound(problem, out.aux, out.train, _relaxed(incumbent))
+    out.aux = _aux_candidates(problem, deadline)
+    if incumbent is not None:
+        out.aux = _prune_aux_by_bound(problem, out.aux, out.train, _relaxed(incumbent))
     for p in range(len(problem.pools)):
         out.gen += _gen_candidates(problem, p, modes, all_counts, out, deadline, bounded, incumbent=incumbent,
                                    memo=memo)
@@ -197,6 +206,10 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
         for i, c in enumerate(cands):
             c.id = i
     return out
+
+
+def _apart_degrees(keep_apart: frozenset) -> tuple[str, ...]:
+    return tuple(sorted(k.split(".", 1)[1] for k in keep_apart if k.startswith("training.") and k != "training.gpus"))
 
 
 def _any_legal_engine(problem: Problem, deadline: Deadline) -> bool:
@@ -215,9 +228,12 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
     forwards down, so only a count that is faster than every smaller one can be chosen)."""
     names = [n for n in ("reference", "reward") if getattr(problem, n) is not None]
     subsets = [frozenset(c) for k in range(1, len(names) + 1) for c in combinations(names, k)]
+    shared = aux_shares_actor_degrees(problem)
     found: list[AuxCand] = []
     for p, pool in enumerate(problem.pools):
-        for hosts in subsets:
+        # with the actor's degrees: one front per training tp the pools allow (the program pairs them)
+        tps = sorted({tp for q in problem.pools for _, tp, *_ in train_shapes(problem, q)}) if shared else [None]
+        for hosts, tp in product(subsets, tps):
             for q in (("none", "int8", "int4") if "reward" in hosts else ("none",)):
                 allowed_in = _hosted_modes(problem, "auxiliary", hosts, q, modes_allowed(problem))
                 if not allowed_in:
@@ -225,21 +241,21 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
                 best = math.inf
                 for n in role_counts(pool):
                     deadline.check("scoring auxiliary groups")
-                    side = aux_side(problem, pool, n, hosts, q)
+                    side = aux_side(problem, pool, n, hosts, q, tp=tp)
                     if side.fits and time_units(side.time) < best:
                         best = time_units(side.time)
-                        found.append(AuxCand(side, hosts, q, p, modes=allowed_in))
+                        found.append(AuxCand(side, hosts, q, p, modes=allowed_in, actor_tp=tp))
     return found
 
 
 def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidates, deadline: Deadline,
                       shapes: list | None = None, probe: bool = False, limit: dict | None = None,
-                      front: bool = False) -> list[TrainCand]:
+                      front: bool = False, apart: tuple[str, ...] = ()) -> list[TrainCand]:
     """Training candidates of pool p: every legal layout (or those of `shapes`; `probe`:
     without interleaved stages) that memory fits. `limit` (ms per mode): skip a GPU count
     whose `train_time_lower_bound` exceeds it in every mode the candidate would serve.
     `front`: skip at once a colocated candidate `_prune_train` would drop (no degree is kept
-    apart)."""
+    apart). `apart`: training degrees whose candidates are never compared."""
     pool = problem.pools[p]
     dev = device(pool, problem.workload.precision, problem.profile)
     cap = capacity_bytes(pool, problem.workload.headroom)
@@ -251,8 +267,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     best_disagg: dict[tuple, float] = {}
     critics: dict[int, list] = {}
     aux_of: dict[tuple, tuple] = {}  # train_aux by what it depends on (see the loop)
-    variants = {kind: [(*v, allowed_in) for v in _aux_variants(problem, kind == "disagg" or not single)
+    variants = {kind: [(*v, allowed_in) for v in _aux_variants(problem)
                        if (allowed_in := _train_modes(problem, modes, kind, *v))] for kind in ("colocated", "disagg")}
+    whole_pool = [v for v in variants["colocated"] if not _hosts_elsewhere(problem, v[0])]
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
     fronts: dict[tuple, list[tuple]] = {}
     min_recv = _min_recv_units(problem) if limit is not None else 0
@@ -314,7 +331,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     (lay.zero_stage, lay.recompute) if paired and paired[0] is None else ())
                 for kind in live:
                     kept_states: dict[tuple, float] = {}
-                    for (hosts, ref, quant, allowed_in), (i, critic) in product(variants[kind], enumerate(paired)):
+                    # one pool, all of it colocated: no GPU left for an auxiliary group
+                    kind_variants = whole_pool if kind == "colocated" and single and n >= pool.n_gpus else variants[kind]
+                    for (hosts, ref, quant, allowed_in), (i, critic) in product(kind_variants, enumerate(paired)):
                         vkey = (hosts, ref, quant)
                         if critic is not None and kept_states.get(vkey) == -math.inf:
                             continue  # disaggregated: a faster critic already fits beside this trainer
@@ -336,7 +355,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                 continue
                             kept_states[vkey] = -math.inf if kind == "disagg" else resident
                         if kind == "disagg":  # only the fastest of a group survives the front: skip the rest early
-                            key = (n, hosts, ref, quant)
+                            key = (n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart)
                             total = t.total + old + ref_t + rew_t + val_t
                             if total >= best_disagg.get(key, math.inf):
                                 continue

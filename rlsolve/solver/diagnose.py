@@ -15,12 +15,13 @@ from ortools.sat.python import cp_model
 from rlsolve.errors import NoAnswerError
 from rlsolve.perf.generate import gen_other_bytes, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from rlsolve.perf.hw import GB
-from rlsolve.perf.step import capacity_bytes, engine_cap_bytes, policy_memory, train_aux
+from rlsolve.perf.step import QUANT_BYTES, aux_side, capacity_bytes, engine_cap_bytes, policy_memory, train_aux
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import Problem
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.rules import (cp_choices, divisors, expert_degrees, gen_universe, gen_violations, mode_violations,
-                                  modes_allowed, role_counts, train_violations, zero_stages)
+from rlsolve.solver.rules import (aux_models, cp_choices, divisors, expert_degrees, gen_universe, gen_violations,
+                                  mode_violations, modes_allowed, role_counts, target_caps, train_violations,
+                                  zero_stages)
 
 GROUPS = {
     "rl.batch": "the batch per optimizer step",
@@ -201,11 +202,38 @@ def _diagnose(problem: Problem, deadline: Deadline) -> list[str]:
                 f"{solver.parameters.max_time_in_seconds:.1f} s ({len(gens):,} generation and {len(trains):,} "
                 f"training options); relax constraints or memory settings one at a time to find the binding one"]
     if status != cp_model.INFEASIBLE:
-        return ["the combination of the chosen options (reward quantization, placements, memory settings) leaves "
-                "no plan; every constraint group alone can be met"]
+        return _homeless(problem) or [
+            "the combination of the chosen options (reward quantization, placements, memory settings) leaves "
+            "no plan; every constraint group alone can be met"]
     core = [list(A)[i] for i in solver.sufficient_assumptions_for_infeasibility()]
     return [_words(problem, k, gens, trains) for k in GROUPS if k in core] or [
         "no (generation, training) pair satisfies all constraint groups together"]
+
+
+def _homeless(problem: Problem) -> list[str]:
+    """Reference/reward models that the target runs, in the modes left, only on GPUs of their own, and
+    that fit on no group of any pool (at the least precision the target allows)."""
+    caps, modes = target_caps(problem), modes_allowed(problem)
+    if caps is None or not modes:
+        return []
+    out = []
+    for model in aux_models(problem):
+        places = {p for m in modes for p in getattr(caps.placements[m].value, model)} - {"cpu", "none"}
+        if places != {"auxiliary"}:
+            continue
+        quants = caps.reward_quantization.value if model == "reward" else ["none"]
+        q = min(quants, key=lambda x: QUANT_BYTES[x])
+        sides = [aux_side(problem, pool, pool.n_gpus, frozenset({model}), q) for pool in problem.pools]
+        if any(sd.fits for sd in sides):
+            continue
+        arch = getattr(problem, model)
+        biggest = max(problem.pools, key=lambda pool: pool.n_gpus * pool.gpu.memory_gb)
+        out.append(f"{model} model: target {problem.spec.target.framework} runs it in modes {modes} only on GPUs of "
+                   f"its own ({caps.placements[modes[0]].source}), and its {arch.total_params / 1e9:,.1f}B "
+                   f"parameters ({'16-bit' if q == 'none' else q} weights) fit on no group: not even all {biggest.n_gpus} GPUs of pool "
+                   f"{biggest.name!r} at a tensor-parallel degree inside a node; add larger GPUs, allow a mode "
+                   f"that places it elsewhere, or use a smaller {model} model")
+    return out
 
 
 def _words(problem: Problem, group: str, gens: list[Option], trains: list[Option]) -> str:

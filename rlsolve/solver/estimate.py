@@ -12,7 +12,7 @@ from rlsolve.perf.step import (QUANT_BYTES, StepEstimate, aux_side, combine, gen
                                train_side)
 from rlsolve.plan import LAYOUT_KEYS, Layout, Plan
 from rlsolve.resolve import Problem
-from rlsolve.solver.rules import critic_layout, layout_violations, pool_named, role_layouts
+from rlsolve.solver.rules import aux_shares_actor_degrees, critic_layout, layout_violations, pool_named, role_layouts
 from rlsolve.spec import Spec, format_validation_error, load_spec, read_yaml
 
 
@@ -68,7 +68,9 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
     hosts = frozenset(k for k in ("reference", "reward") if getattr(pl, k) == "auxiliary")
     if hosts:
         pa = pool_named(problem, ra.auxiliary.pool, "layout.resource_allocation.auxiliary.pool")
-        aux = aux_side(problem, pa, ra.auxiliary.gpus, hosts, opt.reward_quantization)
+        # a target that runs the group with the actor's degrees: the actor's tp
+        aux = aux_side(problem, pa, ra.auxiliary.gpus, hosts, opt.reward_quantization,
+                       tp=lay.parallelism.training.tp if aux_shares_actor_degrees(problem) else None)
     return combine(problem, mode, gs, ts, offload_states=opt.train_offload_during_rollout, pool_train=pt, pool_gen=pg,
                    aux=aux)
 

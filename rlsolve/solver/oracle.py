@@ -21,10 +21,10 @@ from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_st
                                engine_release_time, gen_side, policy_memory, recv_time, rollout_steps_in_flight, send_time,
                                sync_time, train_aux, train_core)
 from rlsolve.resolve import Problem
-from rlsolve.solver.rules import (aux_models, critic_pair_violations, critic_universe, critic_violations,
-                                  engine_cap_violations, gen_universe, gen_violations, modes_allowed, role_counts,
-                                  target_caps, target_placement_violations, train_shapes, train_universe,
-                                  train_violations)
+from rlsolve.solver.rules import (aux_models, aux_shares_actor_degrees, critic_pair_violations, critic_universe,
+                                  critic_violations, engine_cap_violations, gen_universe, gen_violations,
+                                  modes_allowed, role_counts, target_caps, target_placement_violations, train_shapes,
+                                  train_universe, train_violations)
 from rlsolve.solver.scale import mem_units_up, time_units
 
 
@@ -41,6 +41,8 @@ class Side:
     what: tuple = ()
     place: tuple = ()          # what the target's placement rules read: trainers (reference, reward on it?,
                                # quantization, offload); engines and auxiliary groups (quantization,)
+    degrees: tuple = ()        # where the target runs an auxiliary group with the actor's degrees: trainers
+                               # (tp, cp), auxiliary groups (tp,)
     in_flight: int = 1         # engines: steps decoded at once (rollout_steps_in_flight); 1 elsewhere
 
 
@@ -49,7 +51,7 @@ def _fastest(sides: list[Side]) -> list[Side]:
     slower one can be swapped for it in any plan), unlike the solver's dominance rules."""
     best: dict[tuple, Side] = {}
     for x in sides:
-        key = (x.pool, x.gpus, x.sync_ms, x.hosts, x.held_gb, x.place, x.in_flight)
+        key = (x.pool, x.gpus, x.sync_ms, x.hosts, x.held_gb, x.place, x.degrees, x.in_flight)
         if key not in best or x.time_ms < best[key].time_ms:
             best[key] = x
     return list(best.values())
@@ -67,11 +69,11 @@ def _train_layouts(problem: Problem, p: int, n: int):
                     yield lay
 
 
-def _placements(problem: Problem, colocated: bool, several_pools: bool):
-    """(reference placement, reward on training?, quantization) of the training side."""
-    refs = ["none"] if problem.reference is None else ["training", "cpu_offload"] + (
-        [] if colocated and not several_pools else ["elsewhere"])
-    rewards = [False] if problem.reward is None else [True] + ([] if colocated and not several_pools else [False])
+def _placements(problem: Problem):
+    """(reference placement, reward on training?, quantization) of the training side; a model
+    `elsewhere` runs on the engines (disaggregated) or on an auxiliary group of any pool."""
+    refs = ["none"] if problem.reference is None else ["training", "cpu_offload", "elsewhere"]
+    rewards = [False] if problem.reward is None else [True, False]
     for ref in refs:
         for on_train in rewards:
             for q in (["none", "int8", "int4"] if on_train else ["none"]):
@@ -80,7 +82,7 @@ def _placements(problem: Problem, colocated: bool, several_pools: bool):
 
 def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
     out = []
-    several = len(problem.pools) > 1
+    shared = aux_shares_actor_degrees(problem)
     for p, pool in enumerate(problem.pools):
         cap = capacity_bytes(pool, problem.workload.headroom)
         dev = device(pool, problem.workload.precision, problem.profile)
@@ -91,7 +93,7 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                 if mem.total > cap:
                     continue
                 t, _, old = train_core(problem, pool, lay, mem, cache=cache)
-                for (ref, on_train, q), critic in product(_placements(problem, colocated, several),
+                for (ref, on_train, q), critic in product(_placements(problem),
                                                           _critics(problem, p, n, lay, cache)):
                     ref_t, rew_t, val_t, resident = train_aux(problem, pool, lay, reference=ref,
                                                               reward="training" if on_train else "elsewhere",
@@ -105,15 +107,16 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                                                        ("reward", on_train)) if on])
                     core = t.total + old + ref_t + rew_t + val_t + problem.workload.orchestration_s
                     states = mem.states + resident
+                    degrees = (lay.tp, lay.cp) if shared else ()
                     if colocated:
                         for off in (False, True):
                             switch = 2 * dev.pcie_time(states) if off else 0.0
                             out.append(Side(p, n, time_units(core + switch), 0, hosts,
                                             0 if off else mem_units_up(states), (lay, ref, q, off),
-                                            _place(problem, (ref, on_train, q, off))))
+                                            _place(problem, (ref, on_train, q, off)), degrees))
                     else:
                         out.append(Side(p, n, time_units(core), time_units(send_time(problem, pool, n)), hosts, 0,
-                                        (lay, ref, q), _place(problem, (ref, on_train, q, False))))
+                                        (lay, ref, q), _place(problem, (ref, on_train, q, False)), degrees))
     return _fastest(out)
 
 
@@ -189,19 +192,31 @@ def _coloc_gen(problem: Problem, p: int, n: int, level_gb: int, cache: dict) -> 
 
 
 def _aux_sides(problem: Problem) -> list[Side | None]:
+    """Every group of GPUs of their own for the reference and/or reward forwards, on any pool (the
+    trainers' and engines' own included: the GPUs per pool are summed per plan)."""
     out: list[Side | None] = [None]
-    if len(problem.pools) < 2:
-        return out
     names = aux_models(problem)
+    # a target that runs the group with the actor's degrees: every tp a trainer may have (paired in `_pairs`)
+    tps = [None] if not aux_shares_actor_degrees(problem) else range(1, max(p.n_gpus for p in problem.pools) + 1)
     for p, pool in enumerate(problem.pools):
         for k in range(1, len(names) + 1):
             for hosts in map(frozenset, combinations(names, k)):
                 for q in (("none", "int8", "int4") if "reward" in hosts else ("none",)):
-                    for n in role_counts(pool):
-                        side = aux_side(problem, pool, n, hosts, q)
+                    for n, tp in product(role_counts(pool), tps):
+                        side = aux_side(problem, pool, n, hosts, q, tp=tp)
                         if side.fits:
-                            out.append(Side(p, n, time_units(side.time), 0, hosts, 0, (q,), _place(problem, (q,))))
+                            out.append(Side(p, n, time_units(side.time), 0, hosts, 0, (q,), _place(problem, (q,)),
+                                            () if tp is None else (tp,)))
     return out
+
+
+def _pairs(t: Side, a: Side | None) -> bool:
+    """This trainer and auxiliary group go together: where the target runs the group with the actor's
+    degrees, the same tp, and the group's GPUs whole replicas of tp x cp."""
+    if a is None or not a.degrees:
+        return True
+    tp, cp = t.degrees
+    return a.degrees[0] == tp and a.gpus % (tp * cp) == 0
 
 
 def oracle(problem: Problem, objective: str = "throughput") -> int | None:
@@ -232,7 +247,7 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
         cache: dict = {}
         for t in _train_sides(problem, colocated=True):
             for a in auxes:
-                if not homed(t.hosts, a.hosts if a else frozenset()):
+                if not homed(t.hosts, a.hosts if a else frozenset()) or not _pairs(t, a):
                     continue
                 if not _target_runs(problem, "colocated", t, None, a):
                     continue
@@ -263,6 +278,7 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
             used = [(g["pool"] == q)[None, :] * g["gpus"][None, :] + (t["pool"] == q)[:, None] * t["gpus"][:, None]
                     + (a.gpus if a and a.pool == q else 0) for q in range(len(sizes))]
             ok = homed & np.logical_and.reduce([u <= size for u, size in zip(used, sizes)])
+            ok &= np.array([_pairs(x, a) for x in trains])[:, None]
             rate = sum(u * pr for u, pr in zip(used, price))
             if budget_milli is not None:
                 ok &= rate <= budget_milli

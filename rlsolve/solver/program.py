@@ -22,10 +22,12 @@ Variables:
   `cost` = rate x step.
 
 Constraints, one module each: world (one row per role, roles of the chosen mode, colocated
-roles on the same pool and count, GPUs per pool), modes (a chosen row implies a mode the
-target runs its placements in: row => mode in row.modes), degrees (the element links and the user's
-linear constraints), memory (colocated: what training keeps during rollout fits the KV
-budget its generation row was scored with), placement (each reference/reward model in
+roles on the same pool and count, GPUs per pool: engines, trainers and an auxiliary group of that
+pool, a colocated pair counted once), modes (a chosen row implies a mode the target runs its
+placements in: row => mode in row.modes), degrees (the element links and the user's linear
+constraints), groups (an auxiliary group the target runs with the actor's degrees sits beside a
+trainer of that tp, tp x cp dividing its GPUs), memory (colocated: what training keeps during
+rollout fits the KV budget its generation row was scored with), placement (each reference/reward model in
 exactly one place), pipeline (the step of the chosen mode, `perf.step.compose_step`),
 price (the budget).
 
@@ -74,8 +76,8 @@ class Program:
         self.linear = linear or []
         self.m = cp_model.CpModel()
         self.v = self._variables()
-        for module in (self._world, self._modes, self._degrees, self._memory, self._placement, self._pipeline,
-                       self._price):
+        for module in (self._world, self._modes, self._degrees, self._groups, self._memory, self._placement,
+                       self._pipeline, self._price):
             module()
 
     # --- variables -------------------------------------------------------------------------
@@ -127,7 +129,10 @@ class Program:
                         m.add_implication(rows[x.id], on.Not())
 
     def _gpus(self, p: int):
-        """GPUs used in pool p (a colocated pair counts once)."""
+        """GPUs used in pool p (a colocated pair counts once). The sum is the whole rule: each group's
+        count is a divisor of the node size or whole nodes (`role_counts`), and at most three groups
+        share a pool (engines, trainers, one auxiliary group), so any sum within the pool packs onto
+        its nodes (groups below a node hold at most half of one: two of them always share a node)."""
         v, c = self.v, self.cands
         return (sum(x.gpus * v.gen[x.id] for x in c.gen if x.pool == p) +
                 sum(x.gpus * v.train[x.id] for x in c.train if x.pool == p and x.mode == "disagg") +
@@ -152,6 +157,19 @@ class Program:
             {"<=": lambda: m.add(lhs <= lc.bound), ">=": lambda: m.add(lhs >= lc.bound),
              "==": lambda: m.add(lhs == lc.bound)}[lc.op]()
 
+    def _groups(self) -> None:
+        """An auxiliary group the target runs with the actor's degrees (`actor_tp`) goes only beside a
+        trainer of that tp whose tp x cp divides the group's GPUs."""
+        m, v, c = self.m, self.v, self.cands
+        cps = {x.layout.cp for x in c.train}
+        for a in c.aux:
+            if a.actor_tp is None:
+                continue
+            m.add(v.degrees["training.tp"] == a.actor_tp).only_enforce_if(v.aux[a.id])
+            for cp in cps:
+                if a.gpus % (a.actor_tp * cp):
+                    m.add(v.degrees["training.cp"] != cp).only_enforce_if(v.aux[a.id])
+
     def _price(self) -> None:
         """Dollars per hour of the GPUs used (thousandths), for the cost objective and the budget."""
         m, v = self.m, self.v
@@ -171,7 +189,7 @@ class Program:
 
     def _placement(self) -> None:
         """Each reference/reward model runs in exactly one place (training GPUs, engines, or an
-        auxiliary pool); the reward quantization is the one its host was scored with."""
+        auxiliary group); the reward quantization is the one its host was scored with."""
         m, v, c = self.m, self.v, self.cands
         for a in self.aux_models:
             m.add(sum(v.gen[x.id] for x in c.gen if a in x.hosts) +
@@ -182,7 +200,7 @@ class Program:
         """The step of the chosen mode, by the composition the performance model uses."""
         m, v, c = self.m, self.v, self.cands
         tg = sum(time_units(x.time) * v.gen[x.id] for x in c.gen)
-        # forwards on an auxiliary pool sit between generation and training
+        # forwards on an auxiliary group sit between generation and training
         tt = sum(time_units(x.time) * v.train[x.id] for x in c.train) + \
             sum(time_units(x.time) * v.aux[x.id] for x in c.aux)
         recv = sum(time_units(x.sync) * v.gen[x.id] for x in c.gen if x.mode == "disagg")
@@ -258,7 +276,7 @@ def run(program: Program, time_limit_s: float, workers: int, deterministic: bool
     m.clear_objective()
     m.add(obj == best)
     v = program.v
-    n_aux = len(v.aux) + 1  # "no auxiliary pool" ranks first
+    n_aux = len(v.aux) + 1  # "no auxiliary group" ranks first
     n_train = len(v.train) * n_aux
     # ties: fewer GPUs first, then the lowest-numbered (simplest) candidates
     m.minimize(v.gpus_used * (len(v.gen) * n_train + 1) + sum(i * n_train * var for i, var in v.gen.items())

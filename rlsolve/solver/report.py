@@ -149,11 +149,16 @@ def explain(problem: Problem, est: StepEstimate, usd_per_mtok: float) -> list[st
                    f"({g.kv_tokens:,.0f} tokens of {g.kv_cache / GB:.1f} GB)")
     cap_t = est.pool_train.gpu.memory_gb
     head_t = 1 - t.total / (cap_t * GB)
+    group = (f"{' and '.join(sorted(est.aux.times))} on {est.aux.gpus} GPUs of their own" if est.aux is not None
+             else "")
     if len(problem.pools) > 1:
         out.append(f"pools: generation on {est.pool_gen.name!r} ({est.pool_gen.gpu.name}), training on "
                    f"{est.pool_train.name!r} ({est.pool_train.gpu.name})"
-                   + (f", {' and '.join(sorted(est.aux.times))} on {est.aux.gpus} GPUs of {est.aux.pool.name!r} "
-                      f"({est.aux.pool.gpu.name}, {est.aux.time:.1f} s)" if est.aux is not None else ""))
+                   + (f", {group} in {est.aux.pool.name!r} ({est.aux.pool.gpu.name}, {est.aux.time:.1f} s)"
+                      if est.aux is not None else ""))
+    elif est.aux is not None:  # one pool: the group's GPUs are beside the engines' and the trainers'
+        out.append(f"auxiliary group: {group} ({est.aux.time:.1f} s, tp={est.aux.tp}) beside the "
+                   f"{'colocated' if est.mode == 'colocated' else 'engine and training'} GPUs")
     out.append(f"training memory {t.total / GB:.1f} of {cap_t:g} GB per GPU "
                f"({head_t:.0%} headroom); generation {g.total / GB:.1f} GB")
     if est.n_gpus_used < est.n_gpus_total:

@@ -57,6 +57,25 @@ def target_caps(problem: Problem) -> FrameworkCaps | None:
     return capabilities(t.framework, t.version)
 
 
+def aux_shares_actor_degrees(problem: Problem) -> bool:
+    """The target runs a reference/reward group of its own with the actor's tp and cp (OpenRLHF: one set
+    of DeepSpeed flags for every model; capabilities.yaml shapes.auxiliary_own_layout), and the job has
+    such a model."""
+    caps = target_caps(problem)
+    return caps is not None and not caps.shapes.value.auxiliary_own_layout and bool(aux_models(problem))
+
+
+def aux_group_violations(problem: Problem, gpus: int, train: TrainLayout) -> list[Violation]:
+    """An auxiliary group beside this trainer: where the target runs it with the actor's degrees, its
+    GPUs hold whole replicas of tp x cp GPUs."""
+    if not aux_shares_actor_degrees(problem) or gpus % (train.tp * train.cp) == 0:
+        return []
+    caps = target_caps(problem)
+    return [Violation("target", "resource_allocation.auxiliary.gpus",
+                      f"{gpus} GPUs do not hold whole replicas of the actor's tp x cp = {train.tp * train.cp} GPUs "
+                      f"(source: {caps.shapes.source})")]
+
+
 def _target(verdict, field: str) -> list[Violation]:
     return [] if verdict else [Violation("target", field, verdict.reason)]
 
@@ -574,6 +593,7 @@ def layout_violations(problem: Problem, lay, *, user: bool = True) -> list[Viola
     if ra.auxiliary is not None:
         uses.append(("auxiliary", pool_named(problem, ra.auxiliary.pool, "layout.resource_allocation.auxiliary.pool"),
                      ra.auxiliary.gpus))
+        out += aux_group_violations(problem, ra.auxiliary.gpus, t)
     out += pool_use_violations(problem, mode, uses)
     critic = critic_layout(lay)
     if critic is not None:
