@@ -164,7 +164,8 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     `offload` (none | optimizer | params_optimizer), `lora_rank`, `global_batch_tokens` (read in
     predict_train), and, read here beyond the agreed list, `main_grad_dtype` (fp32 | bf16) and
     `recompute_layers` (with recompute full: layers per virtual stage, Megatron's
-    --recompute-num-layers)."""
+    --recompute-num-layers); `recompute_modules` and `activation_offload_layers` are read in
+    _fit_recompute."""
     lay_in = row.get("layout") or {}
     tp, pp, cp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1)), int(lay_in.get("cp", 1))
     strategy = str(lay_in.get("train_strategy", "megatron"))
@@ -188,6 +189,37 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                        recompute_layers=int(lay_in.get("recompute_layers") or 0) if recompute == "full" else 0)
 
 
+# Megatron-Core's selective-recompute modules (TransformerConfig.recompute_modules). The model's
+# "selective" stores no attention scores (flash attention keeps none either way), so of these it
+# counts core_attn only; a row naming others is scored without their memory saving or re-run time.
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+
+
+def _recompute_modules(lay_in: dict) -> list[str]:
+    """`layout.recompute_modules` of a train row (with recompute selective), checked."""
+    mods = lay_in.get("recompute_modules")
+    if mods is None:
+        return []
+    if lay_in.get("recompute") != "selective" or not isinstance(mods, list) or \
+            any(m not in RECOMPUTE_MODULES for m in mods):
+        raise ValueError(f"layout.recompute_modules must be a list of {', '.join(RECOMPUTE_MODULES)} with "
+                         f"recompute: selective, got {mods!r}")
+    return [str(m) for m in mods]
+
+
+def _offloaded_activations(arch: Architecture, lay: TrainLayout, seq: float, activations: float,
+                           offload_layers: int) -> float:
+    """Bytes of stored activations that `layout.activation_offload_layers` (Megatron-Core
+    cpu_offloading_num_layers with cpu_offloading_weights off) keeps in host memory: that many of
+    a stage's layers, each an equal share of the stage's activations less the last stage's fp32
+    logits, which stay on the GPU."""
+    if offload_layers <= 0:
+        return 0.0
+    layers_stage = math.ceil(arch.layers / lay.pp)
+    logits = lay.micro_batch * seq / lay.cp * arch.vocab / lay.tp * 4.0 if lay.pp == 1 else 0.0
+    return max(0.0, activations - logits) * min(offload_layers, layers_stage) / layers_stage
+
+
 def _recompute_ladder(arch: Architecture, lay: TrainLayout):
     """Layouts from the least recomputation to the most: none, selective, then full recompute
     of 1, 2, ... layers per (virtual) stage up to all of them (Megatron's block method)."""
@@ -202,20 +234,31 @@ def _fit_recompute(row: dict, arch: Architecture, lay: TrainLayout, seq: float, 
                    lora_rank: int, fp8: bool) -> tuple[TrainLayout, dict, str]:
     """The layout with the row's recompute, or with the least recompute that fits when the row
     states none; the memory it needs, and a note when the layout does not fit."""
-    stated = "recompute" in (row.get("layout") or {})
+    lay_in = row.get("layout") or {}
+    stated = "recompute" in lay_in
+    modules = _recompute_modules(lay_in)
+    offload_layers = int(lay_in.get("activation_offload_layers") or 0)
     for cand in ([lay] if stated else _recompute_ladder(arch, lay)):
-        need = train_memory(arch, cand, seq, lora_rank=lora_rank, fp8=fp8).total
+        tm = train_memory(arch, cand, seq, lora_rank=lora_rank, fp8=fp8)
+        need = tm.total - _offloaded_activations(arch, cand, seq, tm.activations, offload_layers)
         if need <= capacity:
             break
     chosen = cand.recompute + (f" of {cand.recompute_layers} layers per stage" if cand.recompute_layers else "")
     mem = {"memory_gb": round(need / GB, 1), "capacity_gb": round(capacity / GB, 1), "fits": need <= capacity,
            "recompute": chosen, "recompute_stated": stated}
+    if modules:
+        mem["recompute_modules"] = modules
+    if offload_layers:
+        mem["activation_offload_layers"] = offload_layers
+    unmodelled = [m for m in modules if m != "core_attn"]
+    aside = (f"; selective recompute of {', '.join(unmodelled)} is not in the model (neither the memory it "
+             "saves nor its re-run)") if unmodelled else ""
     if need <= capacity:
-        return cand, mem, "" if stated or cand.recompute == "none" else \
-            f"recompute {chosen} assumed: the least that fits in memory"
+        return cand, mem, ("" if stated or cand.recompute == "none" else
+                           f"recompute {chosen} assumed: the least that fits in memory") + aside
     what = f"recompute {chosen}" + ("" if stated else " (the most there is)")
     return cand, mem, (f"does not fit: the layout with {what} needs {need / GB:.1f} GB per GPU of "
-                       f"{capacity / GB:.0f} GB in the model; scored as stated")
+                       f"{capacity / GB:.0f} GB in the model; scored as stated") + aside
 
 
 def predict_train(row: dict, profile: dict | None = None) -> CaseResult:

@@ -259,6 +259,30 @@ def test_case_format_v2_train_fields():
     assert "train_strategy" in bad[0].note and "offload" in bad[1].note
 
 
+def test_recipe_recompute_modules_and_activation_offload_are_read():
+    """A row states what its recipe ran: Megatron-Core's selective-recompute modules (named in
+    the note where the model does not count them) and activations offloaded per layer (taken
+    off the memory, pro rata over the stage's layers, not the time)."""
+    base = score_cases({"cases": [_train_row(micro_batch=8, recompute="none")]}).rows[0]
+    half = score_cases({"cases": [_train_row(micro_batch=8, recompute="none", activation_offload_layers=16)]}).rows[0]
+    every = score_cases({"cases": [_train_row(micro_batch=8, recompute="none", activation_offload_layers=32)]}).rows[0]
+    assert not base.extra["fits"] and every.extra["fits"] and half.extra["activation_offload_layers"] == 16
+    assert base.extra["memory_gb"] > half.extra["memory_gb"] > every.extra["memory_gb"]
+    # half the layers offloaded: half of what all of them take off
+    assert base.extra["memory_gb"] - half.extra["memory_gb"] == pytest.approx(
+        (base.extra["memory_gb"] - every.extra["memory_gb"]) / 2, abs=0.1)
+    assert half.predicted == pytest.approx(base.predicted)
+    sel = score_cases({"cases": [_train_row(recompute="selective", recompute_modules=["mla_up_proj", "mlp"])]}).rows[0]
+    assert sel.extra["recompute_modules"] == ["mla_up_proj", "mlp"]
+    assert "mla_up_proj, mlp is not in the model" in sel.note
+    attn = score_cases({"cases": [_train_row(recompute="selective", recompute_modules=["core_attn"])]}).rows[0]
+    assert attn.note == "" and attn.error is not None
+    bad = score_cases({"cases": [_train_row(recompute="none", recompute_modules=["mlp"]),
+                                 _train_row(recompute="selective", recompute_modules=["attention"])]}).rows
+    assert [r.modelled for r in bad] == [False, False]
+    assert all("layout.recompute_modules" in r.note for r in bad)
+
+
 def test_no_train_row_exceeds_memory_silently(report):
     # every scored train row either fits the model's memory or says that it does not
     rows = [r for r in report.rows if r.kind == "train" and r.error is not None]
