@@ -11,8 +11,8 @@ import rlsolve
 from rlsolve.errors import InfeasibleError, NoAnswerError
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
-from rlsolve.perf.step import cached_stage_times, gen_side, policy_memory, train_core
-from rlsolve.perf.train import TrainLayout, stage_times
+from rlsolve.perf.step import cached_stage_times, critic_pass, gen_side, policy_memory, train_core
+from rlsolve.perf.train import TrainLayout, forward_time, stage_times, train_memory, train_time
 from rlsolve.resolve import resolve
 from rlsolve.solver import search
 from rlsolve.solver.candidates import _with_recompute
@@ -418,10 +418,11 @@ def test_the_verbs_that_do_not_solve_do_not_import_the_solver(args):
 
 
 def test_the_solvers_memos_keep_every_value():
-    """The enumeration's memos (states per degrees, per-layer times, the fast recompute copy)
+    """The enumeration's memos (states per degrees, per-layer times, the fast recompute copy, the
+    critic's pass with one stage_times for its forward and update)
     return exactly what the uncached functions do."""
     rng = random.Random(9)
-    checked = 0
+    checked = critics = 0
     for problem in _random_problems(6, 16):
         pool, cache = problem.pools[0], {}
         dev = device(pool, problem.workload.precision, problem.profile)
@@ -437,8 +438,17 @@ def test_the_solvers_memos_keep_every_value():
             seq = problem.workload.seq_mean
             assert cached_stage_times(problem.policy, dev, lay, seq, False, cache) == stage_times(
                 problem.policy, dev, lay, seq)
+            if problem.value is not None:  # the critic's pass: one shared stage_times, memoized states
+                wl, a = problem.workload, problem.value
+                critic = replace(lay, ep=1, vp=1) if not a.is_moe else replace(lay, vp=1)
+                mem = train_memory(a, critic, wl.seq_max)
+                plain = (forward_time(a, dev, critic, wl.samples, wl.seq_mean) + train_time(
+                    a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps).total,
+                    mem.states, mem.total)
+                assert critic_pass(problem, pool, critic, cache) == plain
+                critics += 1
             checked += 1
-    assert checked >= 100
+    assert checked >= 100 and critics >= 30
 
 
 def test_memory_never_falls_with_a_larger_micro_batch_of_max_length_sequences():

@@ -220,16 +220,19 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
         wl = problem.workload
         dev = device(pool, wl.precision, problem.profile)
         a = problem.value
-        mem = critic_memory(problem, critic)
-        cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean) + train_time(
-            a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps).total,
+        mem = critic_memory(problem, critic, cache)
+        # the forward and the update share one stage_times (both ask for it without LoRA)
+        st = cached_stage_times(a, dev, critic, wl.seq_mean, False, cache)
+        cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st) + train_time(
+            a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps, st=st).total,
             mem.states, mem.total)
     return cache[key]
 
 
-def critic_memory(problem: Problem, critic: TrainLayout) -> TrainMem:
-    """Peak training memory of the critic with its own degrees (max-length sequences)."""
-    return train_memory(problem.value, critic, problem.workload.seq_max)
+def critic_memory(problem: Problem, critic: TrainLayout, cache: dict | None = None) -> TrainMem:
+    """Peak training memory of the critic with its own degrees (max-length sequences);
+    `cache` memoizes its states as `policy_memory`'s does."""
+    return train_memory(problem.value, critic, problem.workload.seq_max, memo=cache)
 
 
 def critic_fits(mem: TrainMem, resident: float, critic_states: float, critic_peak: float, cap: float) -> bool:
@@ -280,9 +283,10 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             a = problem.value
             vl = TrainLayout(**{**_aux_layout(a, lay).__dict__, "zero_stage": lay.zero_stage,
                                 "recompute": lay.recompute})
-            cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean) + train_time(
-                a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps).total,
-                train_memory(a, vl, seq_max).states)
+            st = cached_stage_times(a, dev, vl, seq_mean, False, cache)
+            cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean, st=st) + train_time(
+                a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps, st=st).total,
+                train_memory(a, vl, seq_max, memo=cache).states)
         val_t, states = cache[key]
         resident += states
     return ref_t, rew_t, val_t, resident

@@ -451,7 +451,7 @@ def _critic_options(problem: Problem, pool: PoolHW, n: int, cache: dict) -> list
     cap = capacity_bytes(pool, problem.workload.headroom)
     scored = []
     for lay in critic_universe(problem, pool, n):
-        if critic_violations(problem, pool, n, lay) or critic_memory(problem, lay).total > cap:
+        if critic_violations(problem, pool, n, lay) or critic_memory(problem, lay, cache).total > cap:
             continue  # against the rules, or no room for it even alone
         t, states, peak = critic_pass(problem, pool, lay, cache)
         engines = frozenset(strategies(caps, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.recompute))
