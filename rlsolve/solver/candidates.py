@@ -317,6 +317,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         vkey = (hosts, ref, quant)
                         if critic is not None and kept_states.get(vkey) == -math.inf:
                             continue  # disaggregated: a faster critic already fits beside this trainer
+                        if kind == "disagg" and t.total + old + (passes[i][0] if critic is not None else 0.0) >= \
+                                best_disagg.get((n, hosts, ref, quant), math.inf):
+                            continue  # the test below, before the other models' passes (they only add)
                         akey = (dims, ref, "reward" in hosts, quant, id(critic))
                         hit = aux_of.get(akey)
                         if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
