@@ -468,3 +468,42 @@ def test_memory_never_falls_with_a_larger_micro_batch_of_max_length_sequences():
             assert totals == sorted(totals)
             checked += 1
     assert checked >= 60
+
+
+def test_interleaving_that_only_adds_pipeline_time_is_dominated():
+    """Dominance across virtual stages (`_interleaving_dominated`): where it says vp chunks are
+    dominated by the same degrees without interleaving, the interleaved layout with the same
+    recompute (the least that fits it) scores slower, keeps the same states and no less memory,
+    and the other models' passes on its GPUs are the same."""
+    from rlsolve.perf.step import capacity_bytes, train_aux
+    from rlsolve.solver.candidates import _interleaving_dominated
+    from rlsolve.solver.rules import micro_batches, train_bases, vp_choices
+    rng = random.Random(23)
+    said = checked = 0
+    for problem in _random_problems(16, 24):
+        for pool in problem.pools:
+            cap, cache = capacity_bytes(pool, problem.workload.headroom), {}
+            shapes = [s for s in train_shapes(problem, pool) if s[2] > 1 and len(vp_choices(problem, s[2])) > 1]
+            for n, tp, pp, cp, dp in rng.sample(shapes, min(10, len(shapes))):
+                for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+                    if vp == 1:
+                        continue
+                    for mb in micro_batches(problem, dp)[:3]:
+                        rec = rng.choice(RECOMPUTE)
+                        plain = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=1, zero_stage=zero, micro_batch=mb,
+                                            recompute=rec, sequence_parallel=tp > 1)
+                        t1, mem1, old1 = train_core(problem, pool, plain)
+                        checked += 1
+                        if not _interleaving_dominated(problem, plain, t1, old1, vp, cap, cache):
+                            continue
+                        said += 1
+                        lay = replace(plain, vp=vp)
+                        t, mem, old = train_core(problem, pool, lay)
+                        assert t.total + old > t1.total + old1, (problem.policy.name, lay)
+                        assert mem.states == mem1.states and mem.total >= mem1.total and mem.total <= cap
+                        assert old == old1
+                        for ref in ("training", "elsewhere"):
+                            assert train_aux(problem, pool, lay, reference=ref, reward="training",
+                                             reward_quant="none") == train_aux(
+                                problem, pool, plain, reference=ref, reward="training", reward_quant="none")
+    assert checked > 200 and said > 20, (checked, said)

@@ -18,7 +18,10 @@ each has a property test in tests/test_solver_space.py):
 - a micro-batch larger than one that does not fit does not fit either;
 - more recompute than the least that fits (same states held, never faster);
 - disaggregated training with uneven stages, when a smaller pipeline degree gives every model
-  on the trainers the same layers per stage (`_fewer_stages_dominate`; throughput only).
+  on the trainers the same layers per stage (`_fewer_stages_dominate`; throughput only);
+- interleaved virtual stages whose sends cost more than their bubble saves, against the same
+  degrees without interleaving where the same recompute fits (`_interleaving_dominated`;
+  only while the fronts apply and without a target framework).
 
 For the throughput objective without a price cap or linear constraints (`bounded`), bounds
 against plans already found also prune. A first plan per mode comes from a few training
@@ -277,6 +280,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             continue
         if train_shape_violations(problem, pool, n, tp, pp, cp, dp):
             continue
+        plain: dict[tuple, tuple] = {}  # (ep, ZeRO, micro-batch) -> the scored layout without interleaving
         for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
             if probe and vp > 1:
                 continue
@@ -290,6 +294,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             # micro-batches hold max-length sequences (memory grows with them; not when packed)
             over: set[str] | None = set() if problem.workload.packed_tokens is None else None
             for mb in mbs:
+                if front and vp > 1 and (ep, zero, mb) in plain and _interleaving_dominated(
+                        problem, *plain[ep, zero, mb], vp, cap, cache):
+                    continue  # its candidates are dropped by the fronts, see `_interleaving_dominated`
                 scored = _score_least_recompute(problem, pool, n, TrainLayout(
                     tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
                     sequence_parallel=tp > 1), cap, cache, over)
@@ -298,6 +305,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                 if scored is False:
                     continue
                 lay, mem, t, old = scored
+                if vp == 1:
+                    plain[ep, zero, mb] = (lay, t, old)
                 out.evaluated += 1
                 # every side of this layout takes at least its update and old log-prob pass (the
                 # other terms only add), so a kind it cannot serve within `limit` is skipped now:
@@ -489,6 +498,29 @@ def _critics_for(problem: Problem, pool: PoolHW, n: int, policy: TrainLayout, cr
         found.append((like, critic_pass(problem, pool, like, cache)))
     # fastest first, then fewer states kept; on a tie the trainer's own degrees
     return sorted(found, key=lambda c: (c[1][:2], c[0] != like))
+
+
+def _interleaving_dominated(problem: Problem, plain: TrainLayout, t: Any, old: float, vp: int, cap: float,
+                            cache: dict) -> bool:
+    """Dominance across virtual stages: `plain` (vp = 1, its least recompute r, scored: update
+    time `t`, old log-prob pass `old`) against the same degrees with vp interleaved chunks.
+    With r, the stages' times do not depend on vp (only a partial `recompute_layers` would),
+    so interleaving changes the update by exactly its pipeline terms: the p2p sends grow
+    vp-fold and the bubble shrinks to 1/vp, i.e. by (vp - 1) x (p2p - bubble / vp) of plain's;
+    the old log-prob pass, the states, the other models' passes and their memory do not
+    change, and the activations in flight only grow (Korthikanti et al.'s interleaved
+    factor). So when that change is positive and r fits with vp (the least recompute that
+    fits is then r: a lesser one is over at vp = 1 already, or not allowed), the interleaved
+    layout is slower than plain, holds the same states and no less memory, and is less
+    simple: no front keeps it (it fits nothing plain does not). Only without a target
+    framework, whose engines may run one vp and not the other. A property test checks it."""
+    if plain.recompute_layers > 0 or target_caps(problem) is not None:
+        return False
+    if (vp - 1) * (t.pp_comm - t.bubble / vp) <= 1e-9 * (t.total + old):
+        return False  # faster (or too close to call in floating point): scored as usual
+    lay = object.__new__(TrainLayout)
+    lay.__dict__.update(plain.__dict__, vp=vp)
+    return not train_layout_violations(problem, lay) and policy_memory(problem, lay, cache).total <= cap
 
 
 def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
