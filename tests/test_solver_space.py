@@ -10,7 +10,7 @@ import pytest
 import rlsolve
 from rlsolve.errors import InfeasibleError, NoAnswerError
 from rlsolve.perf.generate import GenLayout
-from rlsolve.perf.hw import device
+from rlsolve.perf.hw import Device, device
 from rlsolve.perf.step import cached_stage_times, critic_pass, gen_side, policy_memory, train_core
 from rlsolve.perf.train import TrainLayout, forward_time, stage_times, train_memory, train_time
 from rlsolve.resolve import resolve
@@ -419,7 +419,7 @@ def test_the_verbs_that_do_not_solve_do_not_import_the_solver(args):
 
 def test_the_solvers_memos_keep_every_value():
     """The enumeration's memos (states per degrees, per-layer times, the fast recompute copy, the
-    critic's pass with one stage_times for its forward and update)
+    critic's pass with one stage_times for its forward and update, the device's links)
     return exactly what the uncached functions do."""
     rng = random.Random(9)
     checked = critics = 0
@@ -438,6 +438,8 @@ def test_the_solvers_memos_keep_every_value():
             seq = problem.workload.seq_mean
             assert cached_stage_times(problem.policy, dev, lay, seq, False, cache) == stage_times(
                 problem.policy, dev, lay, seq)
+            span = rng.choice([1, 2, 4, 8, 16, 64, 512])  # the links per span, memoized on the device
+            assert dev.link(span) == Device(pool=pool, precision=dev.precision, overrides=dev.overrides)._link(span)
             if problem.value is not None:  # the critic's pass: one shared stage_times, memoized states
                 wl, a = problem.workload, problem.value
                 critic = replace(lay, ep=1, vp=1) if not a.is_moe else replace(lay, vp=1)
