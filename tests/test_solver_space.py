@@ -509,3 +509,30 @@ def test_interleaving_that_only_adds_pipeline_time_is_dominated():
                                              reward_quant="none") == train_aux(
                                 problem, pool, plain, reference=ref, reward="training", reward_quant="none")
     assert checked > 200 and said > 20, (checked, said)
+
+
+def test_the_layout_rules_memo_keeps_every_verdict():
+    """`_layout_allowed` answers what `train_layout_violations` does, with the user's
+    micro-batch and recompute constraints too (its memo ignores the micro-batch otherwise)."""
+    from rlsolve.solver.candidates import _layout_allowed
+    from rlsolve.solver.rules import train_bases, train_layout_violations
+    rng = random.Random(31)
+    checked = 0
+    for i in range(8):
+        spec = random_spec(rng)
+        if i % 2:
+            spec["constraints"] = {"training": {"micro_batch": [1, 4], "recompute": ["full"], "zero_stage": [1]}}
+        problem = resolve(load_spec(spec))
+        pool = problem.pools[0]
+        memos: dict = {}
+        shapes = list(train_shapes(problem, pool))
+        for n, tp, pp, cp, dp in rng.sample(shapes, min(15, len(shapes))):
+            for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+                for mb in (1, 2, 3, 4, 8):
+                    for rec in RECOMPUTE:
+                        lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
+                                          recompute=rec)
+                        rules = memos.setdefault((tp, pp, dp, cp), {})
+                        assert _layout_allowed(problem, lay, rules) == (not train_layout_violations(problem, lay))
+                        checked += 1
+    assert checked > 500

@@ -281,6 +281,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         if train_shape_violations(problem, pool, n, tp, pp, cp, dp):
             continue
         plain: dict[tuple, tuple] = {}  # (ep, ZeRO, micro-batch) -> the scored layout without interleaving
+        rules: dict[tuple, bool] = {}  # `_layout_allowed` of these degrees
         for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
             if probe and vp > 1:
                 continue
@@ -299,7 +300,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     continue  # its candidates are dropped by the fronts, see `_interleaving_dominated`
                 scored = _score_least_recompute(problem, pool, n, TrainLayout(
                     tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
-                    sequence_parallel=tp > 1), cap, cache, over)
+                    sequence_parallel=tp > 1), cap, cache, over, rules)
                 if scored is None:
                     break  # no recompute fits: a larger micro-batch needs more memory still
                 if scored is False:
@@ -531,8 +532,24 @@ def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
     return lay
 
 
+def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> bool:
+    """No `train_layout_violations`, memoized in `rules` (the caller's, for one set of tp, pp,
+    dp, cp degrees) by what they depend on there: the expert, virtual-stage, ZeRO and recompute
+    choices, and the micro-batch only where the user names micro-batches or it does not split
+    the batch (the rules read it nowhere else)."""
+    if rules is None:
+        return not train_layout_violations(problem, lay)
+    mb = lay.micro_batch if "micro_batch" in problem.spec.constraints.training or \
+        problem.workload.global_batch % (lay.dp * lay.micro_batch) else 0
+    key = (lay.ep, lay.vp, lay.zero_stage, lay.recompute, mb)
+    hit = rules.get(key)
+    if hit is None:
+        hit = rules[key] = not train_layout_violations(problem, lay)
+    return hit
+
+
 def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict,
-                           over: set[str] | None = None):
+                           over: set[str] | None = None, rules: dict | None = None):
     """The least recompute that the rules allow and memory fits, scored: (layout, memory,
     update time, old log-prob time). More recompute keeps the same states (what colocation
     holds) and is never faster, so it is dominated once a lesser one fits. None: nothing
@@ -548,7 +565,7 @@ def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLa
         if rec in over:
             skipped.append(lay)
             continue
-        if train_layout_violations(problem, lay):
+        if not _layout_allowed(problem, lay, rules):
             continue
         allowed_any = True
         mem = policy_memory(problem, lay, cache)
@@ -557,7 +574,7 @@ def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLa
             return lay, mem, t, old
         over.add(rec)
     if not allowed_any:  # none is allowed unless one known not to fit is
-        allowed_any = any(not train_layout_violations(problem, lay) for lay in skipped)
+        allowed_any = any(_layout_allowed(problem, lay, rules) for lay in skipped)
     return None if allowed_any else False
 
 
