@@ -323,6 +323,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     (lay.zero_stage, lay.recompute) if paired and paired[0] is None else ())
                 for kind in live:
                     kept_states: dict[tuple, float] = {}
+                    kept_critic: dict[tuple, float] = {}  # colocated: the states of the critic kept last
                     for (hosts, ref, quant, allowed_in), (i, critic) in product(variants[kind], enumerate(paired)):
                         vkey = (hosts, ref, quant)
                         if critic is not None and kept_states.get(vkey) == -math.inf:
@@ -330,6 +331,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         if kind == "disagg" and t.total + old + (passes[i][0] if critic is not None else 0.0) >= \
                                 best_disagg.get((n, hosts, ref, quant), math.inf):
                             continue  # the test below, before the other models' passes (they only add)
+                        if critic is not None and passes[i][1] >= kept_critic.get(vkey, math.inf):
+                            continue  # the kept-states test below: the other models' bytes are the same
                         akey = (dims, ref, "reward" in hosts, quant, id(critic))
                         hit = aux_of.get(akey)
                         if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
@@ -347,6 +350,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             if resident >= kept_states.get(vkey, math.inf):
                                 continue
                             kept_states[vkey] = -math.inf if kind == "disagg" else resident
+                            kept_critic[vkey] = -math.inf if kind == "disagg" else passes[i][1]
                         if kind == "disagg":  # only the fastest of a group survives the front: skip the rest early
                             key = (n, hosts, ref, quant)
                             total = t.total + old + ref_t + rew_t + val_t
