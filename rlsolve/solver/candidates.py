@@ -894,6 +894,11 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                         dead.add(key)
                         continue
                     t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools))
+                    if t is not None and bounded and len(problem.pools) == 1:
+                        # one pool has no auxiliary group: each model runs on the engines or the
+                        # trainers (exactly once: `Program._placement`), so these engines pair
+                        # only with trainers hosting the others
+                        t = disagg.disagg(p, n, pool.n_gpus, 1, hosts)
                     if t is None:
                         continue
                     bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in allowed_in}
