@@ -165,7 +165,8 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
     """Peak bytes per GPU on the busiest pipeline stage (`fp8`: Transformer Engine FP8
     training, whose linear layers keep their inputs for the backward in FP8). `memo`
     (optional, the caller's) keeps the states of a trainable model, which depend on neither
-    the micro-batch nor recompute, so layouts differing in those share them."""
+    the micro-batch nor recompute, and the activations, which depend on neither dp, ep nor
+    ZeRO, so layouts differing in those share them."""
     if not trainable:
         weights = _weights(arch, lay, weight_bytes, trainable=False)
         return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True),
@@ -178,7 +179,14 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         if key not in memo:
             memo[key] = _states(arch, lay, lora_rank, weight_bytes)
         weights, grads, opt = memo[key]
-    act = _activations(arch, lay, seq_len, fp8=fp8)
+    if memo is None:
+        act = _activations(arch, lay, seq_len, fp8=fp8)
+    else:  # the activations depend on neither dp, ep nor ZeRO: layouts differing in those share them
+        key = ("activations", id(arch), lay.tp, lay.sp, lay.cp, lay.pp, lay.vp, lay.micro_batch, lay.recompute,
+               lay.recompute_layers, lay.attention, seq_len, fp8)
+        act = memo.get(key)
+        if act is None:
+            act = memo[key] = _activations(arch, lay, seq_len, fp8=fp8)
     return TrainMem(weights, grads, opt, act, _other(weights + grads + opt + act, lay.gpus))
 
 
