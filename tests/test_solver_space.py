@@ -419,7 +419,8 @@ def test_the_verbs_that_do_not_solve_do_not_import_the_solver(args):
 
 def test_the_solvers_memos_keep_every_value():
     """The enumeration's memos (states per degrees, per-layer times, the fast recompute copy, the
-    critic's pass with one stage_times for its forward and update, the device's links)
+    critic's pass with one stage_times for its forward and update, the device's links, the
+    gradient sync and optimizer step)
     return exactly what the uncached functions do."""
     rng = random.Random(9)
     checked = critics = 0
@@ -438,6 +439,9 @@ def test_the_solvers_memos_keep_every_value():
             seq = problem.workload.seq_mean
             assert cached_stage_times(problem.policy, dev, lay, seq, False, cache) == stage_times(
                 problem.policy, dev, lay, seq)
+            gb = problem.workload.global_batch  # the gradient sync and optimizer step, memoized per degrees
+            assert train_time(problem.policy, dev, lay, gb, seq, memo=cache) == train_time(problem.policy, dev, lay,
+                                                                                           gb, seq)
             span = rng.choice([1, 2, 4, 8, 16, 64, 512])  # the links per span, memoized on the device
             assert dev.link(span) == Device(pool=pool, precision=dev.precision, overrides=dev.overrides)._link(span)
             if problem.value is not None:  # the critic's pass: one shared stage_times, memoized states

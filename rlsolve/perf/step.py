@@ -187,7 +187,7 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     lora = problem.workload.lora_rank
     seq_mean, gb, steps = wl.seq_mean, wl.global_batch, wl.optimizer_steps
     st = cached_stage_times(arch, dev, lay, seq_mean, lora > 0, cache)
-    t = train_time(arch, dev, lay, gb, seq_mean, optimizer_steps=steps, lora_rank=lora, st=st)
+    t = train_time(arch, dev, lay, gb, seq_mean, optimizer_steps=steps, lora_rank=lora, st=st, memo=cache)
     if lora:  # the old log-prob pass is a plain forward
         st = cached_stage_times(arch, dev, lay, seq_mean, False, cache)
     old = forward_time(arch, dev, lay, wl.samples, seq_mean, st=st)
@@ -224,7 +224,8 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
         # the forward and the update share one stage_times (both ask for it without LoRA)
         st = cached_stage_times(a, dev, critic, wl.seq_mean, False, cache)
         cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st) + train_time(
-            a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps, st=st).total,
+            a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps, st=st,
+            memo=cache).total,
             mem.states, mem.total)
     return cache[key]
 
@@ -285,7 +286,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
                                 "recompute": lay.recompute})
             st = cached_stage_times(a, dev, vl, seq_mean, False, cache)
             cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean, st=st) + train_time(
-                a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps, st=st).total,
+                a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps, st=st,
+                memo=cache).total,
                 train_memory(a, vl, seq_max, memo=cache).states)
         val_t, states = cache[key]
         resident += states
