@@ -11,9 +11,9 @@ import pytest
 import rlsolve
 from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
 from rlsolve.perf.generate import GenLayout
-from rlsolve.perf.hw import device
-from rlsolve.perf.step import cached_stage_times, gen_side, policy_memory, train_core
-from rlsolve.perf.train import TrainLayout, stage_times
+from rlsolve.perf.hw import Device, device
+from rlsolve.perf.step import cached_stage_times, critic_pass, gen_side, policy_memory, train_core
+from rlsolve.perf.train import TrainLayout, forward_time, stage_times, train_memory, train_time
 from rlsolve.resolve import resolve
 from rlsolve.solver import search
 from rlsolve.solver.candidates import _with_recompute
@@ -453,10 +453,12 @@ def test_the_verbs_that_do_not_solve_do_not_import_the_solver(args):
 
 
 def test_the_solvers_memos_keep_every_value():
-    """The enumeration's memos (states per degrees, per-layer times, the fast recompute copy)
+    """The enumeration's memos (states per degrees, per-layer times, the fast recompute copy, the
+    critic's pass with one stage_times for its forward and update, the device's links, the
+    gradient sync and optimizer step)
     return exactly what the uncached functions do."""
     rng = random.Random(9)
-    checked = 0
+    checked = critics = 0
     for problem in _random_problems(6, 16):
         pool, cache = problem.pools[0], {}
         dev = device(pool, problem.workload.precision, problem.profile)
@@ -472,8 +474,22 @@ def test_the_solvers_memos_keep_every_value():
             seq = problem.workload.seq_mean
             assert cached_stage_times(problem.policy, dev, lay, seq, False, cache) == stage_times(
                 problem.policy, dev, lay, seq)
+            gb = problem.workload.global_batch  # the gradient sync and optimizer step, memoized per degrees
+            assert train_time(problem.policy, dev, lay, gb, seq, memo=cache) == train_time(problem.policy, dev, lay,
+                                                                                           gb, seq)
+            span = rng.choice([1, 2, 4, 8, 16, 64, 512])  # the links per span, memoized on the device
+            assert dev.link(span) == Device(pool=pool, precision=dev.precision, overrides=dev.overrides)._link(span)
+            if problem.value is not None:  # the critic's pass: one shared stage_times, memoized states
+                wl, a = problem.workload, problem.value
+                critic = replace(lay, ep=1, vp=1) if not a.is_moe else replace(lay, vp=1)
+                mem = train_memory(a, critic, wl.seq_max)
+                plain = (forward_time(a, dev, critic, wl.samples, wl.seq_mean) + train_time(
+                    a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps).total,
+                    mem.states, mem.total)
+                assert critic_pass(problem, pool, critic, cache) == plain
+                critics += 1
             checked += 1
-    assert checked >= 100
+    assert checked >= 100 and critics >= 30
 
 
 def test_memory_never_falls_with_a_larger_micro_batch_of_max_length_sequences():
@@ -493,3 +509,69 @@ def test_memory_never_falls_with_a_larger_micro_batch_of_max_length_sequences():
             assert totals == sorted(totals)
             checked += 1
     assert checked >= 60
+
+
+def test_interleaving_that_only_adds_pipeline_time_is_dominated():
+    """Dominance across virtual stages (`_interleaving_dominated`): where it says vp chunks are
+    dominated by the same degrees without interleaving, the interleaved layout with the same
+    recompute (the least that fits it) scores slower, keeps the same states and no less memory,
+    and the other models' passes on its GPUs are the same."""
+    from rlsolve.perf.step import capacity_bytes, train_aux
+    from rlsolve.solver.candidates import _interleaving_dominated
+    from rlsolve.solver.rules import micro_batches, train_bases, vp_choices
+    rng = random.Random(23)
+    said = checked = 0
+    for problem in _random_problems(16, 24):
+        for pool in problem.pools:
+            cap, cache = capacity_bytes(pool, problem.workload.headroom), {}
+            shapes = [s for s in train_shapes(problem, pool) if s[2] > 1 and len(vp_choices(problem, s[2])) > 1]
+            for n, tp, pp, cp, dp in rng.sample(shapes, min(10, len(shapes))):
+                for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+                    if vp == 1:
+                        continue
+                    for mb in micro_batches(problem, dp)[:3]:
+                        rec = rng.choice(RECOMPUTE)
+                        plain = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=1, zero_stage=zero, micro_batch=mb,
+                                            recompute=rec, sequence_parallel=tp > 1)
+                        t1, mem1, old1 = train_core(problem, pool, plain)
+                        checked += 1
+                        if not _interleaving_dominated(problem, plain, t1, old1, vp, cap, cache):
+                            continue
+                        said += 1
+                        lay = replace(plain, vp=vp)
+                        t, mem, old = train_core(problem, pool, lay)
+                        assert t.total + old > t1.total + old1, (problem.policy.name, lay)
+                        assert mem.states == mem1.states and mem.total >= mem1.total and mem.total <= cap
+                        assert old == old1
+                        for ref in ("training", "elsewhere"):
+                            assert train_aux(problem, pool, lay, reference=ref, reward="training",
+                                             reward_quant="none") == train_aux(
+                                problem, pool, plain, reference=ref, reward="training", reward_quant="none")
+    assert checked > 200 and said > 20, (checked, said)
+
+
+def test_the_layout_rules_memo_keeps_every_verdict():
+    """`_layout_allowed` answers what `train_layout_violations` does, with the user's
+    micro-batch and recompute constraints too (its memo ignores the micro-batch otherwise)."""
+    from rlsolve.solver.candidates import _layout_allowed
+    from rlsolve.solver.rules import train_bases, train_layout_violations
+    rng = random.Random(31)
+    checked = 0
+    for i in range(8):
+        spec = random_spec(rng)
+        if i % 2:
+            spec["constraints"] = {"training": {"micro_batch": [1, 4], "recompute": ["full"], "zero_stage": [1]}}
+        problem = resolve(load_spec(spec))
+        pool = problem.pools[0]
+        memos: dict = {}
+        shapes = list(train_shapes(problem, pool))
+        for n, tp, pp, cp, dp in rng.sample(shapes, min(15, len(shapes))):
+            for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+                for mb in (1, 2, 3, 4, 8):
+                    for rec in RECOMPUTE:
+                        lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
+                                          recompute=rec)
+                        rules = memos.setdefault((tp, pp, dp, cp), {})
+                        assert _layout_allowed(problem, lay, rules) == (not train_layout_violations(problem, lay))
+                        checked += 1
+    assert checked > 500

@@ -120,7 +120,17 @@ class Device:
     # --- collectives -----------------------------------------------------------------------
     def link(self, span: int) -> tuple[float, float]:
         """(bus bandwidth bytes/s per GPU, latency s per latency step) for a group whose ranks
-        span `span` consecutive GPUs. Inside the NVLink domain: NVLink; beyond it: the NICs."""
+        span `span` consecutive GPUs. Inside the NVLink domain: NVLink; beyond it: the NICs.
+        Memoized per device and span (a pure function of them: the solver asks ~10^5 times)."""
+        links = self.__dict__.get("_links")
+        if links is None:
+            links = self.__dict__["_links"] = {}  # (not a field: equality and hash ignore it)
+        hit = links.get(span)
+        if hit is None:
+            hit = links[span] = self._link(span)
+        return hit
+
+    def _link(self, span: int) -> tuple[float, float]:
         gpu = self.pool.gpu
         if span <= self.pool.scaleup_size and gpu.nvlink_gbps_per_dir > 0:
             frac = self._ov("nvlink_busbw_fraction", gpu.efficiency.nvlink_busbw_fraction.value)

@@ -204,7 +204,7 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     lora = problem.workload.lora_rank
     seq_mean, gb, steps = wl.seq_mean, wl.global_batch, wl.optimizer_steps
     st = cached_stage_times(arch, dev, lay, seq_mean, lora > 0, cache)
-    t = train_time(arch, dev, lay, gb, seq_mean, optimizer_steps=steps, lora_rank=lora, st=st)
+    t = train_time(arch, dev, lay, gb, seq_mean, optimizer_steps=steps, lora_rank=lora, st=st, memo=cache)
     if lora:  # the old log-prob pass is a plain forward
         st = cached_stage_times(arch, dev, lay, seq_mean, False, cache)
     old = forward_time(arch, dev, lay, wl.samples, seq_mean, st=st)
@@ -237,16 +237,20 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
         wl = problem.workload
         dev = device(pool, wl.precision, problem.profile)
         a = problem.value
-        mem = critic_memory(problem, critic)
-        cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean) + train_time(
-            a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps).total,
+        mem = critic_memory(problem, critic, cache)
+        # the forward and the update share one stage_times (both ask for it without LoRA)
+        st = cached_stage_times(a, dev, critic, wl.seq_mean, False, cache)
+        cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st) + train_time(
+            a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps, st=st,
+            memo=cache).total,
             mem.states, mem.total)
     return cache[key]
 
 
-def critic_memory(problem: Problem, critic: TrainLayout) -> TrainMem:
-    """Peak training memory of the critic with its own degrees (max-length sequences)."""
-    return train_memory(problem.value, critic, problem.workload.seq_max)
+def critic_memory(problem: Problem, critic: TrainLayout, cache: dict | None = None) -> TrainMem:
+    """Peak training memory of the critic with its own degrees (max-length sequences);
+    `cache` memoizes its states as `policy_memory`'s does."""
+    return train_memory(problem.value, critic, problem.workload.seq_max, memo=cache)
 
 
 def critic_fits(mem: TrainMem, resident: float, critic_states: float, critic_peak: float, cap: float) -> bool:
@@ -297,9 +301,11 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             a = problem.value
             vl = TrainLayout(**{**_aux_layout(a, lay).__dict__, "zero_stage": lay.zero_stage,
                                 "recompute": lay.recompute})
-            cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean) + train_time(
-                a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps).total,
-                train_memory(a, vl, seq_max).states)
+            st = cached_stage_times(a, dev, vl, seq_mean, False, cache)
+            cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean, st=st) + train_time(
+                a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps, st=st,
+                memo=cache).total,
+                train_memory(a, vl, seq_max, memo=cache).states)
         val_t, states = cache[key]
         resident += states
     return ref_t, rew_t, val_t, resident

@@ -165,7 +165,8 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
     """Peak bytes per GPU on the busiest pipeline stage (`fp8`: Transformer Engine FP8
     training, whose linear layers keep their inputs for the backward in FP8). `memo`
     (optional, the caller's) keeps the states of a trainable model, which depend on neither
-    the micro-batch nor recompute, so layouts differing in those share them."""
+    the micro-batch nor recompute, and the activations, which depend on neither dp, ep nor
+    ZeRO, so layouts differing in those share them."""
     if not trainable:
         weights = _weights(arch, lay, weight_bytes, trainable=False)
         return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True),
@@ -178,7 +179,14 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         if key not in memo:
             memo[key] = _states(arch, lay, lora_rank, weight_bytes)
         weights, grads, opt = memo[key]
-    act = _activations(arch, lay, seq_len, fp8=fp8)
+    if memo is None:
+        act = _activations(arch, lay, seq_len, fp8=fp8)
+    else:  # the activations depend on neither dp, ep nor ZeRO: layouts differing in those share them
+        key = ("activations", id(arch), lay.tp, lay.sp, lay.cp, lay.pp, lay.vp, lay.micro_batch, lay.recompute,
+               lay.recompute_layers, lay.attention, seq_len, fp8)
+        act = memo.get(key)
+        if act is None:
+            act = memo[key] = _activations(arch, lay, seq_len, fp8=fp8)
     return TrainMem(weights, grads, opt, act, _other(weights + grads + opt + act, lay.gpus))
 
 
@@ -456,31 +464,58 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
 
 def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: int, seq_len: float,
                *, optimizer_steps: int = 1, lora_rank: int = 0, overlap_grad_reduce: bool = True,
-               st: dict | None = None) -> TrainTime:
-    """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens."""
+               st: dict | None = None, memo: dict | None = None) -> TrainTime:
+    """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens.
+    `memo` (optional, the caller's) keeps the gradient collectives and the optimizer step,
+    which depend on neither the micro-batch, vp nor recompute."""
     st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
     per_mb = st["fwd"] + st["bwd"]
     p2p = m * 2 * lay.vp * st["p2p"]
     bubble = (lay.pp - 1) / lay.vp * per_mb
-    base_dense, base_expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
-    dense, expert = base_dense, base_expert
+    if memo is None:
+        comm, opt = _grad_sync_and_step(arch, dev, lay, lora_rank)
+    else:
+        key = ("grad sync+step", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.pp, lay.ep,
+               lay.etp, lay.dp, lay.cp, lay.zero_stage, lay.offload, lora_rank)
+        hit = memo.get(key)
+        comm, opt = hit if hit is not None else memo.setdefault(key, _grad_sync_and_step(arch, dev, lay, lora_rank))
+    if lay.zero_stage >= 3:
+        # parameters stay sharded: gathered layer by layer in every micro-batch's forward and
+        # backward, gradients reduce-scattered as each layer's backward ends
+        base_dense, base_expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+        dense, expert = _trained_params(arch, lay, lora_rank)
+        dp_exposed = m * zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp),
+                                       (BF16 * base_dense, BF16 * base_expert), (BF16 * dense, BF16 * expert))
+    else:
+        dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
+    t = TrainTime(
+        compute=m * (st["fwd_compute"] + st["bwd_compute"]),
+        tp_comm=m * st["tp"], cp_comm=m * st["cp"], ep_comm=m * st["ep"], pp_comm=p2p,
+        bubble=bubble, dp_comm=dp_exposed, optimizer=opt)
+    return t.scaled(optimizer_steps / dev.train_efficiency)
+
+
+def _trained_params(arch: Architecture, lay: TrainLayout, lora_rank: int) -> tuple[float, float]:
+    """(dense, expert) parameters per GPU that get gradients (the adapters only with LoRA)."""
     if lora_rank > 0:
-        dense, expert = lora_params(arch, lora_rank) / (lay.tp * lay.pp), 0.0
+        return lora_params(arch, lora_rank) / (lay.tp * lay.pp), 0.0
+    return params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+
+
+def _grad_sync_and_step(arch: Architecture, dev: Device, lay: TrainLayout, lora_rank: int) -> tuple[float, float]:
+    """(the gradient collectives of one step with ZeRO 0-2 (0 with ZeRO-3, whose collectives run
+    per micro-batch: `zero3_exposed`), the optimizer step)."""
+    dense, expert = _trained_params(arch, lay, lora_rank)
     span = lay.tp * lay.cp * lay.dp
     n_d, n_e = lay.dp * lay.cp, lay.expert_dp
     grad_bytes_d, grad_bytes_e = BF16 * dense, BF16 * expert
     if lay.zero_stage >= 3:
-        # parameters stay sharded: gathered layer by layer in every micro-batch's forward and
-        # backward, gradients reduce-scattered as each layer's backward ends
-        dp_exposed = m * zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp),
-                                       (BF16 * base_dense, BF16 * base_expert), (grad_bytes_d, grad_bytes_e))
-    else:
-        if lay.zero_stage == 0:
-            comm = dev.all_reduce(grad_bytes_d, n_d, span) + dev.all_reduce(grad_bytes_e, n_e, span)
-        else:  # reduce-scatter grads, all-gather updated params
-            comm = 2 * (dev.reduce_scatter(grad_bytes_d, n_d, span) + dev.reduce_scatter(grad_bytes_e, n_e, span))
-        dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
+        comm = 0.0
+    elif lay.zero_stage == 0:
+        comm = dev.all_reduce(grad_bytes_d, n_d, span) + dev.all_reduce(grad_bytes_e, n_e, span)
+    else:  # reduce-scatter grads, all-gather updated params
+        comm = 2 * (dev.reduce_scatter(grad_bytes_d, n_d, span) + dev.reduce_scatter(grad_bytes_e, n_e, span))
     shard_d, shard_e = (n_d, n_e) if lay.zero_stage >= 1 else (1, 1)
     if lay.offload == "none":
         opt = dev.stream_time(constants()["optimizer_bytes_per_param"] * (dense / shard_d + expert / shard_e))
@@ -489,11 +524,7 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
         # 16-bit weights come back over PCIe (ZeRO-Offload, arXiv 2101.06840); the host's Adam
         # itself is not modelled
         opt = dev.pcie_time(2 * BF16 * (dense / shard_d + expert / shard_e))
-    t = TrainTime(
-        compute=m * (st["fwd_compute"] + st["bwd_compute"]),
-        tp_comm=m * st["tp"], cp_comm=m * st["cp"], ep_comm=m * st["ep"], pp_comm=p2p,
-        bubble=bubble, dp_comm=dp_exposed, optimizer=opt)
-    return t.scaled(optimizer_steps / dev.train_efficiency)
+    return comm, opt
 
 
 def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_bytes: tuple[float, float],

@@ -18,7 +18,10 @@ each has a property test in tests/test_solver_space.py):
 - a micro-batch larger than one that does not fit does not fit either;
 - more recompute than the least that fits (same states held, never faster);
 - disaggregated training with uneven stages, when a smaller pipeline degree gives every model
-  on the trainers the same layers per stage (`_fewer_stages_dominate`; throughput only).
+  on the trainers the same layers per stage (`_fewer_stages_dominate`; throughput only);
+- interleaved virtual stages whose sends cost more than their bubble saves, against the same
+  degrees without interleaving where the same recompute fits (`_interleaving_dominated`;
+  only while the fronts apply and without a target framework).
 
 For the throughput objective without a price cap or linear constraints (`bounded`), bounds
 against plans already found also prune. A first plan per mode comes from a few training
@@ -295,6 +298,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             continue
         if train_shape_violations(problem, pool, n, tp, pp, cp, dp):
             continue
+        plain: dict[tuple, tuple] = {}  # (ep, ZeRO, micro-batch) -> the scored layout without interleaving
+        rules: dict[tuple, bool] = {}  # `_layout_allowed` of these degrees
         for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
             if probe and vp > 1:
                 continue
@@ -308,14 +313,19 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             # micro-batches hold max-length sequences (memory grows with them; not when packed)
             over: set[str] | None = set() if problem.workload.packed_tokens is None else None
             for mb in mbs:
+                if front and vp > 1 and (ep, zero, mb) in plain and _interleaving_dominated(
+                        problem, *plain[ep, zero, mb], vp, cap, cache):
+                    continue  # its candidates are dropped by the fronts, see `_interleaving_dominated`
                 scored = _score_least_recompute(problem, pool, n, TrainLayout(
                     tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
-                    sequence_parallel=tp > 1), cap, cache, over)
+                    sequence_parallel=tp > 1), cap, cache, over, rules)
                 if scored is None:
                     break  # no recompute fits: a larger micro-batch needs more memory still
                 if scored is False:
                     continue
                 lay, mem, t, old = scored
+                if vp == 1:
+                    plain[ep, zero, mb] = (lay, t, old)
                 out.evaluated += 1
                 # every side of this layout takes at least its update and old log-prob pass (the
                 # other terms only add), so a kind it cannot serve within `limit` is skipped now:
@@ -331,12 +341,19 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     (lay.zero_stage, lay.recompute) if paired and paired[0] is None else ())
                 for kind in live:
                     kept_states: dict[tuple, float] = {}
+                    kept_critic: dict[tuple, float] = {}  # colocated: the states of the critic kept last
                     # one pool, all of it colocated: no GPU left for an auxiliary group
                     kind_variants = whole_pool if kind == "colocated" and single and n >= pool.n_gpus else variants[kind]
                     for (hosts, ref, quant, allowed_in), (i, critic) in product(kind_variants, enumerate(paired)):
                         vkey = (hosts, ref, quant)
                         if critic is not None and kept_states.get(vkey) == -math.inf:
                             continue  # disaggregated: a faster critic already fits beside this trainer
+                        gkey = (n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart)  # a disagg group
+                        if kind == "disagg" and t.total + old + (passes[i][0] if critic is not None else 0.0) >= \
+                                best_disagg.get(gkey, math.inf):
+                            continue  # the test below, before the other models' passes (they only add)
+                        if critic is not None and passes[i][1] >= kept_critic.get(vkey, math.inf):
+                            continue  # the kept-states test below: the other models' bytes are the same
                         akey = (dims, ref, "reward" in hosts, quant, id(critic))
                         hit = aux_of.get(akey)
                         if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
@@ -354,12 +371,12 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             if resident >= kept_states.get(vkey, math.inf):
                                 continue
                             kept_states[vkey] = -math.inf if kind == "disagg" else resident
+                            kept_critic[vkey] = -math.inf if kind == "disagg" else passes[i][1]
                         if kind == "disagg":  # only the fastest of a group survives the front: skip the rest early
-                            key = (n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart)
                             total = t.total + old + ref_t + rew_t + val_t
-                            if total >= best_disagg.get(key, math.inf):
+                            if total >= best_disagg.get(gkey, math.inf):
                                 continue
-                            best_disagg[key] = total
+                            best_disagg[gkey] = total
                         side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t,
                                          reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                                          fits=True, states=mem.states + resident,
@@ -471,7 +488,7 @@ def _critic_options(problem: Problem, pool: PoolHW, n: int, cache: dict) -> list
     cap = capacity_bytes(pool, problem.workload.headroom)
     scored = []
     for lay in critic_universe(problem, pool, n):
-        if critic_violations(problem, pool, n, lay) or critic_memory(problem, lay).total > cap:
+        if critic_violations(problem, pool, n, lay) or critic_memory(problem, lay, cache).total > cap:
             continue  # against the rules, or no room for it even alone
         t, states, peak = critic_pass(problem, pool, lay, cache)
         engines = frozenset(strategies(caps, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.recompute))
@@ -508,6 +525,29 @@ def _critics_for(problem: Problem, pool: PoolHW, n: int, policy: TrainLayout, cr
     return sorted(found, key=lambda c: (c[1][:2], c[0] != like))
 
 
+def _interleaving_dominated(problem: Problem, plain: TrainLayout, t: Any, old: float, vp: int, cap: float,
+                            cache: dict) -> bool:
+    """Dominance across virtual stages: `plain` (vp = 1, its least recompute r, scored: update
+    time `t`, old log-prob pass `old`) against the same degrees with vp interleaved chunks.
+    With r, the stages' times do not depend on vp (only a partial `recompute_layers` would),
+    so interleaving changes the update by exactly its pipeline terms: the p2p sends grow
+    vp-fold and the bubble shrinks to 1/vp, i.e. by (vp - 1) x (p2p - bubble / vp) of plain's;
+    the old log-prob pass, the states, the other models' passes and their memory do not
+    change, and the activations in flight only grow (Korthikanti et al.'s interleaved
+    factor). So when that change is positive and r fits with vp (the least recompute that
+    fits is then r: a lesser one is over at vp = 1 already, or not allowed), the interleaved
+    layout is slower than plain, holds the same states and no less memory, and is less
+    simple: no front keeps it (it fits nothing plain does not). Only without a target
+    framework, whose engines may run one vp and not the other. A property test checks it."""
+    if plain.recompute_layers > 0 or target_caps(problem) is not None:
+        return False
+    if (vp - 1) * (t.pp_comm - t.bubble / vp) <= 1e-9 * (t.total + old):
+        return False  # faster (or too close to call in floating point): scored as usual
+    lay = object.__new__(TrainLayout)
+    lay.__dict__.update(plain.__dict__, vp=vp)
+    return not train_layout_violations(problem, lay) and policy_memory(problem, lay, cache).total <= cap
+
+
 def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
     """`replace(base, recompute=rec)` without re-running the dataclass's __init__ (a plain
     frozen dataclass: its fields are its __dict__), which this hot loop pays for ~100k times."""
@@ -516,8 +556,24 @@ def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
     return lay
 
 
+def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> bool:
+    """No `train_layout_violations`, memoized in `rules` (the caller's, for one set of tp, pp,
+    dp, cp degrees) by what they depend on there: the expert, virtual-stage, ZeRO and recompute
+    choices, and the micro-batch only where the user names micro-batches or it does not split
+    the batch (the rules read it nowhere else)."""
+    if rules is None:
+        return not train_layout_violations(problem, lay)
+    mb = lay.micro_batch if "micro_batch" in problem.spec.constraints.training or \
+        problem.workload.global_batch % (lay.dp * lay.micro_batch) else 0
+    key = (lay.ep, lay.vp, lay.zero_stage, lay.recompute, mb)
+    hit = rules.get(key)
+    if hit is None:
+        hit = rules[key] = not train_layout_violations(problem, lay)
+    return hit
+
+
 def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict,
-                           over: set[str] | None = None):
+                           over: set[str] | None = None, rules: dict | None = None):
     """The least recompute that the rules allow and memory fits, scored: (layout, memory,
     update time, old log-prob time). More recompute keeps the same states (what colocation
     holds) and is never faster, so it is dominated once a lesser one fits. None: nothing
@@ -533,7 +589,7 @@ def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLa
         if rec in over:
             skipped.append(lay)
             continue
-        if train_layout_violations(problem, lay):
+        if not _layout_allowed(problem, lay, rules):
             continue
         allowed_any = True
         mem = policy_memory(problem, lay, cache)
@@ -542,7 +598,7 @@ def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLa
             return lay, mem, t, old
         over.add(rec)
     if not allowed_any:  # none is allowed unless one known not to fit is
-        allowed_any = any(not train_layout_violations(problem, lay) for lay in skipped)
+        allowed_any = any(_layout_allowed(problem, lay, rules) for lay in skipped)
     return None if allowed_any else False
 
 
@@ -862,6 +918,11 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                         dead.add(key)
                         continue
                     t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools))
+                    if t is not None and bounded and len(problem.pools) == 1 and not out.aux:
+                        # one pool and no auxiliary group: each model runs on the engines or the
+                        # trainers (exactly once: `Program._placement`), so these engines pair
+                        # only with trainers hosting the others
+                        t = disagg.disagg(p, n, pool.n_gpus, 1, hosts)
                     if t is None:
                         continue
                     bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in allowed_in}
