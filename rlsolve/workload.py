@@ -32,6 +32,7 @@ class Workload:
     reference_swap_copies: int = 1  # host<->GPU copies of the weights per offloaded-reference pass
     logit_fp32_bytes_forward: float | None = None  # bytes per fp32 logit of a forward's log-probs (None: model's)
     pipeline_pads_packed: bool = False  # pipeline-parallel training pads packed micro-batches to the longest
+    fsdp_grad_reduce_bytes: float | None = None  # bytes per parameter FSDP reduces gradients in (None: 16-bit)
 
     @property
     def seq_mean(self) -> float:
@@ -75,4 +76,5 @@ def workload_of(spec) -> Workload:
                     orchestration_s=costs.orchestration_s, rollout_logprobs=costs.rollout_logprobs,
                     reference_swap_copies=costs.reference_swap_copies,
                     logit_fp32_bytes_forward=costs.logit_fp32_bytes_forward,
-                    pipeline_pads_packed=costs.pipeline_pads_packed)
+                    pipeline_pads_packed=costs.pipeline_pads_packed,
+                    fsdp_grad_reduce_bytes=costs.fsdp_grad_reduce_bytes)

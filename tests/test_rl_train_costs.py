@@ -30,7 +30,8 @@ def test_nemo_rl_costs_are_read_and_any_never_charges_them():
     # verl and OpenRLHF were not read for these: `any` takes the model's own physics
     assert (anyc.reference_swap_copies, anyc.logit_fp32_bytes_forward, anyc.pipeline_pads_packed) == (1, None, False)
     for fw in runtime().frameworks.values():
-        for entry in (fw.reference_swap_copies, fw.logit_fp32_bytes_forward, fw.pipeline_pads_packed_micro_batches):
+        for entry in (fw.reference_swap_copies, fw.logit_fp32_bytes_forward, fw.pipeline_pads_packed_micro_batches,
+                      fw.fsdp_grad_reduce_bytes_per_param):
             assert entry is None or len(entry.source) > 40
     wl = _problem("nemo-rl").workload
     assert (wl.reference_swap_copies, wl.logit_fp32_bytes_forward, wl.pipeline_pads_packed) == (3, 46.0, True)
@@ -93,3 +94,21 @@ def test_pipeline_padding_and_logit_traffic_slow_the_policy_passes_only_where_th
     logits = replace(plain, workload=replace(plain.workload, logit_fp32_bytes_forward=46.0))
     assert train_core(logits, p.pool, pp1)[2] > train_core(plain, p.pool, pp1)[2]
     assert math.isfinite(t1.total)
+
+
+def test_fsdp_reducing_gradients_in_fp32_moves_twice_the_bytes_of_bf16():
+    """NeMo-RL's DTensor and verl's FSDP reduce-scatter gradients in fp32: on a ZeRO-3 layout the
+    exposed data-parallel time grows; other ZeRO stages reduce as before."""
+    from rlsolve.perf.train import train_time
+    p = _problem()
+    dev = device(p.pool)
+    z3 = TrainLayout(tp=1, dp=8, zero_stage=3, micro_batch=1)
+    bf16 = train_time(p.policy, dev, z3, 64, 256)
+    fp32 = train_time(p.policy, dev, z3, 64, 256, fsdp_reduce_bytes=4.0)
+    assert fp32.dp_comm > bf16.dp_comm and fp32.compute == pytest.approx(bf16.compute)
+    assert train_time(p.policy, dev, z3, 64, 256, fsdp_reduce_bytes=2.0).total == pytest.approx(bf16.total)
+    z1 = replace(z3, zero_stage=1)
+    assert train_time(p.policy, dev, z1, 64, 256, fsdp_reduce_bytes=4.0).total == pytest.approx(
+        train_time(p.policy, dev, z1, 64, 256).total)
+    assert framework_costs("nemo-rl").fsdp_grad_reduce_bytes == 4.0 == framework_costs("verl").fsdp_grad_reduce_bytes
+    assert framework_costs("any").fsdp_grad_reduce_bytes is None  # OpenRLHF's was not read

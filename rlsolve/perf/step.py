@@ -188,7 +188,8 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     gb, steps, logits = wl.global_batch, wl.optimizer_steps, wl.logit_fp32_bytes_forward
     seq = _pass_seq_len(wl, lay)
     st = cached_stage_times(arch, dev, lay, seq, lora > 0, cache)
-    t = train_time(arch, dev, lay, gb, seq, optimizer_steps=steps, lora_rank=lora, st=st, logit_bytes_fwd=logits)
+    t = train_time(arch, dev, lay, gb, seq, optimizer_steps=steps, lora_rank=lora, st=st, logit_bytes_fwd=logits,
+                   fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes)
     if lora:  # the old log-prob pass is a plain forward
         st = cached_stage_times(arch, dev, lay, seq, False, cache)
     old = forward_time(arch, dev, lay, wl.samples, seq, st=st, logit_bytes_fwd=logits)
@@ -232,7 +233,8 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
         a = problem.value
         mem = critic_memory(problem, critic)
         cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean) + train_time(
-            a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps).total,
+            a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps,
+            fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes).total,
             mem.states, mem.total)
     return cache[key]
 
@@ -296,7 +298,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             vl = TrainLayout(**{**_aux_layout(a, lay).__dict__, "zero_stage": lay.zero_stage,
                                 "recompute": lay.recompute})
             cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean) + train_time(
-                a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps).total,
+                a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps,
+                fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes).total,
                 train_memory(a, vl, seq_max).states)
         val_t, states = cache[key]
         resident += states

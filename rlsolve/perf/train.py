@@ -507,9 +507,12 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
 
 def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: int, seq_len: float,
                *, optimizer_steps: int = 1, lora_rank: int = 0, overlap_grad_reduce: bool = True,
-               st: dict | None = None, logit_bytes_fwd: float | None = None) -> TrainTime:
+               st: dict | None = None, logit_bytes_fwd: float | None = None,
+               fsdp_reduce_bytes: float | None = None) -> TrainTime:
     """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens
-    (`logit_bytes_fwd`: the framework's log-prob traffic per fp32 logit, see logit_extra_fwd)."""
+    (`logit_bytes_fwd`: the framework's log-prob traffic per fp32 logit, see logit_extra_fwd;
+    `fsdp_reduce_bytes`: bytes per parameter the framework's FSDP reduce-scatters gradients in,
+    None: the parameters' 16 bits)."""
     st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
     logits = logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
@@ -525,7 +528,10 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
     grad_bytes_d, grad_bytes_e = BF16 * dense, BF16 * expert
     if lay.zero_stage >= 3:
         # parameters stay sharded: gathered layer by layer in every micro-batch's forward and
-        # backward, gradients reduce-scattered as each layer's backward ends
+        # backward, gradients reduce-scattered as each layer's backward ends (in fp32 where the
+        # framework's mixed-precision policy sets reduce_dtype=float32: frameworks/runtime.yaml)
+        if fsdp_reduce_bytes is not None:
+            grad_bytes_d, grad_bytes_e = (fsdp_reduce_bytes / BF16 * b for b in (grad_bytes_d, grad_bytes_e))
         dp_exposed = m * zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp),
                                        (BF16 * base_dense, BF16 * base_expert), (grad_bytes_d, grad_bytes_e))
     else:
