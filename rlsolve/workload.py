@@ -33,6 +33,9 @@ class Workload:
     logit_fp32_bytes_forward: float | None = None  # bytes per fp32 logit of a forward's log-probs (None: model's)
     pipeline_pads_packed: bool = False  # pipeline-parallel training pads packed micro-batches to the longest
     fsdp_grad_reduce_bytes: float | None = None  # bytes per parameter FSDP reduces gradients in (None: 16-bit)
+    # bytes per element of (RMSNorm, rotary, gated activation) in the modeling code the framework's
+    # FSDP path trains (None: the model's fused count)
+    fsdp_elementwise_bytes: tuple[float, float, float] | None = None
 
     @property
     def seq_mean(self) -> float:
@@ -77,4 +80,5 @@ def workload_of(spec) -> Workload:
                     reference_swap_copies=costs.reference_swap_copies,
                     logit_fp32_bytes_forward=costs.logit_fp32_bytes_forward,
                     pipeline_pads_packed=costs.pipeline_pads_packed,
-                    fsdp_grad_reduce_bytes=costs.fsdp_grad_reduce_bytes)
+                    fsdp_grad_reduce_bytes=costs.fsdp_grad_reduce_bytes,
+                    fsdp_elementwise_bytes=costs.fsdp_elementwise_bytes)

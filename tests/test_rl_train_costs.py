@@ -112,3 +112,38 @@ def test_fsdp_reducing_gradients_in_fp32_moves_twice_the_bytes_of_bf16():
         train_time(p.policy, dev, z1, 64, 256).total)
     assert framework_costs("nemo-rl").fsdp_grad_reduce_bytes == 4.0 == framework_costs("verl").fsdp_grad_reduce_bytes
     assert framework_costs("any").fsdp_grad_reduce_bytes is None  # OpenRLHF's was not read
+
+
+def test_unfused_modeling_code_charges_its_elementwise_bytes_on_fsdp_layouts_only():
+    """verl's FSDP trains the Hugging Face modeling code op by op: per token and layer, two
+    RMSNorms of 36 bytes per element where the fused count has 4, rotary on q and k at 20 instead
+    of 4, the gated activation at 10 instead of 6."""
+    from rlsolve.perf.train import unfused_elementwise_fwd
+    p = _problem("verl")
+    a, dev = p.policy, device(p.pool)
+    lay = TrainLayout(tp=1, dp=8, zero_stage=3, micro_batch=2)
+    per_token_layer = 2 * 32 * a.hidden + 16 * (a.q_width + a.n_kv_heads * a.d_head) + 4 * a.d_ffn
+    want = dev.stream_time(per_token_layer * 2 * 1000 * a.layers)
+    assert unfused_elementwise_fwd(a, dev, lay, 1000, (36, 20, 10)) == pytest.approx(want)
+    assert unfused_elementwise_fwd(a, dev, lay, 1000, None) == 0.0
+    assert p.workload.fsdp_elementwise_bytes == (36.0, 20.0, 10.0)
+    plain = replace(p, workload=replace(p.workload, fsdp_elementwise_bytes=None))
+    t_fsdp, _, old_fsdp = train_core(p, p.pool, lay)
+    t_base, _, old_base = train_core(plain, p.pool, lay)
+    # forward, backward (twice the forward's bytes), no recompute: 3 forwards' worth per micro-batch
+    m = p.workload.global_batch / (8 * 2)  # sequences per optimizer step / (dp x micro-batch)
+    steps = p.workload.optimizer_steps
+    extra = m * steps * 3 * unfused_elementwise_fwd(a, dev, lay, p.workload.seq_mean, (36, 20, 10))
+    assert t_fsdp.total - t_base.total == pytest.approx(extra / dev.train_efficiency, rel=1e-6)
+    assert old_fsdp > old_base
+    z1 = replace(lay, zero_stage=1)  # Megatron's fused path: untouched
+    assert train_core(p, p.pool, z1)[0].total == pytest.approx(train_core(plain, p.pool, z1)[0].total)
+
+
+def test_a_verl_plan_re_scored_by_estimate_gives_the_solvers_numbers():
+    """The new terms sit where solver and estimate both read them (the aux passes' memo keys know
+    the ZeRO stage they now depend on)."""
+    from rlsolve import estimate, solve
+    spec = {**SPEC, "target": {"framework": "verl"}}
+    plan = solve(spec)
+    assert estimate(spec, plan).time_s.step == pytest.approx(plan.time_s.step, rel=1e-6)

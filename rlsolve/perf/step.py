@@ -188,11 +188,12 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     gb, steps, logits = wl.global_batch, wl.optimizer_steps, wl.logit_fp32_bytes_forward
     seq = _pass_seq_len(wl, lay)
     st = cached_stage_times(arch, dev, lay, seq, lora > 0, cache)
+    eager = _fsdp_elementwise(wl, lay)
     t = train_time(arch, dev, lay, gb, seq, optimizer_steps=steps, lora_rank=lora, st=st, logit_bytes_fwd=logits,
-                   fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes)
+                   fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes, unfused_elementwise=eager)
     if lora:  # the old log-prob pass is a plain forward
         st = cached_stage_times(arch, dev, lay, seq, False, cache)
-    old = forward_time(arch, dev, lay, wl.samples, seq, st=st, logit_bytes_fwd=logits)
+    old = forward_time(arch, dev, lay, wl.samples, seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager)
     return t, mem or policy_memory(problem, lay), old
 
 
@@ -203,6 +204,12 @@ def _pass_seq_len(wl, lay: TrainLayout) -> float:
                                pads_packed=wl.pipeline_pads_packed, global_batch=wl.global_batch,
                                prompt_len=wl.prompt_len, response_mean=wl.response_mean,
                                response_max=wl.response_max, clip=wl.clip_ratio)
+
+
+def _fsdp_elementwise(wl, lay: TrainLayout) -> tuple[float, float, float] | None:
+    """The framework's unfused elementwise bytes where its trainer shards parameters (ZeRO-3: the
+    FSDP path, which trains the Hugging Face modeling code), else None."""
+    return wl.fsdp_elementwise_bytes if lay.zero_stage >= 3 else None
 
 
 def policy_memory(problem: Problem, lay: TrainLayout, cache: dict | None = None) -> TrainMem:
@@ -232,9 +239,10 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
         dev = device(pool, wl.precision, problem.profile)
         a = problem.value
         mem = critic_memory(problem, critic)
-        cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean) + train_time(
+        cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean,
+                                   unfused_elementwise=_fsdp_elementwise(wl, critic)) + train_time(
             a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps,
-            fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes).total,
+            fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes, unfused_elementwise=_fsdp_elementwise(wl, critic)).total,
             mem.states, mem.total)
     return cache[key]
 
@@ -263,15 +271,18 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     seq_mean, seq_max = wl.seq_mean, wl.seq_max
     cache = {} if cache is None else cache
     dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch)
+    # the reference and reward run the trainer's modeling code (the policy's own model in NeMo-RL)
+    eager = _fsdp_elementwise(wl, lay)
 
     def forward(role: str, a: Architecture, wbytes_per_param: float) -> tuple[float, float]:
-        key = (role, dims, wbytes_per_param)
+        key = (role, dims, wbytes_per_param, eager)
         if key not in cache:
             al = _aux_layout(a, lay)
             # the reference computes the policy's log-probs on the policy's micro-batches
             seq, logits = (_pass_seq_len(wl, lay), wl.logit_fp32_bytes_forward) if role == "reference" else (seq_mean, None)
             st = cached_stage_times(a, dev, al, seq, False, cache)
-            cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits),
+            cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
+                                       unfused_elementwise=eager),
                           train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
         return cache[key]
 
@@ -297,9 +308,10 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             a = problem.value
             vl = TrainLayout(**{**_aux_layout(a, lay).__dict__, "zero_stage": lay.zero_stage,
                                 "recompute": lay.recompute})
-            cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean) + train_time(
+            cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean, unfused_elementwise=_fsdp_elementwise(wl, vl))
+                          + train_time(
                 a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps,
-                fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes).total,
+                fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes, unfused_elementwise=_fsdp_elementwise(wl, vl)).total,
                 train_memory(a, vl, seq_max).states)
         val_t, states = cache[key]
         resident += states

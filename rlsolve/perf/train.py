@@ -438,6 +438,32 @@ def packed_pad_factor(sequences: int, prompt_len: float, response_mean: float, r
     return float(busiest * dp / lengths.sum())
 
 
+# The model's own elementwise bytes per element (fused kernels, bf16): an RMSNorm reads and writes
+# its input, rotary embedding reads and writes q and k, a gated activation reads two and writes one.
+FUSED_ELEMENTWISE_BYTES = {"rms_norm": 4.0, "rotary": 4.0, "gated_activation": 6.0}
+
+
+def unfused_elementwise_fwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float,
+                            bytes_per_element: tuple[float, float, float] | None) -> float:
+    """Seconds one micro-batch's forward spends, over the busiest stage's layers, on elementwise
+    traffic beyond the model's fused count where the framework trains the Hugging Face modeling
+    code op by op: `bytes_per_element` = (RMSNorm, rotary, gated activation) bytes moved per
+    element (frameworks/runtime.yaml fsdp_model_elementwise_bytes, counted in the source)."""
+    if not bytes_per_element:
+        return 0.0
+    norm, rotary, gated = (b - FUSED_ELEMENTWISE_BYTES[k] for b, k in zip(
+        bytes_per_element, ("rms_norm", "rotary", "gated_activation")))
+    shard = lay.tp if lay.sp else 1
+    per_token = 2 * norm * arch.hidden / shard + rotary * (arch.q_width + arch.n_kv_heads * arch.d_head) / lay.tp
+    if arch.activation == "swiglu":
+        moe = arch.moe_layers / arch.layers
+        width = (1 - moe) * arch.d_ffn + (moe * (arch.experts_per_token + arch.shared_experts) * arch.d_moe_ffn
+                                          if arch.is_moe else 0.0)
+        per_token += gated * width / lay.tp
+    tokens = lay.micro_batch * seq_len / lay.cp
+    return dev.stream_time(max(0.0, per_token) * tokens * math.ceil(arch.layers / lay.pp))
+
+
 def micro_batch_seq_len(seq_mean: float, pp: int, dp: int, *, packed_tokens: int | None, pads_packed: bool,
                         global_batch: int, prompt_len: float, response_mean: float, response_max: float,
                         clip: float | None) -> float:
@@ -508,14 +534,18 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
 def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: int, seq_len: float,
                *, optimizer_steps: int = 1, lora_rank: int = 0, overlap_grad_reduce: bool = True,
                st: dict | None = None, logit_bytes_fwd: float | None = None,
-               fsdp_reduce_bytes: float | None = None) -> TrainTime:
+               fsdp_reduce_bytes: float | None = None,
+               unfused_elementwise: tuple[float, float, float] | None = None) -> TrainTime:
     """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens
     (`logit_bytes_fwd`: the framework's log-prob traffic per fp32 logit, see logit_extra_fwd;
     `fsdp_reduce_bytes`: bytes per parameter the framework's FSDP reduce-scatters gradients in,
-    None: the parameters' 16 bits)."""
+    None: the parameters' 16 bits; `unfused_elementwise`: see unfused_elementwise_fwd, its backward
+    moving twice the forward's bytes as the fused count does)."""
     st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
     logits = logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
+    eager = unfused_elementwise_fwd(arch, dev, lay, seq_len, unfused_elementwise)
+    logits += eager * (3.0 + recomputed_share(lay, math.ceil(arch.layers / lay.pp)))
     per_mb = st["fwd"] + st["bwd"]
     p2p = m * 2 * lay.vp * st["p2p"]
     bubble = (lay.pp - 1) / lay.vp * per_mb
@@ -576,11 +606,13 @@ def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_b
 
 
 def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float,
-                 st: dict | None = None, logit_bytes_fwd: float | None = None) -> float:
+                 st: dict | None = None, logit_bytes_fwd: float | None = None,
+                 unfused_elementwise: tuple[float, float, float] | None = None) -> float:
     """Forward-only pass (log-probs, reference, reward, value) over `sequences`."""
     st = st or stage_times(arch, dev, lay, seq_len)
     m = max(1.0, sequences / (lay.dp * lay.micro_batch))
-    per_mb = st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0) + logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
+    per_mb = (st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0) + logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
+              + unfused_elementwise_fwd(arch, dev, lay, seq_len, unfused_elementwise))
     if lay.zero_stage >= 3:  # sharded weights are gathered layer by layer in every pass
         dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
         per_mb += zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp), (BF16 * dense, BF16 * expert), None)
