@@ -29,6 +29,13 @@ class Workload:
     packed_tokens: int | None = None  # training micro-batches packed to this many tokens (memory is sized
                                       # for it); None: micro-batches of max-length sequences
     rollout_logprobs: bool = False  # the target framework asks the engine for each token's log-prob
+    reference_swap_copies: int = 1  # host<->GPU copies of the weights per offloaded-reference pass
+    logit_fp32_bytes_forward: float | None = None  # bytes per fp32 logit of a forward's log-probs (None: model's)
+    pipeline_pads_packed: bool = False  # pipeline-parallel training pads packed micro-batches to the longest
+    fsdp_grad_reduce_bytes: float | None = None  # bytes per parameter FSDP reduces gradients in (None: 16-bit)
+    # bytes per element of (RMSNorm, rotary, gated activation) in the modeling code the framework's
+    # FSDP path trains (None: the model's fused count)
+    fsdp_elementwise_bytes: tuple[float, float, float] | None = None
 
     @property
     def seq_mean(self) -> float:
@@ -69,4 +76,9 @@ def workload_of(spec) -> Workload:
                     mini_batches=rl.mini_batches, ppo_epochs=rl.ppo_epochs, max_staleness=rl.max_staleness,
                     lora_rank=model.lora_rank, precision=model.precision, headroom=cons.min_headroom,
                     engine_share=cons.generation.get("gpu_memory_utilization"),
-                    orchestration_s=costs.orchestration_s, rollout_logprobs=costs.rollout_logprobs)
+                    orchestration_s=costs.orchestration_s, rollout_logprobs=costs.rollout_logprobs,
+                    reference_swap_copies=costs.reference_swap_copies,
+                    logit_fp32_bytes_forward=costs.logit_fp32_bytes_forward,
+                    pipeline_pads_packed=costs.pipeline_pads_packed,
+                    fsdp_grad_reduce_bytes=costs.fsdp_grad_reduce_bytes,
+                    fsdp_elementwise_bytes=costs.fsdp_elementwise_bytes)

@@ -49,7 +49,7 @@ def test_every_framework_entry_has_a_source_and_any_takes_the_cheapest():
     rt = runtime()
     for name, fw in rt.frameworks.items():
         for field, entry in fw:
-            assert len(entry.source) > 20, (name, field)
+            assert entry is None or len(entry.source) > 20, (name, field)  # None: not read for it
     costs = {n: framework_costs(n) for n in rt.frameworks}
     anyc = framework_costs("any")
     assert anyc.orchestration_s == min(c.orchestration_s for c in costs.values())

@@ -42,6 +42,10 @@ class _Float(_Sourced):
     value: float
 
 
+class _ElementwiseBytes(_Sourced):
+    value: dict[Literal["rms_norm", "rotary", "gated_activation"], float]
+
+
 class FrameworkRuntime(_Strict):
     train_strategy: _Str
     micro_batch: _Int
@@ -52,6 +56,13 @@ class FrameworkRuntime(_Strict):
     max_num_seqs: _OptInt
     orchestration_s_per_step: _Float
     rollout_logprobs: _Bool
+    # RL-specific costs of the training and log-prob passes, where read in the framework's source
+    # (None: not read; the model's own physics applies)
+    reference_swap_copies: _Int | None = None
+    logit_fp32_bytes_forward: _Float | None = None
+    pipeline_pads_packed_micro_batches: _Bool | None = None
+    fsdp_grad_reduce_bytes_per_param: _Float | None = None
+    fsdp_model_elementwise_bytes: _ElementwiseBytes | None = None
 
 
 class _ZeroByStrategy(_Sourced):
@@ -76,11 +87,22 @@ def runtime() -> Runtime:
 
 @dataclass(frozen=True)
 class FrameworkCosts:
-    """What a target framework adds to every step the physics does not: its own orchestration
-    and the engine's log-prob returns."""
+    """What a target framework adds to every step the physics does not: its own orchestration,
+    the engine's log-prob returns, and how its training and log-prob passes run: host<->GPU
+    weight copies per reference pass (1: the reference's weights streamed in), bytes moved per
+    fp32 logit in a forward's log-prob computation (None: the model's own count), whether
+    pipeline-parallel training pads every packed micro-batch to the longest, and the bytes per
+    parameter its FSDP reduce-scatters gradients in (None: the parameters' 16 bits), and the bytes
+    per element of (RMSNorm, rotary, gated activation) of the modeling code its FSDP path trains
+    (None: the model's fused count)."""
 
     orchestration_s: float
     rollout_logprobs: bool
+    reference_swap_copies: int = 1
+    logit_fp32_bytes_forward: float | None = None
+    pipeline_pads_packed: bool = False
+    fsdp_grad_reduce_bytes: float | None = None
+    fsdp_elementwise_bytes: tuple[float, float, float] | None = None
 
 
 def framework_costs(framework: str) -> FrameworkCosts:
@@ -88,5 +110,16 @@ def framework_costs(framework: str) -> FrameworkCosts:
     for any framework is never charged for one it may not run on."""
     fws = runtime().frameworks
     chosen = list(fws.values()) if framework not in fws else [fws[framework]]
+    logit = [f.logit_fp32_bytes_forward for f in chosen]
+    reduce = [f.fsdp_grad_reduce_bytes_per_param for f in chosen]
+    eager = [f.fsdp_model_elementwise_bytes for f in chosen]
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
-                          rollout_logprobs=all(f.rollout_logprobs.value for f in chosen))
+                          rollout_logprobs=all(f.rollout_logprobs.value for f in chosen),
+                          reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
+                                                    for f in chosen),
+                          logit_fp32_bytes_forward=None if None in logit else min(x.value for x in logit),
+                          pipeline_pads_packed=all(f.pipeline_pads_packed_micro_batches is not None
+                                                   and f.pipeline_pads_packed_micro_batches.value for f in chosen),
+                          fsdp_grad_reduce_bytes=None if None in reduce else min(x.value for x in reduce),
+                          fsdp_elementwise_bytes=None if None in eager else tuple(
+                              min(x.value[k] for x in eager) for k in ("rms_norm", "rotary", "gated_activation")))

@@ -10,8 +10,8 @@ from rlsolve.models import Architecture
 from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, gen_other_bytes,
                                    kv_bytes_per_token_per_gpu, prefill_time, simulate_decode, weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
-from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, model_flops,
-                                stage_times, train_memory, train_time)
+from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_seq_len,
+                                model_flops, stage_times, train_memory, train_time)
 from rlsolve.resolve import PoolHW, Problem
 
 QUANT_BYTES = {"none": 2.0, "int8": 1.0, "int4": 0.5}
@@ -202,13 +202,31 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     arch = problem.policy
     dev = device(pool, problem.workload.precision, problem.profile)
     lora = problem.workload.lora_rank
-    seq_mean, gb, steps = wl.seq_mean, wl.global_batch, wl.optimizer_steps
-    st = cached_stage_times(arch, dev, lay, seq_mean, lora > 0, cache)
-    t = train_time(arch, dev, lay, gb, seq_mean, optimizer_steps=steps, lora_rank=lora, st=st, memo=cache)
+    gb, steps, logits = wl.global_batch, wl.optimizer_steps, wl.logit_fp32_bytes_forward
+    seq = _pass_seq_len(wl, lay)
+    st = cached_stage_times(arch, dev, lay, seq, lora > 0, cache)
+    eager = _fsdp_elementwise(wl, lay)
+    t = train_time(arch, dev, lay, gb, seq, optimizer_steps=steps, lora_rank=lora, st=st, memo=cache,
+                   logit_bytes_fwd=logits, fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes, unfused_elementwise=eager)
     if lora:  # the old log-prob pass is a plain forward
-        st = cached_stage_times(arch, dev, lay, seq_mean, False, cache)
-    old = forward_time(arch, dev, lay, wl.samples, seq_mean, st=st)
+        st = cached_stage_times(arch, dev, lay, seq, False, cache)
+    old = forward_time(arch, dev, lay, wl.samples, seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager)
     return t, mem or policy_memory(problem, lay), old
+
+
+def _pass_seq_len(wl, lay: TrainLayout) -> float:
+    """Tokens per sequence the policy's training and log-prob micro-batches compute (padded
+    packed micro-batches under pipeline parallelism, where the framework pads them)."""
+    return micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.packed_tokens,
+                               pads_packed=wl.pipeline_pads_packed, global_batch=wl.global_batch,
+                               prompt_len=wl.prompt_len, response_mean=wl.response_mean,
+                               response_max=wl.response_max, clip=wl.clip_ratio)
+
+
+def _fsdp_elementwise(wl, lay: TrainLayout) -> tuple[float, float, float] | None:
+    """The framework's unfused elementwise bytes where its trainer shards parameters (ZeRO-3: the
+    FSDP path, which trains the Hugging Face modeling code), else None."""
+    return wl.fsdp_elementwise_bytes if lay.zero_stage >= 3 else None
 
 
 def policy_memory(problem: Problem, lay: TrainLayout, cache: dict | None = None) -> TrainMem:
@@ -238,11 +256,13 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
         dev = device(pool, wl.precision, problem.profile)
         a = problem.value
         mem = critic_memory(problem, critic, cache)
+        eager = _fsdp_elementwise(wl, critic)
         # the forward and the update share one stage_times (both ask for it without LoRA)
         st = cached_stage_times(a, dev, critic, wl.seq_mean, False, cache)
-        cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st) + train_time(
-            a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps, st=st,
-            memo=cache).total,
+        cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st, unfused_elementwise=eager)
+                      + train_time(a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps,
+                                   st=st, memo=cache, fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes,
+                                   unfused_elementwise=eager).total,
             mem.states, mem.total)
     return cache[key]
 
@@ -272,13 +292,18 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     seq_mean, seq_max = wl.seq_mean, wl.seq_max
     cache = {} if cache is None else cache
     dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch)
+    # the reference and reward run the trainer's modeling code (the policy's own model in NeMo-RL)
+    eager = _fsdp_elementwise(wl, lay)
 
     def forward(role: str, a: Architecture, wbytes_per_param: float) -> tuple[float, float]:
-        key = (role, dims, wbytes_per_param)
+        key = (role, dims, wbytes_per_param, eager)
         if key not in cache:
             al = _aux_layout(a, lay)
-            st = cached_stage_times(a, dev, al, seq_mean, False, cache)
-            cache[key] = (forward_time(a, dev, al, wl.samples, seq_mean, st=st),
+            # the reference computes the policy's log-probs on the policy's micro-batches
+            seq, logits = (_pass_seq_len(wl, lay), wl.logit_fp32_bytes_forward) if role == "reference" else (seq_mean, None)
+            st = cached_stage_times(a, dev, al, seq, False, cache)
+            cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
+                                       unfused_elementwise=eager),
                           train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
         return cache[key]
 
@@ -286,7 +311,10 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     if problem.reference is not None and reference in ("training", "cpu_offload"):
         ref_t, wbytes = forward("reference", problem.reference, 2.0)
         if reference == "cpu_offload":
-            ref_t += dev.pcie_time(wbytes)  # streamed in each step, not overlapped (conservative)
+            # streamed in each step, not overlapped (conservative); a framework that swaps the
+            # reference into the policy's own model also copies the policy's weights out and back
+            # (workload.reference_swap_copies)
+            ref_t += wl.reference_swap_copies * dev.pcie_time(wbytes)
         else:
             resident += wbytes
     if problem.reward is not None and reward == "training":
@@ -301,11 +329,13 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             a = problem.value
             vl = TrainLayout(**{**_aux_layout(a, lay).__dict__, "zero_stage": lay.zero_stage,
                                 "recompute": lay.recompute})
+            eager = _fsdp_elementwise(wl, vl)
             st = cached_stage_times(a, dev, vl, seq_mean, False, cache)
-            cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean, st=st) + train_time(
-                a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps, st=st,
-                memo=cache).total,
-                train_memory(a, vl, seq_max, memo=cache).states)
+            cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean, st=st, unfused_elementwise=eager)
+                          + train_time(a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps,
+                                       st=st, memo=cache, fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes,
+                                       unfused_elementwise=eager).total,
+                          train_memory(a, vl, seq_max, memo=cache).states)
         val_t, states = cache[key]
         resident += states
     return ref_t, rew_t, val_t, resident

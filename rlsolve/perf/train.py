@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+import numpy as np
 
 from rlsolve.models import Architecture
+from rlsolve.perf.generate import length_quantiles
 from rlsolve.perf.hw import GB, Device, constants
 
 BF16 = 2.0
@@ -402,9 +406,82 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
 
 
 FP8_CAST_BYTES = 6.0
-# Megatron accumulates every micro-batch's weight gradients into the main_grad buffers (the
-# wgrad GEMM adds into them: gradient_accumulation_fusion): read + write of the buffer per
-# parameter per micro-batch, a memory-bound pass that grows with FLOP:byte (FP8, newer GPUs).
+# The model's own count of the fp32 log-softmax over the vocabulary in a forward: read and
+# write of the logits plus one more pass, 4 bytes each (the backward moves twice that).
+LOGIT_FP32_BYTES_FWD = 12.0
+
+
+def logit_extra_fwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float,
+                    logit_bytes_fwd: float | None) -> float:
+    """Seconds one micro-batch's forward spends on its log-probs beyond the model's own count,
+    where the framework's log-prob code moves `logit_bytes_fwd` bytes per fp32 logit (separate
+    cast, max, subtract, exp, sum passes over the full vocabulary: frameworks/runtime.yaml)."""
+    if logit_bytes_fwd is None or logit_bytes_fwd <= LOGIT_FP32_BYTES_FWD:
+        return 0.0
+    tokens = lay.micro_batch * seq_len / lay.cp
+    return dev.stream_time(tokens * arch.vocab / lay.tp * (logit_bytes_fwd - LOGIT_FP32_BYTES_FWD))
+
+
+@lru_cache(maxsize=256)
+def packed_pad_factor(sequences: int, prompt_len: float, response_mean: float, response_max: float,
+                      clip: float | None, budget: int, dp: int) -> float:
+    """Tokens the busiest rank computes over its share of the real tokens when a global batch of
+    `sequences` is packed into bins of `budget` tokens, the bins dealt round-robin to the `dp`
+    ranks, and every bin padded to the longest one: NeMo-RL packs each global batch
+    first-fit-decreasing (shard_by_batch_size: bin_packer.pack, then shard_idx = bin_idx % shards)
+    and, under pipeline parallelism, pads every packed micro-batch to the batch's longest
+    (frameworks/runtime.yaml pipeline_pads_packed_micro_batches). Lengths: prompt plus the
+    response-length distribution of the rollout model (generate.length_quantiles)."""
+    n = max(1, int(sequences))
+    u = (np.arange(n) + 0.5) / n
+    lengths = np.minimum(np.ceil(prompt_len + length_quantiles(response_mean, response_max, u, clip)), budget)
+    bins = np.zeros(n)
+    used = 0
+    for x in np.sort(lengths)[::-1]:  # first fit, longest first
+        room = np.nonzero(bins[:used] + x <= budget)[0]
+        i = int(room[0]) if room.size else used
+        used = max(used, i + 1)
+        bins[i] += x
+    busiest = math.ceil(used / dp) * bins[:used].max()
+    return float(busiest * dp / lengths.sum())
+
+
+# The model's own elementwise bytes per element (fused kernels, bf16): an RMSNorm reads and writes
+# its input, rotary embedding reads and writes q and k, a gated activation reads two and writes one.
+FUSED_ELEMENTWISE_BYTES = {"rms_norm": 4.0, "rotary": 4.0, "gated_activation": 6.0}
+
+
+def unfused_elementwise_fwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float,
+                            bytes_per_element: tuple[float, float, float] | None) -> float:
+    """Seconds one micro-batch's forward spends, over the busiest stage's layers, on elementwise
+    traffic beyond the model's fused count where the framework trains the Hugging Face modeling
+    code op by op: `bytes_per_element` = (RMSNorm, rotary, gated activation) bytes moved per
+    element (frameworks/runtime.yaml fsdp_model_elementwise_bytes, counted in the source)."""
+    if not bytes_per_element:
+        return 0.0
+    norm, rotary, gated = (b - FUSED_ELEMENTWISE_BYTES[k] for b, k in zip(
+        bytes_per_element, ("rms_norm", "rotary", "gated_activation")))
+    shard = lay.tp if lay.sp else 1
+    per_token = 2 * norm * arch.hidden / shard + rotary * (arch.q_width + arch.n_kv_heads * arch.d_head) / lay.tp
+    if arch.activation == "swiglu":
+        moe = arch.moe_layers / arch.layers
+        width = (1 - moe) * arch.d_ffn + (moe * (arch.experts_per_token + arch.shared_experts) * arch.d_moe_ffn
+                                          if arch.is_moe else 0.0)
+        per_token += gated * width / lay.tp
+    tokens = lay.micro_batch * seq_len / lay.cp
+    return dev.stream_time(max(0.0, per_token) * tokens * math.ceil(arch.layers / lay.pp))
+
+
+def micro_batch_seq_len(seq_mean: float, pp: int, dp: int, *, packed_tokens: int | None, pads_packed: bool,
+                        global_batch: int, prompt_len: float, response_mean: float, response_max: float,
+                        clip: float | None) -> float:
+    """Tokens per sequence the training and log-prob micro-batches compute: the mean sequence,
+    stretched by the padding of packed micro-batches where the framework pads them (pipeline
+    parallelism: every micro-batch must have one shape)."""
+    if pads_packed and packed_tokens and pp > 1:
+        return seq_mean * max(1.0, packed_pad_factor(global_batch, prompt_len, response_mean, response_max,
+                                                      clip, int(packed_tokens), dp))
+    return seq_mean
 
 
 def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float, *,
@@ -424,7 +501,7 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
         # the LM head stays in 16-bit under FP8 recipes (Transformer Engine keeps first/last layers in BF16)
         head = replace(dev, precision="bf16").gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
-        head_elem = dev.stream_time(tokens * arch.vocab / lay.tp * 4.0 * 3)  # fp32 log-softmax read/write
+        head_elem = dev.stream_time(tokens * arch.vocab / lay.tp * LOGIT_FP32_BYTES_FWD)  # fp32 log-softmax
         # tensor parallel: 2 all-reduce equivalents per layer forward (AG+RS with SP: same bytes)
         tp_layer = dev.all_reduce(tokens * arch.hidden * BF16, lay.tp, lay.tp)
         # context parallel: ring exchange of this rank's K/V, overlapped with attention
@@ -464,12 +541,21 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
 
 def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: int, seq_len: float,
                *, optimizer_steps: int = 1, lora_rank: int = 0, overlap_grad_reduce: bool = True,
-               st: dict | None = None, memo: dict | None = None) -> TrainTime:
+               st: dict | None = None, memo: dict | None = None, logit_bytes_fwd: float | None = None,
+               fsdp_reduce_bytes: float | None = None,
+               unfused_elementwise: tuple[float, float, float] | None = None) -> TrainTime:
     """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens.
     `memo` (optional, the caller's) keeps the gradient collectives and the optimizer step,
-    which depend on neither the micro-batch, vp nor recompute."""
+    which depend on neither the micro-batch, vp nor recompute. `logit_bytes_fwd`: the
+    framework's log-prob traffic per fp32 logit, see logit_extra_fwd; `fsdp_reduce_bytes`: bytes
+    per parameter the framework's FSDP reduce-scatters gradients in, None: the parameters' 16
+    bits; `unfused_elementwise`: see unfused_elementwise_fwd, its backward moving twice the
+    forward's bytes as the fused count does."""
     st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
+    logits = logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
+    eager = unfused_elementwise_fwd(arch, dev, lay, seq_len, unfused_elementwise)
+    logits += eager * (3.0 + recomputed_share(lay, math.ceil(arch.layers / lay.pp)))
     per_mb = st["fwd"] + st["bwd"]
     p2p = m * 2 * lay.vp * st["p2p"]
     bubble = (lay.pp - 1) / lay.vp * per_mb
@@ -482,15 +568,19 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
         comm, opt = hit if hit is not None else memo.setdefault(key, _grad_sync_and_step(arch, dev, lay, lora_rank))
     if lay.zero_stage >= 3:
         # parameters stay sharded: gathered layer by layer in every micro-batch's forward and
-        # backward, gradients reduce-scattered as each layer's backward ends
+        # backward, gradients reduce-scattered as each layer's backward ends (in fp32 where the
+        # framework's mixed-precision policy sets reduce_dtype=float32: frameworks/runtime.yaml)
         base_dense, base_expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
         dense, expert = _trained_params(arch, lay, lora_rank)
+        grad_bytes = (BF16 * dense, BF16 * expert)
+        if fsdp_reduce_bytes is not None:
+            grad_bytes = tuple(fsdp_reduce_bytes * x for x in (dense, expert))
         dp_exposed = m * zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp),
-                                       (BF16 * base_dense, BF16 * base_expert), (BF16 * dense, BF16 * expert))
+                                       (BF16 * base_dense, BF16 * base_expert), grad_bytes)
     else:
         dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
     t = TrainTime(
-        compute=m * (st["fwd_compute"] + st["bwd_compute"]),
+        compute=m * (st["fwd_compute"] + st["bwd_compute"] + logits),
         tp_comm=m * st["tp"], cp_comm=m * st["cp"], ep_comm=m * st["ep"], pp_comm=p2p,
         bubble=bubble, dp_comm=dp_exposed, optimizer=opt)
     return t.scaled(optimizer_steps / dev.train_efficiency)
@@ -548,11 +638,13 @@ def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_b
 
 
 def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float,
-                 st: dict | None = None) -> float:
+                 st: dict | None = None, logit_bytes_fwd: float | None = None,
+                 unfused_elementwise: tuple[float, float, float] | None = None) -> float:
     """Forward-only pass (log-probs, reference, reward, value) over `sequences`."""
     st = st or stage_times(arch, dev, lay, seq_len)
     m = max(1.0, sequences / (lay.dp * lay.micro_batch))
-    per_mb = st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0)
+    per_mb = (st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0) + logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
+              + unfused_elementwise_fwd(arch, dev, lay, seq_len, unfused_elementwise))
     if lay.zero_stage >= 3:  # sharded weights are gathered layer by layer in every pass
         dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
         per_mb += zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp), (BF16 * dense, BF16 * expert), None)

@@ -337,7 +337,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                 paired, passes = [c for c, _ in pairs], [c_pass for _, c_pass in pairs]
                 # the other models' passes depend on the trainer only through these degrees (and, for a
                 # critic on the policy's degrees, its ZeRO stage and recompute): shared across layouts
-                dims = (tp, pp, dp, cp, lay.ep, lay.micro_batch) + (
+                dims = (tp, pp, dp, cp, lay.ep, lay.micro_batch, lay.zero_stage >= 3) + (
                     (lay.zero_stage, lay.recompute) if paired and paired[0] is None else ())
                 for kind in live:
                     kept_states: dict[tuple, float] = {}

@@ -1,0 +1,149 @@
+"""RL-specific costs of the training and log-prob passes (issue #15): each framework fact against
+what it claims, with expected values worked out by hand from the mechanism, not from the code."""
+import math
+from dataclasses import replace
+
+import pytest
+
+from rlsolve.frameworks.runtime import framework_costs, runtime
+from rlsolve.perf.hw import device
+from rlsolve.perf.step import train_aux, train_core
+from rlsolve.perf.train import (LOGIT_FP32_BYTES_FWD, TrainLayout, forward_time, logit_extra_fwd,
+                                micro_batch_seq_len, packed_pad_factor, stage_times)
+from rlsolve.resolve import resolve
+from rlsolve.spec import load_spec
+
+SPEC = {"cluster": {"gpu": "H100-SXM-80GB", "nodes": 1, "gpus_per_node": 8},
+        "model": {"policy": "llama-3.1-8b"},
+        "rl": {"algorithm": "grpo", "prompts_per_step": 64, "samples_per_prompt": 8, "prompt_len": 256,
+               "response_len": {"max": 2048, "mean": 800}},
+        "solver": {"top_k": 0}}
+
+
+def _problem(framework: str = "any"):
+    return resolve(load_spec({**SPEC, "target": {"framework": framework}}))
+
+
+def test_nemo_rl_costs_are_read_and_any_never_charges_them():
+    nemo, anyc = framework_costs("nemo-rl"), framework_costs("any")
+    assert (nemo.reference_swap_copies, nemo.logit_fp32_bytes_forward, nemo.pipeline_pads_packed) == (3, 46.0, True)
+    # verl and OpenRLHF were not read for these: `any` takes the model's own physics
+    assert (anyc.reference_swap_copies, anyc.logit_fp32_bytes_forward, anyc.pipeline_pads_packed) == (1, None, False)
+    for fw in runtime().frameworks.values():
+        for entry in (fw.reference_swap_copies, fw.logit_fp32_bytes_forward, fw.pipeline_pads_packed_micro_batches,
+                      fw.fsdp_grad_reduce_bytes_per_param):
+            assert entry is None or len(entry.source) > 40
+    wl = _problem("nemo-rl").workload
+    assert (wl.reference_swap_copies, wl.logit_fp32_bytes_forward, wl.pipeline_pads_packed) == (3, 46.0, True)
+
+
+def test_logit_traffic_beyond_the_models_own_count_is_charged_per_fp32_logit():
+    p = _problem()
+    dev = device(p.pool)
+    lay = TrainLayout(tp=2, dp=4, micro_batch=2)
+    assert logit_extra_fwd(p.policy, dev, lay, 1000, None) == 0.0
+    assert logit_extra_fwd(p.policy, dev, lay, 1000, LOGIT_FP32_BYTES_FWD) == 0.0
+    # 2 sequences x 1000 tokens x vocab/tp logits x (46 - 12) bytes at the device's stream rate
+    nbytes = 2 * 1000 * p.policy.vocab / 2 * (46 - 12)
+    assert logit_extra_fwd(p.policy, dev, lay, 1000, 46) == pytest.approx(dev.stream_time(nbytes))
+    st = stage_times(p.policy, dev, lay, 1000)
+    base = forward_time(p.policy, dev, lay, 64, 1000, st=st)
+    more = forward_time(p.policy, dev, lay, 64, 1000, st=st, logit_bytes_fwd=46)
+    m = 64 / (4 * 2)  # micro-batches per rank
+    assert more - base == pytest.approx(m * dev.stream_time(nbytes) / dev.logprob_efficiency)
+
+
+def test_packing_pads_every_bin_to_the_longest_and_the_busiest_rank_sets_the_pace():
+    # 8 sequences of 100 tokens, bins of 201: two per bin, 4 bins dealt to 3 ranks -> the busiest
+    # rank computes 2 bins of 200 = 400 tokens where its share is 800/3
+    assert packed_pad_factor(8, 0, 100, 100, None, 201, 3) == pytest.approx(400 / (800 / 3))
+    # an even deal with full bins pads nothing
+    assert packed_pad_factor(8, 0, 100, 100, None, 200, 4) == pytest.approx(1.0)
+    # only pipeline-parallel layouts of a framework that pads them
+    kw = dict(packed_tokens=201, global_batch=8, prompt_len=0, response_mean=100, response_max=100, clip=None)
+    assert micro_batch_seq_len(100, 2, 3, pads_packed=True, **kw) == pytest.approx(150)
+    assert micro_batch_seq_len(100, 1, 3, pads_packed=True, **kw) == 100
+    assert micro_batch_seq_len(100, 2, 3, pads_packed=False, **kw) == 100
+    assert micro_batch_seq_len(100, 2, 3, pads_packed=True, **{**kw, "packed_tokens": None}) == 100
+
+
+def test_a_swapped_reference_pays_three_copies_of_its_weights():
+    """NeMo-RL swaps the reference into the policy's model: policy out, reference in, policy back."""
+    p = _problem("nemo-rl")
+    lay = TrainLayout(tp=1, pp=1, dp=8, zero_stage=1, micro_batch=1)
+    one = replace(p, workload=replace(p.workload, reference_swap_copies=1))
+    r3 = train_aux(p, p.pool, lay, reference="cpu_offload", reward="elsewhere", reward_quant="none")[0]
+    r1 = train_aux(one, p.pool, lay, reference="cpu_offload", reward="elsewhere", reward_quant="none")[0]
+    resident = train_aux(p, p.pool, lay, reference="training", reward="elsewhere", reward_quant="none")
+    dev = device(p.pool)
+    copy = dev.pcie_time(resident[3])  # the reference's weights on one GPU
+    assert r1 - resident[0] == pytest.approx(copy)
+    assert r3 - resident[0] == pytest.approx(3 * copy)
+
+
+def test_pipeline_padding_and_logit_traffic_slow_the_policy_passes_only_where_they_apply():
+    p = _problem("nemo-rl")
+    plain = replace(p, workload=replace(p.workload, logit_fp32_bytes_forward=None, packed_tokens=2304))
+    packed = replace(plain, workload=replace(plain.workload, pipeline_pads_packed=True))
+    pp2 = TrainLayout(tp=1, pp=2, dp=4, zero_stage=1, micro_batch=2)
+    t0, _, old0 = train_core(replace(packed, workload=replace(packed.workload, pipeline_pads_packed=False)), p.pool, pp2)
+    t1, _, old1 = train_core(packed, p.pool, pp2)
+    assert t1.total > t0.total and old1 > old0
+    pp1 = TrainLayout(tp=1, pp=1, dp=8, zero_stage=1, micro_batch=2)
+    assert train_core(packed, p.pool, pp1)[0].total == pytest.approx(train_core(plain, p.pool, pp1)[0].total)
+    logits = replace(plain, workload=replace(plain.workload, logit_fp32_bytes_forward=46.0))
+    assert train_core(logits, p.pool, pp1)[2] > train_core(plain, p.pool, pp1)[2]
+    assert math.isfinite(t1.total)
+
+
+def test_fsdp_reducing_gradients_in_fp32_moves_twice_the_bytes_of_bf16():
+    """NeMo-RL's DTensor and verl's FSDP reduce-scatter gradients in fp32: on a ZeRO-3 layout the
+    exposed data-parallel time grows; other ZeRO stages reduce as before."""
+    from rlsolve.perf.train import train_time
+    p = _problem()
+    dev = device(p.pool)
+    z3 = TrainLayout(tp=1, dp=8, zero_stage=3, micro_batch=1)
+    bf16 = train_time(p.policy, dev, z3, 64, 256)
+    fp32 = train_time(p.policy, dev, z3, 64, 256, fsdp_reduce_bytes=4.0)
+    assert fp32.dp_comm > bf16.dp_comm and fp32.compute == pytest.approx(bf16.compute)
+    assert train_time(p.policy, dev, z3, 64, 256, fsdp_reduce_bytes=2.0).total == pytest.approx(bf16.total)
+    z1 = replace(z3, zero_stage=1)
+    assert train_time(p.policy, dev, z1, 64, 256, fsdp_reduce_bytes=4.0).total == pytest.approx(
+        train_time(p.policy, dev, z1, 64, 256).total)
+    assert framework_costs("nemo-rl").fsdp_grad_reduce_bytes == 4.0 == framework_costs("verl").fsdp_grad_reduce_bytes
+    assert framework_costs("any").fsdp_grad_reduce_bytes is None  # OpenRLHF's was not read
+
+
+def test_unfused_modeling_code_charges_its_elementwise_bytes_on_fsdp_layouts_only():
+    """verl's FSDP trains the Hugging Face modeling code op by op: per token and layer, two
+    RMSNorms of 36 bytes per element where the fused count has 4, rotary on q and k at 20 instead
+    of 4, the gated activation at 10 instead of 6."""
+    from rlsolve.perf.train import unfused_elementwise_fwd
+    p = _problem("verl")
+    a, dev = p.policy, device(p.pool)
+    lay = TrainLayout(tp=1, dp=8, zero_stage=3, micro_batch=2)
+    per_token_layer = 2 * 32 * a.hidden + 16 * (a.q_width + a.n_kv_heads * a.d_head) + 4 * a.d_ffn
+    want = dev.stream_time(per_token_layer * 2 * 1000 * a.layers)
+    assert unfused_elementwise_fwd(a, dev, lay, 1000, (36, 20, 10)) == pytest.approx(want)
+    assert unfused_elementwise_fwd(a, dev, lay, 1000, None) == 0.0
+    assert p.workload.fsdp_elementwise_bytes == (36.0, 20.0, 10.0)
+    plain = replace(p, workload=replace(p.workload, fsdp_elementwise_bytes=None))
+    t_fsdp, _, old_fsdp = train_core(p, p.pool, lay)
+    t_base, _, old_base = train_core(plain, p.pool, lay)
+    # forward, backward (twice the forward's bytes), no recompute: 3 forwards' worth per micro-batch
+    m = p.workload.global_batch / (8 * 2)  # sequences per optimizer step / (dp x micro-batch)
+    steps = p.workload.optimizer_steps
+    extra = m * steps * 3 * unfused_elementwise_fwd(a, dev, lay, p.workload.seq_mean, (36, 20, 10))
+    assert t_fsdp.total - t_base.total == pytest.approx(extra / dev.train_efficiency, rel=1e-6)
+    assert old_fsdp > old_base
+    z1 = replace(lay, zero_stage=1)  # Megatron's fused path: untouched
+    assert train_core(p, p.pool, z1)[0].total == pytest.approx(train_core(plain, p.pool, z1)[0].total)
+
+
+def test_a_verl_plan_re_scored_by_estimate_gives_the_solvers_numbers():
+    """The new terms sit where solver and estimate both read them (the aux passes' memo keys know
+    the ZeRO stage they now depend on)."""
+    from rlsolve import estimate, solve
+    spec = {**SPEC, "target": {"framework": "verl"}}
+    plan = solve(spec)
+    assert estimate(spec, plan).time_s.step == pytest.approx(plan.time_s.step, rel=1e-6)
