@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import types
 from pathlib import Path
 
 import pytest
@@ -438,3 +439,51 @@ def test_docs_capability_tables_are_the_catalog():
     text = (ROOT / "docs/export.md").read_text()
     begin, end = "<!-- capability tables: begin -->\n", "\n<!-- capability tables: end -->"
     assert text[text.index(begin) + len(begin):text.index(end)] == markdown()
+
+
+@pytest.mark.parametrize("enable_sleep", [False, True])
+def test_openrlhf_trains_a_critic_group_while_the_actor_trains_as_the_catalog_says(monkeypatch, enable_sleep):
+    """capabilities.yaml `critic_group_concurrent` for OpenRLHF, checked on OpenRLHF's own PPO step
+    (`BasePPOTrainer.ppo_train` with recording stand-ins for its Ray groups): without --ds.enable_sleep
+    both fits start before either is joined; with it (colocated sleep mode) the critic's fit is joined
+    before the actor's starts."""
+    fv._shim_flash_attn()
+    import openrlhf.trainer.ppo_trainer as orl_trainer
+    events: list[tuple[str, str]] = []
+
+    class Group:
+        def __init__(self, name: str):
+            self.name = name
+
+        def async_run_method(self, method_name, **kwargs):
+            events.append(("start", f"{self.name}.{method_name}"))
+            return [self.name]
+
+    def get(refs):
+        events.append(("join", ",".join(map(str, refs))))
+        return [{} for _ in refs]
+
+    monkeypatch.setattr(orl_trainer, "ray", types.SimpleNamespace(get=get))
+    trainer = types.SimpleNamespace(
+        args=types.SimpleNamespace(critic=types.SimpleNamespace(freezing_steps=0),
+                                   ds=types.SimpleNamespace(enable_sleep=enable_sleep)),
+        critic_model_group=Group("critic"), actor_model_group=Group("actor"), kl_ctl=types.SimpleNamespace(value=0.0))
+    orl_trainer.BasePPOTrainer.ppo_train(trainer, global_steps=1)
+    fits = [i for i, e in enumerate(events) if e[0] == "start" and e[1].endswith(".fit")]
+    first_join = next(i for i, e in enumerate(events) if e[0] == "join" and i > fits[0])
+    concurrent = len(fits) == 2 and fits[1] < first_join
+    assert concurrent == (not enable_sleep)
+    assert capabilities("openrlhf").critic_group_concurrent.value is True  # the catalog's fact: groups of their own don't sleep
+
+
+def test_openrlhf_ppo_in_sync_mode_names_the_critic_group_it_would_need(tmp_path):
+    """OpenRLHF runs a PPO critic beside separate vLLM engines only on a --critic.* group of its own
+    (placements sync value: auxiliary), which the program does not plan yet: the refusal says so."""
+    spec = yaml.safe_load((ROOT / "examples/ppo-1.5b-8xh100.yaml").read_text())
+    spec["constraints"] = {"modes": ["sync"]}
+    path = tmp_path / "ppo-sync.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    r = CliRunner().invoke(main, ["solve", str(path), "--framework", "openrlhf"])
+    assert r.exit_code == 3 and "Traceback" not in r.output, r.output
+    assert "only on GPUs of its own" in r.output and "--critic.num_nodes" in r.output
+    assert CliRunner().invoke(main, ["solve", str(path)]).exit_code == 0  # any target: the critic on the trainers

@@ -112,6 +112,9 @@ class FrameworkCaps(_Strict):
     auxiliary_models: AuxModels
     heterogeneous_pools: Flag
     refit: Text
+    critic_group_concurrent: Flag = Field(description="A critic on GPUs of its own (placements value: "
+                                          "auxiliary) trains while the actor trains, so the training term is the "
+                                          "longer of the two; false: one after the other.")
     lora: Flag
     algorithms: Algorithms
     shapes: Shapes

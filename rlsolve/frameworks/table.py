@@ -26,7 +26,7 @@ def rows(caps: FrameworkCaps) -> list[tuple[str, str, str]]:
     for name, st in caps.training.value.items():
         out.append((f"training {name}", _cell(st), caps.training.source))
     for field in ("reward_quantization", "reference_offload", "train_offload_during_rollout", "auxiliary_models",
-                  "heterogeneous_pools", "refit", "lora", "algorithms", "shapes"):
+                  "heterogeneous_pools", "refit", "critic_group_concurrent", "lora", "algorithms", "shapes"):
         entry = getattr(caps, field)
         value = _cell(entry.value)
         if field == "auxiliary_models":

@@ -469,9 +469,13 @@ def mode_violations(problem: Problem, mode: str, *, user: bool = True) -> list[V
     caps = target_caps(problem)
     out = _target(mode_ok(caps, mode), "pipeline.mode")
     critic = "training" if problem.value is not None else "none"
-    if not out and caps is not None and critic not in caps.placements[mode].value.value:
+    where = caps.placements[mode].value.value if caps is not None and not out else None
+    if where is not None and critic not in where:
+        # a critic group of its own (OpenRLHF's --critic.* group) is a framework fact the program does not plan yet
+        own = " (it runs the critic only on GPUs of its own, which rlsolve does not plan yet)" \
+            if critic == "training" and "auxiliary" in where else ""
         out.append(Violation("target", "placement.value", f"{problem.spec.target.framework} does not train a critic "
-                             f"beside the policy in {mode} mode (source: {caps.placements[mode].source})"))
+                             f"beside the policy in {mode} mode{own} (source: {caps.placements[mode].source})"))
     return out
 
 
