@@ -50,7 +50,8 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.rules import (RECOMPUTE, asked, aux_models, aux_shares_actor_degrees, count_ok,
+from rlsolve.solver.rules import (RECOMPUTE, asked, aux_group_pools, aux_models, aux_shares_actor_degrees,
+                                  count_ok,
                                   count_user_violations, critic_like_policy, critic_pair_violations, critic_universe, critic_violations, engine_cap_violations,
                                   gen_universe, gen_violations, micro_batches, modes_allowed, role_counts,
                                   target_caps, target_hosting_modes, train_bases, train_layout_violations,
@@ -233,7 +234,8 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
     subsets = [frozenset(c) for k in range(1, len(names) + 1) for c in combinations(names, k)]
     shared = aux_shares_actor_degrees(problem)
     found: list[AuxCand] = []
-    for p, pool in enumerate(problem.pools):
+    for p in aux_group_pools(problem):
+        pool = problem.pools[p]
         # with the actor's degrees: one front per training tp the pools allow (the program pairs them)
         tps = sorted({tp for q in problem.pools for _, tp, *_ in train_shapes(problem, q)}) if shared else [None]
         for hosts, tp in product(subsets, tps):

@@ -21,7 +21,8 @@ from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_st
                                engine_release_time, gen_side, policy_memory, recv_time, rollout_steps_in_flight, send_time,
                                sync_time, train_aux, train_core)
 from rlsolve.resolve import Problem
-from rlsolve.solver.rules import (aux_models, aux_shares_actor_degrees, critic_pair_violations, critic_universe,
+from rlsolve.solver.rules import (aux_group_pools, aux_models, aux_shares_actor_degrees, critic_pair_violations,
+                                  critic_universe,
                                   critic_violations, engine_cap_violations, gen_universe, gen_violations,
                                   modes_allowed, role_counts, target_caps, target_placement_violations, train_shapes,
                                   train_universe, train_violations)
@@ -198,7 +199,8 @@ def _aux_sides(problem: Problem) -> list[Side | None]:
     names = aux_models(problem)
     # a target that runs the group with the actor's degrees: every tp a trainer may have (paired in `_pairs`)
     tps = [None] if not aux_shares_actor_degrees(problem) else range(1, max(p.n_gpus for p in problem.pools) + 1)
-    for p, pool in enumerate(problem.pools):
+    for p in aux_group_pools(problem):
+        pool = problem.pools[p]
         for k in range(1, len(names) + 1):
             for hosts in map(frozenset, combinations(names, k)):
                 for q in (("none", "int8", "int4") if "reward" in hosts else ("none",)):

@@ -57,6 +57,17 @@ def target_caps(problem: Problem) -> FrameworkCaps | None:
     return capabilities(t.framework, t.version)
 
 
+def aux_group_pools(problem: Problem) -> list[int]:
+    """The pools an auxiliary group (reference/reward on GPUs of their own) may be planned on:
+    any pool when there are several, or when a named target framework runs such groups beside
+    its trainers (OpenRLHF's --ref/--reward groups, verl's reward resource pool); none for
+    target `any` on one pool, where the engines, the trainers or the CPU host those models (the
+    one-pool groups multiply the engines' GPU counts: 65,536 GPUs solved in 60 s instead of 1 s)."""
+    if len(problem.pools) > 1 or target_caps(problem) is not None:
+        return list(range(len(problem.pools)))
+    return []
+
+
 def aux_shares_actor_degrees(problem: Problem) -> bool:
     """The target runs a reference/reward group of its own with the actor's tp and cp (OpenRLHF: one set
     of DeepSpeed flags for every model; capabilities.yaml shapes.auxiliary_own_layout), and the job has
