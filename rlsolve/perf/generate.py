@@ -18,7 +18,6 @@ import numpy as np
 
 from rlsolve.models import Architecture
 from rlsolve.perf.hw import GB, Device, constants
-from rlsolve.perf.nccl import affine_lower_bound, collective_time
 
 
 @dataclass(frozen=True)
@@ -93,24 +92,17 @@ class StepModel:
         self.pp_hops = (lay.pp - 1) * dev.p2p(1.0, lay.tp * lay.pp) if lay.pp > 1 else 0.0
         # Inside a server the engine's all-reduce (vLLM's custom one) is affine in the batch:
         # fixed hops + bytes per sequence. Across servers it runs on NCCL, whose cost is the
-        # fastest of its protocols (perf/nccl.py): exact per batch in the step time, and an
+        # fastest of its protocols (Device.all_reduce): exact per batch in the step time, and an
         # affine bound below it (ar_fixed, ar_per_seq) for decode_lower_bound.
-        self.ar_nodes = dev.nodes_spanned(lay.tp, lay.tp)
-        self.ar_bw = dev.ring_link(lay.tp, lay.tp)[0]
-        self.ar_nvlink = dev.pool.gpu.nvlink_gbps_per_dir > 0
-        if self.ar_nodes > 1:
-            fixed, per_byte = affine_lower_bound("all_reduce", lay.tp, self.ar_nodes, self.ar_bw, self.ar_nvlink)
-            self.ar_fixed, self.ar_per_seq = fixed, per_byte * arch.hidden * 2.0
-        else:
-            self.ar_fixed = dev.all_reduce(1e-9, lay.tp, lay.tp)
-            self.ar_per_seq = dev.all_reduce(arch.hidden * 2.0, lay.tp, lay.tp) - self.ar_fixed
+        self.ar_fixed, per_byte = dev.all_reduce_bound(lay.tp, lay.tp)
+        self.ar_per_seq = per_byte * arch.hidden * 2.0
+        self.ar_affine = dev.nodes_spanned(lay.tp, lay.tp) == 1
 
     def all_reduce(self, b: float) -> float:
         """One TP all-reduce of a decode step at batch b."""
-        if self.ar_nodes > 1:
-            return collective_time("all_reduce", b * self.arch.hidden * 2.0, self.lay.tp, self.ar_nodes,
-                                   self.ar_bw, self.ar_nvlink)
-        return self.ar_fixed + self.ar_per_seq * b
+        if self.ar_affine:
+            return self.ar_fixed + self.ar_per_seq * b
+        return self.dev.all_reduce(b * self.arch.hidden * 2.0, self.lay.tp, self.lay.tp)
 
     def experts_touched(self, batch: np.ndarray) -> np.ndarray:
         """Distinct experts one micro-batch visits per layer: E(1 - (1 - k/E)^(b/pp))."""
@@ -138,10 +130,10 @@ class StepModel:
         wbytes = self.dense_w + self.experts_touched(batch) * self.expert_w
         gemm = np.maximum(wbytes / self.hbm, batch * self.flops_tok / self.gemm_rate)
         attn = np.maximum(batch * context * self.kv_tok / self.hbm, batch * context * self.attn_flops_ctx / self.attn_rate)
-        if self.ar_nodes > 1:
-            ar = np.array([self.all_reduce(float(b)) for b in batch.ravel()]).reshape(batch.shape)
-        else:
+        if self.ar_affine:
             ar = self.ar_fixed + self.ar_per_seq * batch
+        else:
+            ar = np.array([self.all_reduce(float(b)) for b in batch.ravel()]).reshape(batch.shape)
         return gemm + attn + ar * self.tp_ar_per_token + self.pp_hops + self.overhead + self.host_per_seq * batch
 
 

@@ -12,7 +12,7 @@ from importlib import resources
 
 import yaml
 
-from rlsolve.perf.nccl import collective_time
+from rlsolve.perf.nccl import affine_lower_bound, collective_time
 from rlsolve.resolve import PoolHW
 
 GB = 1e9
@@ -181,6 +181,18 @@ class Device:
         if nodes > 1:
             return collective_time("all_reduce", nbytes, n, nodes, bw, self.pool.gpu.nvlink_gbps_per_dir > 0)
         return 2 * (n - 1) / n * nbytes / bw + self._steps(n) * lat
+
+    def all_reduce_bound(self, n: int, span: int) -> tuple[float, float]:
+        """(seconds, seconds per byte) with all_reduce(bytes) >= a + b * bytes: exact inside one
+        server (the ring formula is affine), NCCL's affine bound across servers (its protocols
+        make it piecewise); the decode lower bound sums it over steps."""
+        if n <= 1:
+            return 0.0, 0.0
+        bw, lat = self.ring_link(n, span)
+        nodes = self.nodes_spanned(n, span)
+        if nodes > 1:
+            return affine_lower_bound("all_reduce", n, nodes, bw, self.pool.gpu.nvlink_gbps_per_dir > 0)
+        return self._steps(n) * lat, 2 * (n - 1) / n / bw
 
     def all_gather(self, nbytes: float, n: int, span: int) -> float:
         """All-gather (or reduce-scatter) of a `nbytes` result: (n-1)/n * bytes."""

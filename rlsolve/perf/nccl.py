@@ -12,9 +12,6 @@ from importlib import resources
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-PROTOCOLS = ("LL", "LL128", "Simple")
-
-
 class _PerAlgo(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tree: tuple[float, float, float]
@@ -66,7 +63,7 @@ def _choices(coll: str, n_ranks: int, n_nodes: int, busbw_bytes_per_s: float, nv
     n_inter = 2 * (n_nodes - 1) if all_reduce else n_nodes - 1
     out = []
     for algo in (("tree", "ring") if all_reduce else ("ring",)):
-        for p, proto in enumerate(PROTOCOLS):
+        for p, proto in enumerate(t.protocols):
             base = getattr(t.base_latency_us, algo)[p]
             intra_lat = getattr(intra, algo)[p]
             # with one rank per node NCCL charges the tree's network hop
@@ -105,7 +102,5 @@ def affine_lower_bound(coll: str, n_ranks: int, n_nodes: int, busbw_bytes_per_s:
     """(seconds, seconds per byte) with collective_time >= a + b * bytes for every size: the
     smallest latency of any algorithm/protocol and the largest bandwidth (the correction
     factors only lower it). The search prunes with it."""
-    latency = collective_time(coll, 0.0, n_ranks, n_nodes, busbw_bytes_per_s, nvlink)
-    ring_ratio = n_ranks / (2 * (n_ranks - 1) if coll == "all_reduce" else n_ranks - 1)
-    best_bw = busbw_bytes_per_s * max(ring_ratio, 0.5 * 0.92)
-    return latency, 1.0 / best_bw
+    choices = _choices(coll, n_ranks, n_nodes, busbw_bytes_per_s, nvlink)
+    return min(lat for lat, _, _ in choices), 1.0 / max(bw for _, bw, _ in choices)

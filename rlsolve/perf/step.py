@@ -248,7 +248,7 @@ def _aux_layout(a: Architecture, lay: TrainLayout) -> TrainLayout:
 def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict | None = None
                 ) -> tuple[float, float, float]:
     """(forward + update s, states bytes per GPU, peak bytes per GPU) of the critic (PPO) trained
-    with its own degrees `critic` on the training GPUs."""
+    on the training GPUs with the degrees `critic` (its own, or the policy's)."""
     cache = {} if cache is None else cache
     key = ("critic", critic)
     if key not in cache:
@@ -320,23 +320,11 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     if problem.reward is not None and reward == "training":
         rew_t, wbytes = forward("reward", problem.reward, QUANT_BYTES[reward_quant])
         resident += wbytes
-    if problem.value is not None and critic is not None:  # its own degrees, on the same GPUs
-        val_t, states, _ = critic_pass(problem, pool, critic, cache)
-        resident += states
-    elif problem.value is not None:  # the critic trains with the policy's degrees on the same GPUs
-        key = ("value", dims, lay.zero_stage, lay.recompute)
-        if key not in cache:
-            a = problem.value
-            vl = TrainLayout(**{**_aux_layout(a, lay).__dict__, "zero_stage": lay.zero_stage,
-                                "recompute": lay.recompute})
-            eager = _fsdp_elementwise(wl, vl)
-            st = cached_stage_times(a, dev, vl, seq_mean, False, cache)
-            cache[key] = (forward_time(a, dev, vl, wl.samples, seq_mean, st=st, unfused_elementwise=eager)
-                          + train_time(a, dev, vl, wl.global_batch, seq_mean, optimizer_steps=wl.optimizer_steps,
-                                       st=st, memo=cache, fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes,
-                                       unfused_elementwise=eager).total,
-                          train_memory(a, vl, seq_max, memo=cache).states)
-        val_t, states = cache[key]
+    if problem.value is not None:
+        # the critic trains on the same GPUs with its own degrees, or with the policy's
+        vl = critic if critic is not None else TrainLayout(**{
+            **_aux_layout(problem.value, lay).__dict__, "zero_stage": lay.zero_stage, "recompute": lay.recompute})
+        val_t, states, _ = critic_pass(problem, pool, vl, cache)
         resident += states
     return ref_t, rew_t, val_t, resident
 

@@ -275,6 +275,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     variants = {kind: [(*v, allowed_in) for v in _aux_variants(problem)
                        if (allowed_in := _train_modes(problem, modes, kind, *v))] for kind in ("colocated", "disagg")}
     whole_pool = [v for v in variants["colocated"] if not _hosts_elsewhere(problem, v[0])]
+    if not aux_group_pools(problem):  # a colocated trainer's other models have no home but its GPUs
+        variants["colocated"] = whole_pool
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
     fronts: dict[tuple, list[tuple]] = {}
     min_recv = _min_recv_units(problem) if limit is not None else 0
