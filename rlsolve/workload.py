@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlsolve.frameworks.runtime import framework_costs
+from rlsolve.frameworks.runtime import FrameworkCosts, framework_costs
 
 
 @dataclass(frozen=True)
@@ -25,17 +25,9 @@ class Workload:
     precision: str            # bf16 | fp8
     headroom: float           # fraction of each GPU's memory kept free
     engine_share: float | None  # the engine's gpu_memory_utilization (None: what fits)
-    orchestration_s: float = 0.0  # the target framework's own work per step (frameworks/runtime.yaml)
+    framework: FrameworkCosts  # what the target framework adds to the physics (frameworks/runtime.yaml)
     packed_tokens: int | None = None  # training micro-batches packed to this many tokens (memory is sized
                                       # for it); None: micro-batches of max-length sequences
-    rollout_logprobs: bool = False  # the target framework asks the engine for each token's log-prob
-    reference_swap_copies: int = 1  # host<->GPU copies of the weights per offloaded-reference pass
-    logit_fp32_bytes_forward: float | None = None  # bytes per fp32 logit of a forward's log-probs (None: model's)
-    pipeline_pads_packed: bool = False  # pipeline-parallel training pads packed micro-batches to the longest
-    fsdp_grad_reduce_bytes: float | None = None  # bytes per parameter FSDP reduces gradients in (None: 16-bit)
-    # bytes per element of (RMSNorm, rotary, gated activation) in the modeling code the framework's
-    # FSDP path trains (None: the model's fused count)
-    fsdp_elementwise_bytes: tuple[float, float, float] | None = None
 
     @property
     def seq_mean(self) -> float:
@@ -69,16 +61,10 @@ class Workload:
 
 def workload_of(spec) -> Workload:
     rl, model, cons = spec.rl, spec.model, spec.constraints
-    costs = framework_costs(spec.target.framework)
     return Workload(prompts=rl.prompts_per_step, samples=rl.samples, prompt_len=rl.prompt_len,
                     response_mean=rl.response_len.mean_tokens, response_max=rl.response_len.max,
                     clip_ratio=rl.response_len.clip_ratio,
                     mini_batches=rl.mini_batches, ppo_epochs=rl.ppo_epochs, max_staleness=rl.max_staleness,
                     lora_rank=model.lora_rank, precision=model.precision, headroom=cons.min_headroom,
                     engine_share=cons.generation.get("gpu_memory_utilization"),
-                    orchestration_s=costs.orchestration_s, rollout_logprobs=costs.rollout_logprobs,
-                    reference_swap_copies=costs.reference_swap_copies,
-                    logit_fp32_bytes_forward=costs.logit_fp32_bytes_forward,
-                    pipeline_pads_packed=costs.pipeline_pads_packed,
-                    fsdp_grad_reduce_bytes=costs.fsdp_grad_reduce_bytes,
-                    fsdp_elementwise_bytes=costs.fsdp_elementwise_bytes)
+                    framework=framework_costs(spec.target.framework))

@@ -20,6 +20,11 @@ SPEC = {"cluster": {"gpu": "H100-SXM-80GB", "nodes": 1, "gpus_per_node": 8},
         "solver": {"top_k": 0}}
 
 
+
+def _with_costs(problem, **costs):
+    """The problem with some of its framework's costs (Workload.framework) changed."""
+    return replace(problem, workload=replace(problem.workload, framework=replace(problem.workload.framework, **costs)))
+
 def _problem(framework: str = "any"):
     return resolve(load_spec({**SPEC, "target": {"framework": framework}}))
 
@@ -34,7 +39,8 @@ def test_nemo_rl_costs_are_read_and_any_never_charges_them():
                       fw.fsdp_grad_reduce_bytes_per_param):
             assert entry is None or len(entry.source) > 40
     wl = _problem("nemo-rl").workload
-    assert (wl.reference_swap_copies, wl.logit_fp32_bytes_forward, wl.pipeline_pads_packed) == (3, 46.0, True)
+    assert (wl.framework.reference_swap_copies, wl.framework.logit_fp32_bytes_forward,
+            wl.framework.pipeline_pads_packed) == (3, 46.0, True)
 
 
 def test_logit_traffic_beyond_the_models_own_count_is_charged_per_fp32_logit():
@@ -71,7 +77,7 @@ def test_a_swapped_reference_pays_three_copies_of_its_weights():
     """NeMo-RL swaps the reference into the policy's model: policy out, reference in, policy back."""
     p = _problem("nemo-rl")
     lay = TrainLayout(tp=1, pp=1, dp=8, zero_stage=1, micro_batch=1)
-    one = replace(p, workload=replace(p.workload, reference_swap_copies=1))
+    one = _with_costs(p, reference_swap_copies=1)
     r3 = train_aux(p, p.pool, lay, reference="cpu_offload", reward="elsewhere", reward_quant="none")[0]
     r1 = train_aux(one, p.pool, lay, reference="cpu_offload", reward="elsewhere", reward_quant="none")[0]
     resident = train_aux(p, p.pool, lay, reference="training", reward="elsewhere", reward_quant="none")
@@ -83,15 +89,15 @@ def test_a_swapped_reference_pays_three_copies_of_its_weights():
 
 def test_pipeline_padding_and_logit_traffic_slow_the_policy_passes_only_where_they_apply():
     p = _problem("nemo-rl")
-    plain = replace(p, workload=replace(p.workload, logit_fp32_bytes_forward=None, packed_tokens=2304))
-    packed = replace(plain, workload=replace(plain.workload, pipeline_pads_packed=True))
+    plain = _with_costs(replace(p, workload=replace(p.workload, packed_tokens=2304)), logit_fp32_bytes_forward=None)
+    packed = _with_costs(plain, pipeline_pads_packed=True)
     pp2 = TrainLayout(tp=1, pp=2, dp=4, zero_stage=1, micro_batch=2)
-    t0, _, old0 = train_core(replace(packed, workload=replace(packed.workload, pipeline_pads_packed=False)), p.pool, pp2)
+    t0, _, old0 = train_core(_with_costs(packed, pipeline_pads_packed=False), p.pool, pp2)
     t1, _, old1 = train_core(packed, p.pool, pp2)
     assert t1.total > t0.total and old1 > old0
     pp1 = TrainLayout(tp=1, pp=1, dp=8, zero_stage=1, micro_batch=2)
     assert train_core(packed, p.pool, pp1)[0].total == pytest.approx(train_core(plain, p.pool, pp1)[0].total)
-    logits = replace(plain, workload=replace(plain.workload, logit_fp32_bytes_forward=46.0))
+    logits = _with_costs(plain, logit_fp32_bytes_forward=46.0)
     assert train_core(logits, p.pool, pp1)[2] > train_core(plain, p.pool, pp1)[2]
     assert math.isfinite(t1.total)
 
@@ -126,8 +132,8 @@ def test_unfused_modeling_code_charges_its_elementwise_bytes_on_fsdp_layouts_onl
     want = dev.stream_time(per_token_layer * 2 * 1000 * a.layers)
     assert unfused_elementwise_fwd(a, dev, lay, 1000, (36, 20, 10)) == pytest.approx(want)
     assert unfused_elementwise_fwd(a, dev, lay, 1000, None) == 0.0
-    assert p.workload.fsdp_elementwise_bytes == (36.0, 20.0, 10.0)
-    plain = replace(p, workload=replace(p.workload, fsdp_elementwise_bytes=None))
+    assert p.workload.framework.fsdp_elementwise_bytes == (36.0, 20.0, 10.0)
+    plain = _with_costs(p, fsdp_elementwise_bytes=None)
     t_fsdp, _, old_fsdp = train_core(p, p.pool, lay)
     t_base, _, old_base = train_core(plain, p.pool, lay)
     # forward, backward (twice the forward's bytes), no recompute: 3 forwards' worth per micro-batch

@@ -111,7 +111,8 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     n_req = k * wl.samples / lay.dp
     prompts = k * wl.prompts / lay.dp
     # the engine returns each sampled token's log-prob when the framework asks for it
-    step = StepModel(arch, dev, lay, wb, wb, host_per_seq=dev.decode_host_per_seq_s if wl.rollout_logprobs else 0.0)
+    host_per_seq = dev.decode_host_per_seq_s if wl.framework.rollout_logprobs else 0.0
+    step = StepModel(arch, dev, lay, wb, wb, host_per_seq=host_per_seq)
     chosen_cap = max_num_seqs
     prompt_tokens = prompts * wl.prompt_len
     ctx = wl.prompt_len / 2
@@ -202,12 +203,13 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     arch = problem.policy
     dev = device(pool, problem.workload.precision, problem.profile)
     lora = problem.workload.lora_rank
-    gb, steps, logits = wl.global_batch, wl.optimizer_steps, wl.logit_fp32_bytes_forward
+    gb, steps, logits = wl.global_batch, wl.optimizer_steps, wl.framework.logit_fp32_bytes_forward
     seq = _pass_seq_len(wl, lay)
     st = cached_stage_times(arch, dev, lay, seq, lora > 0, cache)
     eager = _fsdp_elementwise(wl, lay)
     t = train_time(arch, dev, lay, gb, seq, optimizer_steps=steps, lora_rank=lora, st=st, memo=cache,
-                   logit_bytes_fwd=logits, fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes, unfused_elementwise=eager)
+                   logit_bytes_fwd=logits, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
+                   unfused_elementwise=eager)
     if lora:  # the old log-prob pass is a plain forward
         st = cached_stage_times(arch, dev, lay, seq, False, cache)
     old = forward_time(arch, dev, lay, wl.samples, seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager)
@@ -218,7 +220,7 @@ def _pass_seq_len(wl, lay: TrainLayout) -> float:
     """Tokens per sequence the policy's training and log-prob micro-batches compute (padded
     packed micro-batches under pipeline parallelism, where the framework pads them)."""
     return micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.packed_tokens,
-                               pads_packed=wl.pipeline_pads_packed, global_batch=wl.global_batch,
+                               pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.global_batch,
                                prompt_len=wl.prompt_len, response_mean=wl.response_mean,
                                response_max=wl.response_max, clip=wl.clip_ratio)
 
@@ -226,7 +228,7 @@ def _pass_seq_len(wl, lay: TrainLayout) -> float:
 def _fsdp_elementwise(wl, lay: TrainLayout) -> tuple[float, float, float] | None:
     """The framework's unfused elementwise bytes where its trainer shards parameters (ZeRO-3: the
     FSDP path, which trains the Hugging Face modeling code), else None."""
-    return wl.fsdp_elementwise_bytes if lay.zero_stage >= 3 else None
+    return wl.framework.fsdp_elementwise_bytes if lay.zero_stage >= 3 else None
 
 
 def policy_memory(problem: Problem, lay: TrainLayout, cache: dict | None = None) -> TrainMem:
@@ -261,7 +263,7 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
         st = cached_stage_times(a, dev, critic, wl.seq_mean, False, cache)
         cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st, unfused_elementwise=eager)
                       + train_time(a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps,
-                                   st=st, memo=cache, fsdp_reduce_bytes=wl.fsdp_grad_reduce_bytes,
+                                   st=st, memo=cache, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
                                    unfused_elementwise=eager).total,
             mem.states, mem.total)
     return cache[key]
@@ -300,7 +302,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
         if key not in cache:
             al = _aux_layout(a, lay)
             # the reference computes the policy's log-probs on the policy's micro-batches
-            seq, logits = (_pass_seq_len(wl, lay), wl.logit_fp32_bytes_forward) if role == "reference" else (seq_mean, None)
+            seq, logits = ((_pass_seq_len(wl, lay), wl.framework.logit_fp32_bytes_forward) if role == "reference"
+                           else (seq_mean, None))
             st = cached_stage_times(a, dev, al, seq, False, cache)
             cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
                                        unfused_elementwise=eager),
@@ -313,8 +316,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
         if reference == "cpu_offload":
             # streamed in each step, not overlapped (conservative); a framework that swaps the
             # reference into the policy's own model also copies the policy's weights out and back
-            # (workload.reference_swap_copies)
-            ref_t += wl.reference_swap_copies * dev.pcie_time(wbytes)
+            # (workload.framework.reference_swap_copies)
+            ref_t += wl.framework.reference_swap_copies * dev.pcie_time(wbytes)
         else:
             resident += wbytes
     if problem.reward is not None and reward == "training":
@@ -342,7 +345,7 @@ def train_side(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: s
         _, c_states, c_peak = critic_pass(problem, pool, critic, cache)
         fits = fits and critic_fits(mem, resident, c_states, c_peak, cap)
     return TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
-                     orchestration=problem.workload.orchestration_s,
+                     orchestration=problem.workload.framework.orchestration_s,
                      value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                      fits=fits, states=mem.states + resident)
 

@@ -50,12 +50,11 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.rules import (RECOMPUTE, asked, aux_group_pools, aux_models, aux_shares_actor_degrees,
-                                  count_ok,
-                                  count_user_violations, critic_like_policy, critic_pair_violations, critic_universe, critic_violations, engine_cap_violations,
-                                  gen_universe, gen_violations, micro_batches, modes_allowed, role_counts,
-                                  target_caps, target_hosting_modes, train_bases, train_layout_violations,
-                                  train_shape_violations, train_shapes)
+from rlsolve.solver.rules import (RECOMPUTE, asked, aux_group_pools, aux_models, aux_shares_actor_degrees, count_ok,
+                                  count_user_violations, critic_like_policy, critic_pair_violations, critic_universe,
+                                  critic_violations, engine_cap_violations, gen_universe, gen_violations,
+                                  micro_batches, modes_allowed, role_counts, target_caps, target_hosting_modes,
+                                  train_bases, train_layout_violations, train_shape_violations, train_shapes)
 from rlsolve.solver.scale import INF_TIME, mem_units_up, time_units
 
 __all__ = ["AuxCand", "Candidates", "GenCand", "TrainCand", "enumerate_candidates", "modes_allowed"]
@@ -384,7 +383,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t,
                                          reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                                          fits=True, states=mem.states + resident,
-                                         orchestration=problem.workload.orchestration_s)
+                                         orchestration=problem.workload.framework.orchestration_s)
                         offloads = (False, True) if kind == "colocated" and _train_modes(
                             problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
                         for off in offloads:

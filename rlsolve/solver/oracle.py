@@ -22,10 +22,9 @@ from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_st
                                sync_time, train_aux, train_core)
 from rlsolve.resolve import Problem
 from rlsolve.solver.rules import (aux_group_pools, aux_models, aux_shares_actor_degrees, critic_pair_violations,
-                                  critic_universe,
-                                  critic_violations, engine_cap_violations, gen_universe, gen_violations,
-                                  modes_allowed, role_counts, target_caps, target_placement_violations, train_shapes,
-                                  train_universe, train_violations)
+                                  critic_universe, critic_violations, engine_cap_violations, gen_universe,
+                                  gen_violations, modes_allowed, role_counts, target_caps,
+                                  target_placement_violations, train_shapes, train_universe, train_violations)
 from rlsolve.solver.scale import mem_units_up, time_units
 
 
@@ -106,7 +105,7 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                         continue
                     hosts = frozenset([x for x, on in (("reference", ref in ("training", "cpu_offload")),
                                                        ("reward", on_train)) if on])
-                    core = t.total + old + ref_t + rew_t + val_t + problem.workload.orchestration_s
+                    core = t.total + old + ref_t + rew_t + val_t + problem.workload.framework.orchestration_s
                     states = mem.states + resident
                     degrees = (lay.tp, lay.cp) if shared else ()
                     if colocated:
