@@ -23,7 +23,7 @@ from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_d
     kv_bytes_per_token_per_gpu, gen_other_bytes
 from rlsolve.perf.hw import GB, device
 from rlsolve.perf.train import (BF16_MAIN_GRAD_BYTES, FP32_MAIN_GRAD_BYTES, OFFLOADS, TrainLayout, model_flops,
-                                train_memory, train_time)
+                                packed_sequences_per_bin, train_memory, train_time)
 from rlsolve.resolve import PoolHW, resolve
 from rlsolve.spec import load_spec
 
@@ -470,11 +470,14 @@ def rl_step_spec(row: dict, *, free: bool = False) -> dict:
     }
 
 
-def _recipe_layout(row: dict, seq_mean: float, global_batch: int) -> tuple[dict, list[str], str | None, int | None]:
+def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
     """The layout the row ran: what it states, else its framework's defaults (each one named in
     the returned list), the recompute it states (None: the least that fits is chosen) and the
-    token budget its micro-batches are packed to (None: not packed).
-    ValueError when neither gives a decision the step depends on."""
+    workload's micro-batching (`packed_tokens`: the token budget training micro-batches are
+    packed to, None: not packed; `logprob_micro_batch` and `logprob_packed_tokens`: the log-prob
+    passes' own, None: the training ones). ValueError when neither gives a decision the step
+    depends on."""
+    global_batch = wl.global_batch
     lay, hw = row.get("layout") or {}, row["hardware"]
     fw = _framework(row)
     fw_name = framework_name(row)
@@ -526,13 +529,31 @@ def _recipe_layout(row: dict, seq_mean: float, global_batch: int) -> tuple[dict,
     if packing is None and fw is not None:
         packing = default("sequence_packing", fw.sequence_packing)
     budget = None
+    per_rank = max(1, global_batch // t_dp)
+    lengths = (wl.prompt_len, wl.response_mean, wl.response_max, wl.clip_ratio)
+    lp_mb = int(tr["logprob_micro_batch"]) if "logprob_micro_batch" in tr else (
+        default("logprob_micro_batch", fw.logprob_micro_batch) if fw is not None and fw.logprob_micro_batch else None)
+    lp_budget = None
     if packing or tr.get("dynamic_batch_tokens"):
         # micro-batches filled to a token budget (packed, or dynamic batching: verl use_dynamic_bsz,
-        # NeMo-RL dynamic_batching), micro_batch x max length unless stated
+        # NeMo-RL dynamic_batching), micro_batch x max length unless stated. The framework runs one
+        # micro-batch per first-fit-decreasing bin, so the sequences per micro-batch are the
+        # global batch over its bins (not budget / mean length rounded down to a divisor)
         budget = int(tr.get("dynamic_batch_tokens") or mb * int(lay["max_seq_len"]))
-        mb = max(1, int(budget // seq_mean))
-    per_rank = max(1, global_batch // t_dp)
-    mb = max(d for d in range(1, min(mb, per_rank) + 1) if per_rank % d == 0)
+        packed_mb = packed_sequences_per_bin(global_batch, *lengths, budget)
+        # the plan's micro_batch must divide the rank's share (solver/rules.py); the nearest divisor
+        # is reported, the time runs the bins (workload.packed_micro_batch)
+        mb = min((d for d in range(1, per_rank + 1) if per_rank % d == 0), key=lambda d: abs(d - packed_mb))
+        if lp_mb is not None:
+            # NeMo-RL packs log-probs to logprob_mb_tokens = max_total_sequence_length x logprob_batch_size
+            # (examples/configs/grpo_math_1B.yaml at v0.3.1 and v0.5.0, sequence_packing and dynamic_batching)
+            lp_budget = lp_mb * int(lay["max_seq_len"])
+            lp_mb = packed_sequences_per_bin(wl.samples, *lengths, lp_budget)
+    else:
+        mb = max(d for d in range(1, min(mb, per_rank) + 1) if per_rank % d == 0)
+    micro = {"packed_tokens": budget, "packed_micro_batch": None if budget is None else packed_mb,
+             "logprob_micro_batch": None if lp_mb is None else float(lp_mb),
+             "logprob_packed_tokens": lp_budget}
     reference = default("reference placement", fw.reference) if fw else "training"
     offload = lay.get("offload")
     if offload is None:
@@ -560,7 +581,7 @@ def _recipe_layout(row: dict, seq_mean: float, global_batch: int) -> tuple[dict,
         "optimization": {"train_offload_during_rollout": bool(offload and mode == "colocated"),
                          "max_num_seqs": int(seqs)},
     }
-    return layout, assumed, tr.get("recompute"), budget
+    return layout, assumed, tr.get("recompute"), micro
 
 
 # `logprob` is the policy's and the reference's log-prob passes together, for frameworks that
@@ -591,13 +612,13 @@ def _score_recipe(row: dict, profile: dict | None):
     spec = load_spec(rl_step_spec(row))
     problem = resolve(spec, profile)
     try:
-        layout, assumed, recompute, budget = _recipe_layout(row, problem.workload.seq_mean,
-                                                            problem.workload.global_batch)
+        layout, assumed, recompute, micro = _recipe_layout(row, problem.workload)
     except ValueError as e:
         plan = solve(spec, profile=profile)
         return plan, f"solver's best under the row's choices ({e})", []
-    if budget is not None:  # packed micro-batches: memory holds the token budget, not mb x max length
-        problem = replace(problem, workload=replace(problem.workload, packed_tokens=budget))
+    # packed micro-batches: memory holds the token budget, not mb x max length; the log-prob
+    # passes run their own micro-batches
+    problem = replace(problem, workload=replace(problem.workload, **micro))
     est = lay = None
     for rc in [recompute] if recompute else ["none", "selective", "full"]:  # the least that fits
         layout["parallelism"]["training"]["recompute"] = rc

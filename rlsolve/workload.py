@@ -28,6 +28,13 @@ class Workload:
     framework: FrameworkCosts  # what the target framework adds to the physics (frameworks/runtime.yaml)
     packed_tokens: int | None = None  # training micro-batches packed to this many tokens (memory is sized
                                       # for it); None: micro-batches of max-length sequences
+    packed_micro_batch: float | None = None  # sequences per packed training micro-batch (the batch over its
+                                             # bins); None: the layout's micro_batch
+    # the log-prob passes' own micro-batches (NeMo-RL logprob_batch_size, packed to logprob_mb_tokens;
+    # verl log_prob_micro_batch_size_per_gpu): sequences per micro-batch and the token budget they are
+    # packed to; None: the training micro-batches
+    logprob_micro_batch: float | None = None
+    logprob_packed_tokens: int | None = None
 
     @property
     def seq_mean(self) -> float:

@@ -153,3 +153,34 @@ def test_a_verl_plan_re_scored_by_estimate_gives_the_solvers_numbers():
     spec = {**SPEC, "target": {"framework": "verl"}}
     plan = solve(spec)
     assert estimate(spec, plan).time_s.step == pytest.approx(plan.time_s.step, rel=1e-6)
+
+
+def test_packed_micro_batches_are_the_batchs_bins_not_a_divisor_of_it():
+    """NeMo-RL runs one micro-batch per first-fit-decreasing bin: 8 sequences of 100 tokens in bins
+    of 201 make 4 bins of 2 sequences; 9 sequences of 100 in bins of 300 make 3 bins of 3 (a
+    divisor-of-the-batch rule would have given 1 per micro-batch for 9 = 3 x 3 on 3 ranks too,
+    but 7 sequences in bins of 300 are 3 bins, 7/3 sequences each, which no divisor of 7 gives)."""
+    from rlsolve.perf.train import packed_sequences_per_bin
+    assert packed_sequences_per_bin(8, 0, 100, 100, None, 201) == pytest.approx(2.0)
+    assert packed_sequences_per_bin(9, 0, 100, 100, None, 300) == pytest.approx(3.0)
+    assert packed_sequences_per_bin(7, 0, 100, 100, None, 300) == pytest.approx(7 / 3)
+
+
+def test_the_log_prob_passes_run_their_own_micro_batches():
+    """Old log-probs and the reference run NeMo-RL's logprob_batch_size micro-batches, not the
+    training ones: with larger ones the pass runs fewer micro-batches (pipeline of 2: one bubble of
+    (pp - 1) micro-batches either way), the training pass is unchanged."""
+    p = _problem("nemo-rl")
+    assert runtime().frameworks["nemo-rl"].logprob_micro_batch.value == 4
+    lay = TrainLayout(tp=1, pp=2, dp=4, zero_stage=1, micro_batch=1)
+    base = train_core(p, p.pool, lay)
+    lp4 = replace(p, workload=replace(p.workload, logprob_micro_batch=4.0))
+    got = train_core(lp4, p.pool, lay)
+    assert got[0].total == pytest.approx(base[0].total)
+    dev = device(p.pool)
+    seq = p.workload.seq_mean
+    want = forward_time(p.policy, dev, replace(lay, micro_batch=4), p.workload.samples, seq,
+                        logit_bytes_fwd=p.workload.framework.logit_fp32_bytes_forward)
+    assert got[2] == pytest.approx(want) and got[2] != pytest.approx(base[2])
+    ref = train_aux(lp4, p.pool, lay, reference="training", reward="elsewhere", reward_quant="none")[0]
+    assert ref == pytest.approx(want, rel=0.02)  # the reference: the same forward on the same micro-batches

@@ -56,6 +56,9 @@ class FrameworkRuntime(_Strict):
     max_num_seqs: _OptInt
     orchestration_s_per_step: _Float
     rollout_logprobs: _Bool
+    # sequences per log-prob micro-batch (None: not read; a row must state it or the training
+    # micro-batch applies)
+    logprob_micro_batch: _Int | None = None
     # RL-specific costs of the training and log-prob passes, where read in the framework's source
     # (None: not read; the model's own physics applies)
     reference_swap_copies: _Int | None = None

@@ -3,7 +3,7 @@ combines them (SPEC sections 6-7). Both the solver and `estimate` call these fun
 a plan re-scored by `estimate` gives the numbers the solver reported."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlsolve.models import Architecture
@@ -204,25 +204,49 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     dev = device(pool, problem.workload.precision, problem.profile)
     lora = problem.workload.lora_rank
     gb, steps, logits = wl.global_batch, wl.optimizer_steps, wl.framework.logit_fp32_bytes_forward
+    planned, lay = lay, _train_pass_layout(wl, lay)
     seq = _pass_seq_len(wl, lay)
     st = cached_stage_times(arch, dev, lay, seq, lora > 0, cache)
     eager = _fsdp_elementwise(wl, lay)
     t = train_time(arch, dev, lay, gb, seq, optimizer_steps=steps, lora_rank=lora, st=st, memo=cache,
                    logit_bytes_fwd=logits, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
                    unfused_elementwise=eager)
-    if lora:  # the old log-prob pass is a plain forward
-        st = cached_stage_times(arch, dev, lay, seq, False, cache)
-    old = forward_time(arch, dev, lay, wl.samples, seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager)
-    return t, mem or policy_memory(problem, lay), old
+    lp, lp_seq = _logprob_pass(wl, lay)
+    if lora or lp is not lay:  # the old log-prob pass is a plain forward, on its own micro-batches
+        st = cached_stage_times(arch, dev, lp, lp_seq, False, cache)
+    old = forward_time(arch, dev, lp, wl.samples, lp_seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager)
+    return t, mem or policy_memory(problem, planned), old
+
+
+def _train_pass_layout(wl, lay: TrainLayout) -> TrainLayout:
+    """The layout the training micro-batches run: with packed micro-batches, one per
+    first-fit-decreasing bin, holding the workload's `packed_micro_batch` sequences on average
+    (the plan's micro_batch divides the global batch, as a plan's must; the bins need not)."""
+    return lay if wl.packed_micro_batch is None else replace(lay, micro_batch=wl.packed_micro_batch)
 
 
 def _pass_seq_len(wl, lay: TrainLayout) -> float:
-    """Tokens per sequence the policy's training and log-prob micro-batches compute (padded
-    packed micro-batches under pipeline parallelism, where the framework pads them)."""
+    """Tokens per sequence the policy's training micro-batches compute (padded packed
+    micro-batches under pipeline parallelism, where the framework pads them)."""
     return micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.packed_tokens,
                                pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.global_batch,
                                prompt_len=wl.prompt_len, response_mean=wl.response_mean,
                                response_max=wl.response_max, clip=wl.clip_ratio)
+
+
+def _logprob_pass(wl, lay: TrainLayout) -> tuple[TrainLayout, float]:
+    """(layout, tokens per sequence) of the log-prob passes (old log-probs, reference): the
+    framework's log-prob micro-batches where the workload gives them (NeMo-RL packs the whole
+    rollout batch into logprob_mb_tokens bins: lm_policy.py get_logprobs, shard_by_batch_size with
+    batch_size=None), else the training ones."""
+    if wl.logprob_micro_batch is None:
+        lay = _train_pass_layout(wl, lay)
+        return lay, _pass_seq_len(wl, lay)
+    seq = micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.logprob_packed_tokens,
+                              pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.samples,
+                              prompt_len=wl.prompt_len, response_mean=wl.response_mean,
+                              response_max=wl.response_max, clip=wl.clip_ratio)
+    return replace(lay, micro_batch=wl.logprob_micro_batch), seq
 
 
 def _fsdp_elementwise(wl, lay: TrainLayout) -> tuple[float, float, float] | None:
@@ -301,9 +325,12 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
         key = (role, dims, wbytes_per_param, eager)
         if key not in cache:
             al = _aux_layout(a, lay)
-            # the reference computes the policy's log-probs on the policy's micro-batches
-            seq, logits = ((_pass_seq_len(wl, lay), wl.framework.logit_fp32_bytes_forward) if role == "reference"
-                           else (seq_mean, None))
+            # the reference computes the policy's log-probs on the policy's log-prob micro-batches
+            if role == "reference":
+                lp, seq = _logprob_pass(wl, lay)
+                al, logits = replace(al, micro_batch=lp.micro_batch), wl.framework.logit_fp32_bytes_forward
+            else:
+                seq, logits = seq_mean, None
             st = cached_stage_times(a, dev, al, seq, False, cache)
             cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
                                        unfused_elementwise=eager),

@@ -423,14 +423,11 @@ def logit_extra_fwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: 
 
 
 @lru_cache(maxsize=256)
-def packed_pad_factor(sequences: int, prompt_len: float, response_mean: float, response_max: float,
-                      clip: float | None, budget: int, dp: int) -> float:
-    """Tokens the busiest rank computes over its share of the real tokens when a global batch of
-    `sequences` is packed into bins of `budget` tokens, the bins dealt round-robin to the `dp`
-    ranks, and every bin padded to the longest one: NeMo-RL packs each global batch
-    first-fit-decreasing (shard_by_batch_size: bin_packer.pack, then shard_idx = bin_idx % shards)
-    and, under pipeline parallelism, pads every packed micro-batch to the batch's longest
-    (frameworks/runtime.yaml pipeline_pads_packed_micro_batches). Lengths: prompt plus the
+def packed_bins(sequences: int, prompt_len: float, response_mean: float, response_max: float,
+                clip: float | None, budget: int) -> tuple[np.ndarray, float]:
+    """(tokens of each bin, real tokens) when a batch of `sequences` is packed first-fit-decreasing
+    into bins of `budget` tokens, as NeMo-RL packs every training and log-prob batch
+    (BatchedDataDict.shard_by_batch_size: bin_packer.pack). Lengths: prompt plus the
     response-length distribution of the rollout model (generate.length_quantiles)."""
     n = max(1, int(sequences))
     u = (np.arange(n) + 0.5) / n
@@ -442,8 +439,29 @@ def packed_pad_factor(sequences: int, prompt_len: float, response_mean: float, r
         i = int(room[0]) if room.size else used
         used = max(used, i + 1)
         bins[i] += x
-    busiest = math.ceil(used / dp) * bins[:used].max()
-    return float(busiest * dp / lengths.sum())
+    return bins[:used], float(lengths.sum())
+
+
+def packed_sequences_per_bin(sequences: int, prompt_len: float, response_mean: float, response_max: float,
+                             clip: float | None, budget: int) -> float:
+    """Mean sequences per packed micro-batch: the batch over its first-fit-decreasing bins. The
+    framework runs one micro-batch per bin, so this (not budget / mean length, nor a divisor of
+    the batch) sets how many micro-batches a step runs."""
+    bins, _ = packed_bins(int(sequences), prompt_len, response_mean, response_max, clip, int(budget))
+    return max(1, int(sequences)) / len(bins)
+
+
+def packed_pad_factor(sequences: int, prompt_len: float, response_mean: float, response_max: float,
+                      clip: float | None, budget: int, dp: int) -> float:
+    """Tokens the busiest rank computes over its share of the real tokens when a global batch of
+    `sequences` is packed into bins of `budget` tokens, the bins dealt round-robin to the `dp`
+    ranks, and every bin padded to the longest one: NeMo-RL packs each global batch
+    first-fit-decreasing (shard_by_batch_size: bin_packer.pack, then shard_idx = bin_idx % shards)
+    and, under pipeline parallelism, pads every packed micro-batch to the batch's longest
+    (frameworks/runtime.yaml pipeline_pads_packed_micro_batches)."""
+    bins, total = packed_bins(int(sequences), prompt_len, response_mean, response_max, clip, int(budget))
+    busiest = math.ceil(len(bins) / dp) * bins.max()
+    return float(busiest * dp / total)
 
 
 # The model's own elementwise bytes per element (fused kernels, bf16): an RMSNorm reads and writes
