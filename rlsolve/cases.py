@@ -504,8 +504,14 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
         t_gpus = int(t_gpus if t_gpus is not None else gpus - g_gpus)
     if "generation" not in lay:
         assumed.append("generation tp = pp = 1 (not given)")
-    if gen.get("enforce_eager"):
-        assumed.append("enforce_eager: the model times CUDA-graph decode steps (no eager term)")
+    eager = bool(gen.get("enforce_eager"))
+    version = _version(lay.get("engine_version"))
+    v0 = (str(lay.get("engine", "vllm")) == "vllm" and version is not None
+          and version < _version(runtime().engine_v1_default_from.value))
+    if eager:
+        assumed.append("enforce_eager: every decode kernel launched from the host" + (
+            f"; vLLM {lay['engine_version']} is a V0 engine: outputs processed between steps (no async output "
+            "processor under enforce_eager)" if v0 else ""))
     if "training" not in lay:
         assumed.append("training tp = pp = cp = ep = 1 (not given)")
     g_tp, g_pp, g_ep = (int(gen.get(k, 1)) for k in ("tp", "pp", "ep"))
@@ -553,7 +559,7 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
         mb = max(d for d in range(1, min(mb, per_rank) + 1) if per_rank % d == 0)
     micro = {"packed_tokens": budget, "packed_micro_batch": None if budget is None else packed_mb,
              "logprob_micro_batch": None if lp_mb is None else float(lp_mb),
-             "logprob_packed_tokens": lp_budget}
+             "logprob_packed_tokens": lp_budget, "engine_eager": eager, "engine_sync_output": eager and v0}
     reference = default("reference placement", fw.reference) if fw else "training"
     offload = lay.get("offload")
     if offload is None:
@@ -582,6 +588,16 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
                          "max_num_seqs": int(seqs)},
     }
     return layout, assumed, tr.get("recompute"), micro
+
+
+def _version(text) -> tuple[int, ...] | None:
+    """A release string such as 0.6.3 or 0.10.1.post1 as a comparable tuple (None: not given)."""
+    if text is None:
+        return None
+    parts = re.findall(r"\d+", str(text))[:3]
+    if not parts:
+        raise ValueError(f"layout.engine_version must look like 0.6.3, got {text!r}")
+    return tuple(int(p) for p in parts)
 
 
 # `logprob` is the policy's and the reference's log-prob passes together, for frameworks that

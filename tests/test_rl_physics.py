@@ -65,3 +65,42 @@ def test_the_targets_costs_enter_the_plan():
     assert loose.time_s.orchestration == pytest.approx(framework_costs("any").orchestration_s, abs=0.01)
     assert loose.time_s.step <= nemo.time_s.step - (nemo.time_s.orchestration - loose.time_s.orchestration) + 0.01
     assert loose.time_s.decode < nemo.time_s.decode  # no log-prob returns
+
+
+def test_an_eager_engine_pays_a_launch_for_every_kernel_the_graph_would_replay():
+    """enforce_eager: per decode step and layer, the 6 kernels beyond the 4 small ones already at
+    their launch floor (10 in vLLM's LlamaDecoderLayer), plus the 2 TP all-reduces when tp > 1, each
+    cost the GPU's kernel_launch_us, whatever the batch."""
+    p = resolve(load_spec(SPEC))
+    dev = device(p.pool)
+    for tp, per_layer in ((1, 6), (2, 8)):
+        graph = StepModel(p.policy, dev, GenLayout(tp=tp), 2.0, 2.0)
+        eager = StepModel(p.policy, dev, GenLayout(tp=tp), 2.0, 2.0, eager=True)
+        for b in (1, 256):
+            extra = eager.scalar_step_time(b, 500) - graph.scalar_step_time(b, 500)
+            assert extra == pytest.approx(per_layer * p.policy.layers * dev.launch_s)
+
+
+def test_a_v0_engine_run_eagerly_processes_its_outputs_between_steps():
+    """A case row with enforce_eager on vLLM before 0.8.0 (V0, async output processor off) pays
+    decode_v0_sync_output_us_per_seq per running sequence per step; the same engine from 0.8.0 (V1)
+    pays the launches only, and a CUDA-graph engine neither."""
+    from dataclasses import replace as _replace
+    from rlsolve.perf.step import gen_side
+    from rlsolve.perf.generate import GenLayout as GL
+    from rlsolve.cases import _recipe_layout
+    assert constants()["decode_v0_sync_output_us_per_seq"] == pytest.approx(3400 / 32, rel=0.01)
+    p = resolve(load_spec(SPEC))
+    row = {"id": "x", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 8},
+           "layout": {"framework": "verl", "engine": "vllm", "generation": {"tp": 1, "enforce_eager": True},
+                      "training": {"micro_batch": 1}, "max_seq_len": 2304}}
+    flags = {}
+    for version in ("0.6.3", "0.8.0"):
+        row["layout"]["engine_version"] = version
+        micro = _recipe_layout(row, p.workload)[3]
+        flags[version] = (micro["engine_eager"], micro["engine_sync_output"])
+    assert flags == {"0.6.3": (True, True), "0.8.0": (True, False)}
+    lay = GL(tp=1, dp=8)
+    times = [gen_side(_replace(p, workload=_replace(p.workload, engine_eager=e, engine_sync_output=s)), p.pool, lay).time
+             for e, s in ((False, False), (True, False), (True, True))]
+    assert times[0] < times[1] < times[2]

@@ -80,6 +80,7 @@ class Runtime(_Strict):
     frameworks: dict[Literal["verl", "openrlhf", "nemo-rl"], FrameworkRuntime]
     zero_stage_by_strategy: _ZeroByStrategy
     engine_max_num_seqs: _EngineCap
+    engine_v1_default_from: _Str
 
 
 @lru_cache(maxsize=1)

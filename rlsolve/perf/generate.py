@@ -58,11 +58,20 @@ def gen_other_bytes(arch: Architecture, lay: GenLayout) -> float:
     return (c["cuda_context_gb"] + nccl) * GB + act + logits
 
 
+def eager_launches_per_layer(tp: int) -> float:
+    """Kernel launches per layer and decode step that an engine without CUDA graphs (enforce_eager)
+    pays beyond the graph's: every kernel of the layer but the small ones already charged a launch
+    (constants.yaml decode_eager_kernels_per_layer - decode_small_kernels_per_layer), and the two
+    TP all-reduces when tp > 1."""
+    c = constants()
+    return c["decode_eager_kernels_per_layer"] - c["decode_small_kernels_per_layer"] + (2 if tp > 1 else 0)
+
+
 class StepModel:
     """Decode-step time of one replica as a function of batch and mean context."""
 
     def __init__(self, arch: Architecture, dev: Device, lay: GenLayout, weight_bytes: float, kv_bytes: float,
-                 host_per_seq: float = 0.0):
+                 host_per_seq: float = 0.0, eager: bool = False):
         self.arch, self.dev, self.lay = arch, dev, lay
         n = lay.tp * lay.pp
         # With pp stages the batch moves as pp micro-batches and each re-reads its stage's
@@ -84,6 +93,8 @@ class StepModel:
         self.overhead = dev.decode_step_overhead_s + dev.launch_s * (
             arch.layers * c["decode_small_kernels_per_layer"]
             + (arch.moe_layers * c["decode_moe_small_kernels_per_layer"] if arch.is_moe else 0))
+        if eager:  # no CUDA graph: the host launches every other kernel of every layer, and the all-reduces
+            self.overhead += dev.launch_s * eager_launches_per_layer(lay.tp) * arch.layers
         # host work per running sequence each step: returning the sampled token's log-prob
         # (Device.decode_host_per_seq_s) when the framework asks for it, else none modelled
         self.host_per_seq = host_per_seq
