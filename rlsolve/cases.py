@@ -23,7 +23,7 @@ from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_d
     kv_bytes_per_token_per_gpu, gen_other_bytes
 from rlsolve.perf.hw import GB, device
 from rlsolve.perf.train import (BF16_MAIN_GRAD_BYTES, FP32_MAIN_GRAD_BYTES, OFFLOADS, TrainLayout, model_flops,
-                                packed_sequences_per_bin, train_memory, train_time)
+                                dynamic_batches, packed_sequences_per_bin, train_memory, train_time)
 from rlsolve.resolve import PoolHW, resolve
 from rlsolve.spec import load_spec
 
@@ -539,14 +539,23 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
     lengths = (wl.prompt_len, wl.response_mean, wl.response_max, wl.clip_ratio)
     lp_mb = int(tr["logprob_micro_batch"]) if "logprob_micro_batch" in tr else (
         default("logprob_micro_batch", fw.logprob_micro_batch) if fw is not None and fw.logprob_micro_batch else None)
-    lp_budget = None
+    lp_budget = dyn_round = None
     if packing or tr.get("dynamic_batch_tokens"):
         # micro-batches filled to a token budget (packed, or dynamic batching: verl use_dynamic_bsz,
         # NeMo-RL dynamic_batching), micro_batch x max length unless stated. The framework runs one
         # micro-batch per first-fit-decreasing bin, so the sequences per micro-batch are the
         # global batch over its bins (not budget / mean length rounded down to a divisor)
         budget = int(tr.get("dynamic_batch_tokens") or mb * int(lay["max_seq_len"]))
-        packed_mb = packed_sequences_per_bin(global_batch, *lengths, budget)
+        if not packing and fw is not None and fw.dynamic_batching_round is not None:
+            # the framework's dynamic batching: sorted, padded micro-batches, not packed bins
+            dyn_round = fw.dynamic_batching_round.value
+            assumed.append(f"dynamic batching as {fw_name} cuts it (sorted, padded to {dyn_round})")
+
+        def per_mb(sequences: int, tokens: int) -> float:
+            if dyn_round:
+                return dynamic_batches(sequences, *lengths, tokens, t_dp, dyn_round)[0]
+            return packed_sequences_per_bin(sequences, *lengths, tokens)
+        packed_mb = per_mb(global_batch, budget)
         # the plan's micro_batch must divide the rank's share (solver/rules.py); the nearest divisor
         # is reported, the time runs the bins (workload.packed_micro_batch)
         mb = min((d for d in range(1, per_rank + 1) if per_rank % d == 0), key=lambda d: abs(d - packed_mb))
@@ -554,12 +563,12 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
             # NeMo-RL packs log-probs to logprob_mb_tokens = max_total_sequence_length x logprob_batch_size
             # (examples/configs/grpo_math_1B.yaml at v0.3.1 and v0.5.0, sequence_packing and dynamic_batching)
             lp_budget = lp_mb * int(lay["max_seq_len"])
-            lp_mb = packed_sequences_per_bin(wl.samples, *lengths, lp_budget)
+            lp_mb = per_mb(wl.samples, lp_budget)
     else:
         mb = max(d for d in range(1, min(mb, per_rank) + 1) if per_rank % d == 0)
     micro = {"packed_tokens": budget, "packed_micro_batch": None if budget is None else packed_mb,
              "logprob_micro_batch": None if lp_mb is None else float(lp_mb),
-             "logprob_packed_tokens": lp_budget, "engine_eager": eager, "engine_sync_output": eager and v0}
+             "logprob_packed_tokens": lp_budget, "dynamic_round": dyn_round, "engine_eager": eager, "engine_sync_output": eager and v0}
     reference = default("reference placement", fw.reference) if fw else "training"
     offload = lay.get("offload")
     if offload is None:

@@ -30,6 +30,8 @@ class Workload:
                                       # for it); None: micro-batches of max-length sequences
     packed_micro_batch: float | None = None  # sequences per packed training micro-batch (the batch over its
                                              # bins); None: the layout's micro_batch
+    dynamic_round: int | None = None  # micro-batches are NeMo-RL's dynamic batches (sorted, padded to their
+                                      # longest, rounded to this), not packed bins; None: packed or fixed
     engine_eager: bool = False        # the rollout engine runs without CUDA graphs (vLLM enforce_eager)
     engine_sync_output: bool = False  # ... and processes its outputs on the host between steps (vLLM V0)
     # the log-prob passes' own micro-batches (NeMo-RL logprob_batch_size, packed to logprob_mb_tokens;

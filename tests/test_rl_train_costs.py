@@ -184,3 +184,18 @@ def test_the_log_prob_passes_run_their_own_micro_batches():
     assert got[2] == pytest.approx(want) and got[2] != pytest.approx(base[2])
     ref = train_aux(lp4, p.pool, lay, reference="training", reward="elsewhere", reward_quant="none")[0]
     assert ref == pytest.approx(want, rel=0.02)  # the reference: the same forward on the same micro-batches
+
+
+def test_nemo_rl_dynamic_batches_are_sorted_padded_micro_batches():
+    """NeMo-RL's dynamic batching (not packing): 8 sequences of 100 tokens over 2 ranks, 4 each;
+    micro-batches of count x longest <= 250 tokens hold 2, so 2 micro-batches of 2 and no padding.
+    With the rollout's spread of lengths the sorted micro-batches pad each sequence to its
+    micro-batch's longest (rounded to 64): more tokens than the real ones, and every rank runs the
+    same number of micro-batches."""
+    from rlsolve.perf.train import dynamic_batches
+    assert dynamic_batches(8, 0, 100, 100, None, 250, 2, 64) == pytest.approx((2.0, 1.0))
+    per_mb, stretch = dynamic_batches(512, 256, 400, 3840, None, 4096, 8, 64)
+    assert stretch > 1.0 and 1.0 <= per_mb <= 4096 / 256
+    # a larger budget holds more sequences per micro-batch
+    assert dynamic_batches(512, 256, 400, 3840, None, 8192, 8, 64)[0] > per_mb
+    assert runtime().frameworks["nemo-rl"].dynamic_batching_round.value == 64

@@ -59,6 +59,8 @@ class FrameworkRuntime(_Strict):
     # sequences per log-prob micro-batch (None: not read; a row must state it or the training
     # micro-batch applies)
     logprob_micro_batch: _Int | None = None
+    # micro-batches of the framework's dynamic batching (not packing) rounded to this length (None: not read)
+    dynamic_batching_round: _Int | None = None
     # RL-specific costs of the training and log-prob passes, where read in the framework's source
     # (None: not read; the model's own physics applies)
     reference_swap_copies: _Int | None = None

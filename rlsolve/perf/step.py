@@ -233,7 +233,7 @@ def _pass_seq_len(wl, lay: TrainLayout) -> float:
     return micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.packed_tokens,
                                pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.global_batch,
                                prompt_len=wl.prompt_len, response_mean=wl.response_mean,
-                               response_max=wl.response_max, clip=wl.clip_ratio)
+                               response_max=wl.response_max, clip=wl.clip_ratio, dynamic_round=wl.dynamic_round)
 
 
 def _logprob_pass(wl, lay: TrainLayout) -> tuple[TrainLayout, float]:
@@ -247,7 +247,7 @@ def _logprob_pass(wl, lay: TrainLayout) -> tuple[TrainLayout, float]:
     seq = micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.logprob_packed_tokens,
                               pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.samples,
                               prompt_len=wl.prompt_len, response_mean=wl.response_mean,
-                              response_max=wl.response_max, clip=wl.clip_ratio)
+                              response_max=wl.response_max, clip=wl.clip_ratio, dynamic_round=wl.dynamic_round)
     return replace(lay, micro_batch=wl.logprob_micro_batch), seq
 
 

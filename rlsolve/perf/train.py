@@ -490,12 +490,43 @@ def unfused_elementwise_fwd(arch: Architecture, dev: Device, lay: TrainLayout, s
     return dev.stream_time(max(0.0, per_token) * tokens * math.ceil(arch.layers / lay.pp))
 
 
+@lru_cache(maxsize=256)
+def dynamic_batches(sequences: int, prompt_len: float, response_mean: float, response_max: float,
+                    clip: float | None, budget: int, dp: int, round_to: int) -> tuple[float, float]:
+    """(sequences per micro-batch, tokens computed over the real tokens) of NeMo-RL's dynamic
+    batching (nemo_rl/distributed/batched_data_dict.py shard_by_batch_size with
+    dynamic_batching_args, v0.3.1 lines 343-363 and 526-600): the batch is sorted by length and
+    strided over the `dp` ranks; the ranks' i-th sequences share one padded length, the longest
+    of them rounded up to `round_to`; consecutive sequences join a micro-batch while its count x
+    its longest padded length stays within `budget` tokens, and each micro-batch runs padded to
+    its longest. Lengths: prompt plus the rollout's length distribution (generate.length_quantiles)."""
+    n = max(1, int(sequences))
+    u = (np.arange(n) + 0.5) / n
+    lengths = np.sort(np.ceil(prompt_len + length_quantiles(response_mean, response_max, u, clip)))
+    per_rank = math.ceil(n / dp)
+    width = lengths[-1]
+    padded = [min(math.ceil(lengths[min(n - 1, j * dp + dp - 1)] / round_to) * round_to, width)
+              for j in range(per_rank)]  # the longest of the ranks' j-th sequences
+    groups, count, longest = [], 0, 0.0
+    for x in padded:
+        if count and (count + 1) * max(longest, x) > budget:
+            groups.append(count * longest)
+            count, longest = 0, 0.0
+        count, longest = count + 1, max(longest, x)
+    groups.append(count * longest)
+    return per_rank / len(groups), float(sum(groups) * dp / lengths.sum())
+
+
 def micro_batch_seq_len(seq_mean: float, pp: int, dp: int, *, packed_tokens: int | None, pads_packed: bool,
                         global_batch: int, prompt_len: float, response_mean: float, response_max: float,
-                        clip: float | None) -> float:
+                        clip: float | None, dynamic_round: int | None = None) -> float:
     """Tokens per sequence the training and log-prob micro-batches compute: the mean sequence,
     stretched by the padding of packed micro-batches where the framework pads them (pipeline
-    parallelism: every micro-batch must have one shape)."""
+    parallelism: every micro-batch must have one shape), or by the padding of NeMo-RL's dynamic
+    batches (`dynamic_round`: its sequence_length_round; `dynamic_batches`)."""
+    if dynamic_round and packed_tokens:
+        return seq_mean * dynamic_batches(global_batch, prompt_len, response_mean, response_max, clip,
+                                          int(packed_tokens), dp, int(dynamic_round))[1]
     if pads_packed and packed_tokens and pp > 1:
         return seq_mean * max(1.0, packed_pad_factor(global_batch, prompt_len, response_mean, response_max,
                                                       clip, int(packed_tokens), dp))
