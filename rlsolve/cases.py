@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
-from rlsolve.frameworks.runtime import FrameworkRuntime, runtime
+from rlsolve.frameworks.runtime import FrameworkRuntime, framework_costs, release, runtime
 from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_decode, weight_bytes_per_gpu, \
@@ -505,9 +505,8 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
     if "generation" not in lay:
         assumed.append("generation tp = pp = 1 (not given)")
     eager = bool(gen.get("enforce_eager"))
-    version = _version(lay.get("engine_version"))
-    v0 = (str(lay.get("engine", "vllm")) == "vllm" and version is not None
-          and version < _version(runtime().engine_v1_default_from.value))
+    v0 = (str(lay.get("engine", "vllm")) == "vllm" and lay.get("engine_version") is not None
+          and release(lay["engine_version"]) < release(runtime().engine_v1_default_from.value))
     if eager:
         assumed.append("enforce_eager: every decode kernel launched from the host" + (
             f"; vLLM {lay['engine_version']} is a V0 engine: outputs processed between steps (no async output "
@@ -569,6 +568,9 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
     micro = {"packed_tokens": budget, "packed_micro_batch": None if budget is None else packed_mb,
              "logprob_micro_batch": None if lp_mb is None else float(lp_mb),
              "logprob_packed_tokens": lp_budget, "dynamic_round": dyn_round, "engine_eager": eager, "engine_sync_output": eager and v0}
+    if fw_name is not None and lay.get("framework_version") is not None:
+        # the costs of the release the row ran, where a fact changed between releases
+        micro["framework"] = framework_costs(fw_name, str(lay["framework_version"]))
     reference = default("reference placement", fw.reference) if fw else "training"
     offload = lay.get("offload")
     if offload is None:
@@ -597,16 +599,6 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
                          "max_num_seqs": int(seqs)},
     }
     return layout, assumed, tr.get("recompute"), micro
-
-
-def _version(text) -> tuple[int, ...] | None:
-    """A release string such as 0.6.3 or 0.10.1.post1 as a comparable tuple (None: not given)."""
-    if text is None:
-        return None
-    parts = re.findall(r"\d+", str(text))[:3]
-    if not parts:
-        raise ValueError(f"layout.engine_version must look like 0.6.3, got {text!r}")
-    return tuple(int(p) for p in parts)
 
 
 # `logprob` is the policy's and the reference's log-prob passes together, for frameworks that

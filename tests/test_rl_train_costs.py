@@ -199,3 +199,15 @@ def test_nemo_rl_dynamic_batches_are_sorted_padded_micro_batches():
     # a larger budget holds more sequences per micro-batch
     assert dynamic_batches(512, 256, 400, 3840, None, 8192, 8, 64)[0] > per_mb
     assert runtime().frameworks["nemo-rl"].dynamic_batching_round.value == 64
+
+
+def test_a_fact_that_holds_until_a_release_applies_to_rows_of_earlier_releases_only():
+    """NeMo-RL's DTensor (v1) worker trained transformers' modeling code op by op until v0.4.0
+    made the Automodel worker the default: a v0.3.0 row is charged its unfused elementwise bytes,
+    a v0.4.0 row and a plan (no release named) are not; verl's fact holds for every release."""
+    assert framework_costs("nemo-rl", "0.3.0").fsdp_elementwise_bytes == (36.0, 20.0, 10.0)
+    assert framework_costs("nemo-rl", "0.3.1").fsdp_elementwise_bytes == (36.0, 20.0, 10.0)
+    assert framework_costs("nemo-rl", "0.4.0").fsdp_elementwise_bytes is None
+    assert framework_costs("nemo-rl").fsdp_elementwise_bytes is None
+    assert framework_costs("verl").fsdp_elementwise_bytes == framework_costs("verl", "0.3.0").fsdp_elementwise_bytes
+    assert framework_costs("any", "0.3.0").fsdp_elementwise_bytes is None  # OpenRLHF's was not read

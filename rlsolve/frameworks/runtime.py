@@ -2,6 +2,7 @@
 defaults `rlsolve cases` uses to rebuild a published run's layout). Pydantic, extra="forbid"."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -44,6 +45,8 @@ class _Float(_Sourced):
 
 class _ElementwiseBytes(_Sourced):
     value: dict[Literal["rms_norm", "rotary", "gated_activation"], float]
+    # the fact holds for the framework's releases before this one (None: every release read)
+    until_version: str | None = Field(None, pattern=r"^\d+\.\d+(\.\d+)?$")
 
 
 class FrameworkRuntime(_Strict):
@@ -111,14 +114,32 @@ class FrameworkCosts:
     fsdp_elementwise_bytes: tuple[float, float, float] | None = None
 
 
-def framework_costs(framework: str) -> FrameworkCosts:
-    """The target's costs; `any` (no framework chosen) takes the cheapest framework's, so a plan
-    for any framework is never charged for one it may not run on."""
+def release(text: str) -> tuple[int, ...]:
+    """A release string (0.3.0, v0.10.1.post1) as a comparable tuple of its first three numbers."""
+    parts = re.findall(r"\d+", str(text))[:3]
+    if not parts:
+        raise ValueError(f"a release looks like 0.3.0, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def _holds(entry, version: str | None):
+    """The entry where it holds for `version`: a fact with `until_version` only for an earlier
+    stated release (a plan names no release, so it gets the current one's facts)."""
+    until = getattr(entry, "until_version", None)
+    if entry is None or until is None:
+        return entry
+    return entry if version is not None and release(version) < release(until) else None
+
+
+def framework_costs(framework: str, version: str | None = None) -> FrameworkCosts:
+    """The target's costs (of its release `version` where facts change between releases); `any`
+    (no framework chosen) takes the cheapest framework's, so a plan for any framework is never
+    charged for one it may not run on."""
     fws = runtime().frameworks
     chosen = list(fws.values()) if framework not in fws else [fws[framework]]
     logit = [f.logit_fp32_bytes_forward for f in chosen]
     reduce = [f.fsdp_grad_reduce_bytes_per_param for f in chosen]
-    eager = [f.fsdp_model_elementwise_bytes for f in chosen]
+    eager = [_holds(f.fsdp_model_elementwise_bytes, version) for f in chosen]
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
                           rollout_logprobs=all(f.rollout_logprobs.value for f in chosen),
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
