@@ -23,7 +23,8 @@ from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_d
     kv_bytes_per_token_per_gpu, gen_other_bytes
 from rlsolve.perf.hw import GB, device
 from rlsolve.perf.train import (BF16_MAIN_GRAD_BYTES, FP32_MAIN_GRAD_BYTES, OFFLOADS, TrainLayout, model_flops,
-                                dynamic_batches, packed_sequences_per_bin, train_memory, train_time)
+                                RECOMPUTED_MODULES, dynamic_batches, packed_sequences_per_bin, train_memory,
+                                train_time)
 from rlsolve.resolve import PoolHW, resolve
 from rlsolve.spec import load_spec
 
@@ -186,12 +187,15 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                        micro_batch=int(lay_in.get("micro_batch") or 1), recompute=recompute,
                        sequence_parallel=_sequence_parallel(row, tp), attention=_attention(row), offload=offload,
                        main_grad_bytes=MAIN_GRAD_DTYPES[grad_dtype],
-                       recompute_layers=int(lay_in.get("recompute_layers") or 0) if recompute == "full" else 0)
+                       recompute_layers=int(lay_in.get("recompute_layers") or 0) if recompute == "full" else 0,
+                       recompute_modules=tuple(m for m in _recompute_modules(lay_in) if m in RECOMPUTED_MODULES))
 
 
 # Megatron-Core's selective-recompute modules (TransformerConfig.recompute_modules). The model's
-# "selective" stores no attention scores (flash attention keeps none either way), so of these it
-# counts core_attn only; a row naming others is scored without their memory saving or re-run time.
+# "selective" stores no attention scores (flash attention keeps none either way); of the others it
+# counts the output-discarding ones (perf/train.py RECOMPUTED_MODULES: layernorm, moe_act, mla_up_proj:
+# the memory they free and their re-run); a row naming mlp, moe or shared_experts is scored without
+# theirs, and its note says so.
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 
 
@@ -250,7 +254,7 @@ def _fit_recompute(row: dict, arch: Architecture, lay: TrainLayout, seq: float, 
         mem["recompute_modules"] = modules
     if offload_layers:
         mem["activation_offload_layers"] = offload_layers
-    unmodelled = [m for m in modules if m != "core_attn"]
+    unmodelled = [m for m in modules if m != "core_attn" and m not in RECOMPUTED_MODULES]
     aside = (f"; selective recompute of {', '.join(unmodelled)} is not in the model (neither the memory it "
              "saves nor its re-run)") if unmodelled else ""
     if need <= capacity:

@@ -395,3 +395,34 @@ def test_nccl_affine_bound_stays_below_the_model_and_time_grows_with_size(n, nod
     t = collective_time(coll, nbytes, n, nodes, bw)
     assert a + b * nbytes <= t * (1 + 1e-9)
     assert collective_time(coll, 2 * nbytes + 64, n, nodes, bw) >= t
+
+
+def test_output_discarding_recompute_modules_free_their_outputs_and_rerun_them():
+    """Megatron-Core's layernorm / moe_act / mla_up_proj modules (output-discarding checkpoints):
+    layernorm frees the two norms' 16-bit outputs (2 x 2h bytes per token and layer), nothing for
+    a dense model under FP8 (the Linear keeps its own FP8 copy) and a MoE's 16-bit router input;
+    moe_act frees the experts' activation outputs (k x w x 2 bytes on MoE layers), none under FP8;
+    mla_up_proj frees MLA's up-projected q and per-head k/v less the query latent. The backward
+    re-runs them, so a micro-batch takes longer."""
+    from rlsolve.perf.train import recompute_module_bytes_saved
+    dense, moe, mla = find_model("llama-3.1-8b"), find_model("qwen3-30b-a3b"), find_model("deepseek-v3")
+    h = dense.hidden
+    assert recompute_module_bytes_saved(dense, ("layernorm",), False) == (4.0 * h, 4.0 * h)
+    assert recompute_module_bytes_saved(dense, ("layernorm",), True) == (0.0, 0.0)
+    assert recompute_module_bytes_saved(moe, ("layernorm",), True) == (2.0 * moe.hidden, 2.0 * moe.hidden)
+    k, w = moe.experts_per_token, moe.d_moe_ffn
+    assert recompute_module_bytes_saved(moe, ("moe_act",), False)[0] == pytest.approx(2.0 * k * w)
+    assert recompute_module_bytes_saved(moe, ("moe_act",), True)[0] == 0.0
+    freed = 2.0 * (mla.q_width + mla.heads * (mla.qk_nope_head_dim + mla.v_head_dim) - mla.q_lora_rank)
+    assert recompute_module_bytes_saved(mla, ("mla_up_proj",), False)[0] == pytest.approx(freed)
+    # memory: tp 1, pp 1: the stage's layers x tokens x the freed bytes
+    lay = TrainLayout(tp=1, pp=1, dp=8, recompute="selective", micro_batch=1)
+    plain = train_memory(dense, lay, 4096).activations
+    with_ln = train_memory(dense, TrainLayout(**{**lay.__dict__, "recompute_modules": ("layernorm",)}), 4096)
+    assert plain - with_ln.activations == pytest.approx(4096 * dense.layers * 4.0 * h)
+    dev = Device(h100_pool())
+    st0 = stage_times(dense, dev, lay, 4096)
+    st1 = stage_times(dense, dev, TrainLayout(**{**lay.__dict__, "recompute_modules": ("layernorm",)}), 4096)
+    assert st1["bwd_compute"] > st0["bwd_compute"] and st1["fwd"] == pytest.approx(st0["fwd"])
+    assert st1["bwd_compute"] - st0["bwd_compute"] == pytest.approx(
+        dense.layers * dev.stream_time(4096 * 2 * 4.0 * h))

@@ -191,7 +191,8 @@ def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float
     pp_link = dev.link(2 * lay.tp * lay.cp * lay.dp) if lay.pp > 1 else None
     grad_shard = (lay.dp, lay.expert_dp) if lay.zero_stage >= 2 else None
     key = ("stage", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp,
-           lay.micro_batch, lay.recompute, lay.sequence_parallel, lay.attention, lay.etp, grad_shard, pp_link,
+           lay.micro_batch, lay.recompute, lay.recompute_modules, lay.sequence_parallel, lay.attention, lay.etp,
+           grad_shard, pp_link,
            seq_len, lora)
     if key not in cache:
         cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora, memo=cache)

@@ -62,6 +62,9 @@ class TrainLayout:
     # main-gradient buffer dtype, bytes per parameter: the memory it takes and the traffic of
     # accumulating every micro-batch into it (default: the parameters' bf16)
     main_grad_bytes: float = BF16_MAIN_GRAD_BYTES
+    # with recompute "selective": Megatron-Core's output-discarding recompute modules beyond the
+    # attention core (RECOMPUTED_MODULES); () = core_attn only, Megatron-Core's default
+    recompute_modules: tuple[str, ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -187,7 +190,7 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         act = _activations(arch, lay, seq_len, fp8=fp8)
     else:  # the activations depend on neither dp, ep nor ZeRO: layouts differing in those share them
         key = ("activations", id(arch), lay.tp, lay.sp, lay.cp, lay.pp, lay.vp, lay.micro_batch, lay.recompute,
-               lay.recompute_layers, lay.attention, seq_len, fp8)
+               lay.recompute_layers, lay.recompute_modules, lay.attention, seq_len, fp8)
         act = memo.get(key)
         if act is None:
             act = memo[key] = _activations(arch, lay, seq_len, fp8=fp8)
@@ -256,6 +259,55 @@ def fp8_saved_input_bytes_saved(arch: Architecture) -> float:
     return (BF16 - 1.0) * gemm_inputs - 1.0 * arch.v_width
 
 
+# Megatron-Core's selective-recompute modules beyond core_attn that the model counts: output-discarding
+# checkpoints (megatron/core/transformer/transformer_config.py recompute_modules, Megatron-LM commit
+# 60e039626 lines 572-574: "moe_act", "layernorm" and "mla_up_proj" use output-discarding checkpointing,
+# tensor_parallel/random.py CheckpointWithoutOutput): the module's output is freed once its consumer has
+# saved what it needs and recomputed from the module's input in the backward.
+RECOMPUTED_MODULES = ("layernorm", "moe_act", "mla_up_proj")
+
+
+def recompute_module_bytes_saved(arch: Architecture, modules: tuple[str, ...], fp8: bool) -> tuple[float, float]:
+    """(bytes per token and layer that the output-discarding modules free from the stored
+    activations, of which the part held whole on every TP rank without sequence parallelism).
+    layernorm: the two norms' outputs (the QKV and MLP inputs), 16-bit; under FP8 Transformer
+    Engine's Linear keeps its own FP8 copy, so only a MoE's router input (16-bit) is freed.
+    moe_act: the routed experts' activation outputs (the second GEMM's inputs), 16-bit; none under
+    FP8 (the FP8 copy stays). mla_up_proj: MLA's up-projected q and per-head k/v, less the query
+    latent kept to recompute them."""
+    h = arch.hidden
+    whole = per_rank = 0.0
+    if "layernorm" in modules:
+        whole = BF16 * (h if arch.is_moe else 0.0) if fp8 else BF16 * 2 * h
+    if "moe_act" in modules and arch.is_moe and not fp8:
+        per_rank += BF16 * arch.experts_per_token * arch.d_moe_ffn * arch.moe_layers / arch.layers
+    if "mla_up_proj" in modules and arch.is_mla:
+        per_rank += BF16 * (arch.q_width + arch.heads * (arch.qk_nope_head_dim + arch.v_head_dim)
+                            - arch.q_lora_rank)
+    return whole + per_rank, whole
+
+
+def recompute_module_rerun_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float) -> float:
+    """Seconds the backward of one micro-batch spends, per layer of the stage, re-running the
+    output-discarding modules: the two norms and the experts' gated activation at their fused
+    elementwise bytes, the MLA up-projection GEMMs."""
+    mods = lay.recompute_modules if lay.recompute == "selective" else ()
+    if not mods:
+        return 0.0
+    shard = lay.tp if lay.sp else 1
+    t = 0.0
+    if "layernorm" in mods:
+        t += dev.stream_time(tokens * 2 * FUSED_ELEMENTWISE_BYTES["rms_norm"] * arch.hidden / shard)
+    if "moe_act" in mods and arch.is_moe:
+        width = arch.experts_per_token * arch.d_moe_ffn * arch.moe_layers / arch.layers
+        t += dev.stream_time(tokens * FUSED_ELEMENTWISE_BYTES["gated_activation"] * width / lay.tp)
+    if "mla_up_proj" in mods and arch.is_mla:
+        q_in = arch.q_lora_rank or arch.hidden
+        t += dev.gemm_time(2 * tokens * (q_in * arch.q_width + arch.kv_lora_rank * arch.heads
+                                         * (arch.qk_nope_head_dim + arch.v_head_dim)) / lay.tp)
+    return t
+
+
 _STORED: dict[tuple[int, bool], tuple[Architecture, float]] = {}
 
 
@@ -280,12 +332,14 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
     fp32 logits of the last stage."""
     tokens = lay.micro_batch * seq_len / lay.cp
     per_tok_layer = _stored_bytes_per_token_layer(arch, fp8 and not forward_only)
+    freed, freed_whole = (recompute_module_bytes_saved(arch, lay.recompute_modules, fp8)
+                          if lay.recompute == "selective" and not forward_only else (0.0, 0.0))
     if lay.tp > 1 and not lay.sp:
         # norms/residual inputs (4h of the per-layer count) stay whole on every TP rank
         repl = 2.0 * 4 * arch.hidden
-        per_tok_layer = repl + (per_tok_layer - repl) / lay.tp
+        per_tok_layer = repl - freed_whole + (per_tok_layer - repl - (freed - freed_whole)) / lay.tp
     else:
-        per_tok_layer /= lay.tp
+        per_tok_layer = (per_tok_layer - freed) / lay.tp
     if lay.attention == "unfused" and lay.recompute == "none":
         # the score matrix, softmax output and dropout mask per token (selective recompute drops them)
         per_tok_layer += UNFUSED_SCORE_BYTES_STORED * arch.heads * seq_len / lay.tp
@@ -578,7 +632,7 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         for k in ("compute", "tp", "ep", "cp"):
             bwd[k] += share * (fwd[k] - (head + head_elem if k == "compute" else 0.0))
     elif lay.recompute == "selective":
-        bwd["compute"] += attn
+        bwd["compute"] += attn + layers_stage * recompute_module_rerun_fwd(arch, dev, lay, tokens)
     # pipeline: send activations forward, gradients back, per (virtual) stage boundary
     pp_bytes = tokens * arch.hidden * BF16 / (lay.tp if lay.sp else 1)
     pp_span = 2 * lay.tp * lay.cp * lay.dp
