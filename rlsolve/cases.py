@@ -584,6 +584,13 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
     seqs = gen.get("max_num_seqs")
     if seqs is None and fw is not None and fw.max_num_seqs.value is not None:
         seqs = default("max_num_seqs", fw.max_num_seqs)
+    async_engine = gen.get("async_engine")
+    if async_engine is None and mode == "async" and fw is not None and fw.async_engine_when_async is not None:
+        async_engine = default("vLLM async_engine in async mode", fw.async_engine_when_async)
+    if seqs is None and async_engine:
+        # vLLM's AsyncLLM built from engine args without max_num_seqs: the ENGINE_CONTEXT default
+        seqs = runtime().engine_context_max_num_seqs.value
+        assumed.append(f"max_num_seqs = {seqs} (vLLM's AsyncLLM built without it: the engine-context default)")
     if seqs is None:
         gpu = find_gpu(hw["gpu"])
         caps = runtime().engine_max_num_seqs.value

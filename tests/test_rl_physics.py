@@ -104,3 +104,56 @@ def test_a_v0_engine_run_eagerly_processes_its_outputs_between_steps():
     times = [gen_side(_replace(p, workload=_replace(p.workload, engine_eager=e, engine_sync_output=s)), p.pool, lay).time
              for e, s in ((False, False), (True, False), (True, True))]
     assert times[0] < times[1] < times[2]
+
+
+def _async_row(**gen):
+    return {"id": "a", "kind": "rl_step", "hardware": {"gpu": "GB200-NVL72", "gpus": 16, "gpus_per_node": 4},
+            "model": {"name": "qwen3-30b-a3b"},
+            "layout": {"algorithm": "grpo", "mode": "async", "staleness": 1, "framework": "nemo-rl",
+                       "framework_version": "0.6.0", "engine": "vllm", "train_strategy": "megatron",
+                       "generation": {"tp": 1, "gpus": 8, **gen},
+                       "training": {"ep": 8, "gpus": 8, "micro_batch": 1, "sequence_packing": True},
+                       "samples_per_step": 2048, "train_global_batch": 512, "avg_seq_len": 3000,
+                       "max_seq_len": 4096, "gpu_memory_utilization": 0.8},
+            "measured": {"step_s": 100.0}}
+
+
+def test_an_async_engine_built_without_max_num_seqs_runs_vllms_engine_context_cap():
+    """NeMo-RL's async GRPO drives vLLM's AsyncLLM (vllm_cfg.async_engine), built by
+    from_engine_args without max_num_seqs: vLLM's usage context is then ENGINE_CONTEXT, absent from
+    its batch-default tables, so the scheduler default of 128 sequences applies, not the LLM class's
+    1024. A row (or the framework's async mode) with the async engine is read with that cap; a stated
+    max_num_seqs wins; the cap makes a rollout of more sequences per engine longer."""
+    from rlsolve.cases import _recipe_layout, predict_rl_step, rl_step_spec
+    from rlsolve.frameworks.runtime import runtime
+    cap = runtime().engine_context_max_num_seqs.value
+    assert cap == 128
+
+    def seqs(row):
+        p = resolve(load_spec(rl_step_spec(row)))
+        return _recipe_layout(row, p.workload)[0]["optimization"]["max_num_seqs"]
+
+    assert seqs(_async_row()) == cap  # NeMo-RL's async mode: async_engine (framework fact)
+    assert seqs(_async_row(async_engine=True)) == cap
+    assert seqs(_async_row(async_engine=False)) == runtime().engine_max_num_seqs.value["large"]  # 186 GB GPU
+    assert seqs(_async_row(async_engine=True, max_num_seqs=32)) == 32
+    capped, free = (predict_rl_step(_async_row(async_engine=a), headroom=False) for a in (True, False))
+    # 2048 samples on 8 engines: 256 per engine, twice the cap
+    assert capped.extra["phases_s"]["generation"] > 1.2 * free.extra["phases_s"]["generation"]
+
+
+def test_vllms_engine_context_default_is_the_one_runtime_yaml_states():
+    """Read in the installed vLLM (tests/frameworks.txt): AsyncLLM.from_engine_args defaults to the
+    ENGINE_CONTEXT usage context, which get_batch_defaults does not list, so max_num_seqs falls back
+    to SchedulerConfig.DEFAULT_MAX_NUM_SEQS."""
+    pytest.importorskip("vllm")
+    import inspect
+    from vllm.config.scheduler import SchedulerConfig
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.async_llm import AsyncLLM
+    from rlsolve.frameworks.runtime import runtime
+    assert inspect.signature(AsyncLLM.from_engine_args).parameters["usage_context"].default is \
+        UsageContext.ENGINE_CONTEXT
+    assert UsageContext.ENGINE_CONTEXT not in EngineArgs.get_batch_defaults(1)[1]
+    assert SchedulerConfig.DEFAULT_MAX_NUM_SEQS == runtime().engine_context_max_num_seqs.value

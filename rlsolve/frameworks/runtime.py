@@ -59,6 +59,9 @@ class FrameworkRuntime(_Strict):
     max_num_seqs: _OptInt
     orchestration_s_per_step: _Float
     rollout_logprobs: _Bool
+    # the framework's asynchronous (off-policy) mode drives vLLM's AsyncLLM, built without max_num_seqs
+    # (None: not read; the engine's LLM-class default applies)
+    async_engine_when_async: _Bool | None = None
     # sequences per log-prob micro-batch (None: not read; a row must state it or the training
     # micro-batch applies)
     logprob_micro_batch: _Int | None = None
@@ -85,6 +88,7 @@ class Runtime(_Strict):
     frameworks: dict[Literal["verl", "openrlhf", "nemo-rl"], FrameworkRuntime]
     zero_stage_by_strategy: _ZeroByStrategy
     engine_max_num_seqs: _EngineCap
+    engine_context_max_num_seqs: _Int
     engine_v1_default_from: _Str
 
 
