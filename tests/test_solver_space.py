@@ -641,6 +641,30 @@ def test_interleaving_that_only_adds_pipeline_time_is_dominated():
     assert checked > 200 and said > 20, (checked, said)
 
 
+def test_interleaving_shortens_the_update_by_at_most_the_bubble():
+    """Bound (`candidates._interleaved_beaten`): with vp interleaved chunks a layout's update plus old
+    log-prob pass is no shorter than the plain layout's (vp = 1, same recompute) less its bubble, so
+    an interleaved layout is skipped where that bound already loses to the fastest trainer found."""
+    from rlsolve.solver.rules import micro_batches, train_bases, vp_choices
+    rng = random.Random(29)
+    checked = 0
+    for problem in _random_problems(16, 30):
+        for pool in problem.pools:
+            shapes = [s for s in train_shapes(problem, pool) if s[2] > 1 and len(vp_choices(problem, s[2])) > 1]
+            for n, tp, pp, cp, dp in rng.sample(shapes, min(8, len(shapes))):
+                for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+                    if vp == 1:
+                        continue
+                    for mb, rec in product(micro_batches(problem, dp)[:2], RECOMPUTE):
+                        plain = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=1, zero_stage=zero, micro_batch=mb,
+                                            recompute=rec, sequence_parallel=tp > 1)
+                        t1, _, old1 = train_core(problem, pool, plain)
+                        t, _, old = train_core(problem, pool, replace(plain, vp=vp))
+                        assert t.total + old >= (t1.total - t1.bubble + old1) * (1 - 1e-12), (plain, vp)
+                        checked += 1
+    assert checked > 500, checked
+
+
 def test_the_layout_rules_memo_keeps_every_verdict():
     """`_layout_allowed` answers what `train_layout_violations` does, with the user's
     micro-batch and recompute constraints too (its memo ignores the micro-batch otherwise)."""

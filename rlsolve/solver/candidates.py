@@ -23,7 +23,10 @@ each has a property test in tests/test_solver_space.py):
   on the trainers the same layers per stage (`_fewer_stages_dominate`; throughput only);
 - interleaved virtual stages whose sends cost more than their bubble saves, against the same
   degrees without interleaving where the same recompute fits (`_interleaving_dominated`;
-  only while the fronts apply and without a target framework).
+  only while the fronts apply and without a target framework);
+- interleaved virtual stages, without a critic, whose update plus old log-prob pass bounded from
+  below by the plain layout's less its bubble leaves them only the disaggregated kind and loses
+  there to the fastest trainer of each group already found (`_interleaved_beaten`).
 
 For the throughput objective without a price cap or linear constraints (`bounded`), bounds
 against plans already found also prune. A first plan per mode comes from a few training
@@ -366,6 +369,10 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     if lighter and not critics_vary and not _fits_now(problem, pool, lay, mem, cap, cache, aux_of,
                                                                       failed, dead):
                         continue  # none of the variants left fits beside this recompute either
+                    if vp > 1 and (ep, zero, mb, rec) in plain and _interleaved_beaten(
+                            problem, pool, lay, plain[ep, zero, mb, rec], [k for k in kinds if k not in dead],
+                            variants_of("disagg"), best_disagg, apart, n, pp, bounds, limit, cache, aux_of):
+                        break  # every candidate of it, and of a heavier recompute, would be skipped below
                     t, _, old = train_core(problem, pool, lay, mem, cache=cache)
                     out.evaluated += 1
                     # every side of this layout takes at least its update and old log-prob pass (the
@@ -494,6 +501,37 @@ def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts
             problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
             reward_quant=quant, cache=cache, critic=critic))
     return hit[1]
+
+
+def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, plain: tuple, kinds: list[str],
+                        variants: list, best_disagg: dict, apart: tuple, n: int, pp: int, bounds: dict,
+                        limit: dict | None, cache: dict, aux_of: dict) -> bool:
+    """Whether an interleaved layout (vp > 1) need not be scored: without a critic, when the plain
+    one (vp = 1, same recompute, scored: `plain`) bounds its update plus old log-prob pass from
+    below by the plain one's less its bubble (interleaving leaves the stages' times and the old
+    log-prob pass as they are and only shrinks the bubble, to 1/vp: a property test), and that
+    bound leaves it only the disaggregated kind (`limit`), where each variant's bound plus its
+    other models' passes is no faster than the fastest trainer of its group already found
+    (`best_disagg`: the test of `_train_candidates` that would skip each of them, at this
+    recompute and every heavier one)."""
+    lay1, t1, old1 = plain[:3]
+    if problem.value is not None or lay1.recompute_layers > 0:
+        return False
+    lb = (t1.total - t1.bubble + old1) * (1 - 1e-12)  # (the float sums may differ in their last bits)
+    live = kinds if limit is None else _within_limit(kinds, lb, n, pp, bounds, limit)
+    if "colocated" in live:
+        return False
+    if not live:
+        return True
+    dims = _aux_dims(problem, lay)
+    for hosts, ref, quant, _ in variants:
+        best = best_disagg.get((n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart), math.inf)
+        if lb >= best:
+            continue
+        ref_t, rew_t, val_t, _ = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
+        if lb + ref_t + rew_t + val_t < best:
+            return False
+    return True
 
 
 def _keys_of(failed: dict) -> set[tuple]:
