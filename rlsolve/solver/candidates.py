@@ -25,8 +25,9 @@ each has a property test in tests/test_solver_space.py):
   degrees without interleaving where the same recompute fits (`_interleaving_dominated`;
   only while the fronts apply and without a target framework);
 - interleaved virtual stages, without a critic, whose update plus old log-prob pass bounded from
-  below by the plain layout's less its bubble leaves them only the disaggregated kind and loses
-  there to the fastest trainer of each group already found (`_interleaved_beaten`).
+  below by the plain layout's less its bubble loses every variant of every kind it may serve to
+  a candidate already found: the fastest disaggregated trainer of its group, or a member of its
+  colocated front (`_interleaved_beaten`).
 
 For the throughput objective without a price cap or linear constraints (`bounded`), bounds
 against plans already found also prune. A first plan per mode comes from a few training
@@ -370,8 +371,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                                                       failed, dead):
                         continue  # none of the variants left fits beside this recompute either
                     if vp > 1 and (ep, zero, mb, rec) in plain and _interleaved_beaten(
-                            problem, pool, lay, plain[ep, zero, mb, rec], [k for k in kinds if k not in dead],
-                            variants_of("disagg"), best_disagg, apart, n, pp, bounds, limit, cache, aux_of):
+                            problem, pool, lay, mem, cap, plain[ep, zero, mb, rec], [k for k in kinds if k not in dead],
+                            variants_of, best_disagg, fronts if front else None, modes, apart, n, pp, bounds, limit,
+                            cache, aux_of, dev):
                         break  # every candidate of it, and of a heavier recompute, would be skipped below
                     t, _, old = train_core(problem, pool, lay, mem, cache=cache)
                     out.evaluated += 1
@@ -503,34 +505,52 @@ def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts
     return hit[1]
 
 
-def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, plain: tuple, kinds: list[str],
-                        variants: list, best_disagg: dict, apart: tuple, n: int, pp: int, bounds: dict,
-                        limit: dict | None, cache: dict, aux_of: dict) -> bool:
-    """Whether an interleaved layout (vp > 1) need not be scored: without a critic, when the plain
-    one (vp = 1, same recompute, scored: `plain`) bounds its update plus old log-prob pass from
-    below by the plain one's less its bubble (interleaving leaves the stages' times and the old
-    log-prob pass as they are and only shrinks the bubble, to 1/vp: a property test), and that
-    bound leaves it only the disaggregated kind (`limit`), where each variant's bound plus its
-    other models' passes is no faster than the fastest trainer of its group already found
-    (`best_disagg`: the test of `_train_candidates` that would skip each of them, at this
-    recompute and every heavier one)."""
+def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: float, plain: tuple,
+                        kinds: list[str], variants_of, best_disagg: dict, fronts: dict | None, modes: list[str],
+                        apart: tuple, n: int, pp: int, bounds: dict, limit: dict | None, cache: dict, aux_of: dict,
+                        dev: Any) -> bool:
+    """Whether an interleaved layout (vp > 1) need not be scored: without a critic, the plain one
+    (vp = 1, same recompute, scored: `plain`) bounds its update plus old log-prob pass from below
+    by the plain one's less its bubble (interleaving leaves the stages' times and the old log-prob
+    pass as they are and only shrinks the bubble, to 1/vp: a property test). With that bound, each
+    kind it may still serve within `limit` loses every variant to a candidate already found: a
+    disaggregated one to the fastest trainer of its group (`best_disagg`), a colocated one to a
+    member of its front (`fronts`, only while they apply) that is no slower, holds no more and is
+    no less simple, or holds the policy's states and its other models beyond the memory. These are
+    the tests of `_train_candidates` that would skip each candidate, at this recompute and every
+    heavier one (more recompute is slower still, holds the same states and is less simple)."""
     lay1, t1, old1 = plain[:3]
     if problem.value is not None or lay1.recompute_layers > 0:
         return False
     lb = (t1.total - t1.bubble + old1) * (1 - 1e-12)  # (the float sums may differ in their last bits)
     live = kinds if limit is None else _within_limit(kinds, lb, n, pp, bounds, limit)
-    if "colocated" in live:
+    if "colocated" in live and fronts is None:
         return False
-    if not live:
-        return True
     dims = _aux_dims(problem, lay)
-    for hosts, ref, quant, _ in variants:
-        best = best_disagg.get((n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart), math.inf)
-        if lb >= best:
-            continue
-        ref_t, rew_t, val_t, _ = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
-        if lb + ref_t + rew_t + val_t < best:
-            return False
+    for kind in live:
+        for hosts, ref, quant, _ in variants_of(kind):
+            if kind == "disagg":
+                best = best_disagg.get((n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart), math.inf)
+                if lb >= best:
+                    continue
+                ref_t, rew_t, val_t, _ = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
+                if lb + ref_t + rew_t + val_t < best:
+                    return False
+                continue
+            ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
+            states = mem.states + resident
+            if states > cap:
+                continue  # no recompute fits it
+            if mem.total + resident > cap:
+                return False  # a heavier recompute may fit it
+            side_lb = lb + ref_t + rew_t + val_t + problem.workload.framework.orchestration_s
+            group = fronts.get((n, hosts, ref, quant), [])
+            offloads = (False, True) if _train_modes(problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
+            for off in offloads:
+                rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)),
+                        0 if off else mem_units_up(states), _simplicity_of(lay, off))
+                if not any(k[1] <= rank[1] and k <= rank for k in group):
+                    return False
     return True
 
 
