@@ -286,6 +286,24 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
     fronts: dict[tuple, list[tuple]] = {}
 
+    def beaten(kind: str, hosts: frozenset, ref: str, quant: str, lay: TrainLayout, core_lb: float, aux: tuple,
+               states: float) -> bool:
+        # whether the tests below would skip this variant's candidates on n GPUs, each with an update plus
+        # old log-prob pass of at least `core_lb` (the other models' passes `aux`, `states` held)
+        side_lb = core_lb + aux[0] + aux[1] + aux[2]
+        if kind == "disagg":
+            return side_lb >= best_disagg.get((n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart), math.inf)
+        if not front:
+            return False
+        group = fronts.get((n, hosts, ref, quant), [])
+        side_lb += problem.workload.framework.orchestration_s
+        for off in ((False, True) if _train_modes(problem, modes, kind, hosts, ref, quant, offload=True) else (False,)):
+            rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)), 0 if off else mem_units_up(states),
+                    _simplicity_of(lay, off))
+            if not any(k[1] <= rank[1] and k <= rank for k in group):
+                return False
+        return True
+
     def variants_of(kind: str) -> list[tuple]:
         # one pool, all of it colocated: no GPU left for an auxiliary group
         return whole_pool if kind == "colocated" and single and n >= pool.n_gpus else variants[kind]
@@ -366,10 +384,11 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                 break
                             failed = _left_by_both(failed, hit[3]) if lighter else hit[3]
                             dead, lighter = dead | hit[4], True
+                            core_lb = (hit[1].total - hit[1].bubble + hit[2]) * (1 - 1e-12)  # its bound
                             continue
                     if lighter and not critics_vary and not _fits_now(problem, pool, lay, mem, cap, cache, aux_of,
-                                                                      failed, dead):
-                        continue  # none of the variants left fits beside this recompute either
+                                                                      failed, dead, beaten, core_lb):
+                        continue  # none of the variants left fits beside this recompute, or each would lose
                     if vp > 1 and (ep, zero, mb, rec) in plain and _interleaved_beaten(
                             problem, pool, lay, mem, cap, plain[ep, zero, mb, rec], [k for k in kinds if k not in dead],
                             variants_of, best_disagg, fronts if front else None, modes, apart, n, pp, bounds, limit,
@@ -455,6 +474,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                                        switch=switch, send=send, pool=p, modes=allowed_in,
                                                        critic=critic))
                     lighter = True
+                    core_lb = (t.total + old) * (1 - 1e-12)  # more recompute is never faster (in the last bits)
                     # a heavier recompute can only matter for a variant that did not fit here, or (with a
                     # target) for a critic that the target pairs only with the heavier recompute
                     more = bool(failed) or (critics_vary and bool(set(kinds) - dead))
@@ -578,11 +598,13 @@ def _still_to_try(kind: str, tries, ckeys: list[tuple], done: set | None, left: 
 
 
 def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: float, cache: dict, aux_of: dict,
-              failed: dict, dead: set) -> bool:
+              failed: dict, dead: set, beaten=None, core_lb: float = 0.0) -> bool:
     """Whether a variant whose other models did not fit beside a lighter recompute (`failed`) fits
-    beside this one: the memory tests of `_train_candidates`, which need no scoring. Its critic is the
-    same layout of its own, or the policy's degrees at this recompute (only without a target, where
-    the critics paired with a trainer do not read its recompute)."""
+    beside this one (the memory tests of `_train_candidates`, which need no scoring) and, with
+    `beaten`, would not lose to a candidate already found with the lighter one's update and old
+    log-prob pass (`core_lb`: more recompute is never faster). Its critic is the same layout of its
+    own, or the policy's degrees at this recompute (only without a target, where the critics paired
+    with a trainer do not read its recompute)."""
     dims = _aux_dims(problem, lay)
     like = None
     for (kind, hosts, ref, quant, keys), critic in failed.items():
@@ -593,9 +615,11 @@ def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: f
             like = like or critic_like_policy(problem, lay)
             tries.append(like)
         for c in tries:
-            resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant, c, cache, aux_of)[3]
+            aux = _aux_of(problem, pool, lay, dims, hosts, ref, quant, c, cache, aux_of)
+            resident = aux[3]
             if mem.total + resident <= cap and (c is None or critic_fits(
-                    mem, resident, *critic_pass(problem, pool, c, cache)[1:], cap)):
+                    mem, resident, *critic_pass(problem, pool, c, cache)[1:], cap)) and (
+                    beaten is None or not beaten(kind, hosts, ref, quant, lay, core_lb, aux, mem.states + resident)):
                 return True
     return False
 
