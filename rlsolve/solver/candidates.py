@@ -16,12 +16,18 @@ each has a property test in tests/test_solver_space.py):
   other roles leaves free in its pool (the cost objective scores every count);
 - auxiliary groups: the front of (GPUs, time);
 - a micro-batch larger than one that does not fit does not fit either;
-- more recompute than the least that fits (same states held, never faster);
+- a heavier recompute of a layout, for each variant (kind, placement, critic) that a lighter
+  one already fits (same states held, never faster): a heavier one is scored only where a
+  variant whose other models did not fit beside the lighter one fits beside it;
 - disaggregated training with uneven stages, when a smaller pipeline degree gives every model
   on the trainers the same layers per stage (`_fewer_stages_dominate`; throughput only);
 - interleaved virtual stages whose sends cost more than their bubble saves, against the same
   degrees without interleaving where the same recompute fits (`_interleaving_dominated`;
-  only while the fronts apply and without a target framework).
+  only while the fronts apply and without a target framework);
+- interleaved virtual stages, without a critic, whose update plus old log-prob pass bounded from
+  below by the plain layout's less its bubble loses every variant of every kind it may serve to
+  a candidate already found: the fastest disaggregated trainer of its group, or a member of its
+  colocated front (`_interleaved_beaten`).
 
 For the throughput objective without a price cap or linear constraints (`bounded`), bounds
 against plans already found also prune. A first plan per mode comes from a few training
@@ -270,6 +276,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     found: list[TrainCand] = []
     best_disagg: dict[tuple, float] = {}
     critics: dict[int, list] = {}
+    positions: dict[int, dict] = {}  # critic layouts of their own on n GPUs: id -> place in critics[n]
     aux_of: dict[tuple, tuple] = {}  # train_aux by what it depends on (see the loop)
     variants = {kind: [(*v, allowed_in) for v in _aux_variants(problem)
                        if (allowed_in := _train_modes(problem, modes, kind, *v))] for kind in ("colocated", "disagg")}
@@ -278,8 +285,36 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         variants["colocated"] = whole_pool
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
     fronts: dict[tuple, list[tuple]] = {}
+
+    def beaten(kind: str, hosts: frozenset, ref: str, quant: str, lay: TrainLayout, core_lb: float, aux: tuple,
+               states: float) -> bool:
+        # whether the tests below would skip this variant's candidates on n GPUs, each with an update plus
+        # old log-prob pass of at least `core_lb` (the other models' passes `aux`, `states` held)
+        side_lb = core_lb + aux[0] + aux[1] + aux[2]
+        if kind == "disagg":
+            return side_lb >= best_disagg.get((n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart), math.inf)
+        if not front:
+            return False
+        group = fronts.get((n, hosts, ref, quant), [])
+        side_lb += problem.workload.framework.orchestration_s
+        for off in ((False, True) if _train_modes(problem, modes, kind, hosts, ref, quant, offload=True) else (False,)):
+            rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)), 0 if off else mem_units_up(states),
+                    _simplicity_of(lay, off))
+            if not any(k[1] <= rank[1] and k <= rank for k in group):
+                return False
+        return True
+
+    def variants_of(kind: str) -> list[tuple]:
+        # one pool, all of it colocated: no GPU left for an auxiliary group
+        return whole_pool if kind == "colocated" and single and n >= pool.n_gpus else variants[kind]
+
     min_recv = _min_recv_units(problem) if limit is not None else 0
     coloc_floor = _ColocatedEngineFloor(problem, pool)
+    # with a target, which critics pair with a trainer reads the policy's recompute (the engines that run
+    # both, `critic_pair_violations`; the rules of a critic on the policy's degrees): a heavier recompute
+    # may pair with a critic a lighter one did not
+    caps = target_caps(problem)
+    critics_vary = problem.value is not None and caps is not None
     for n, tp, pp, cp, dp in (train_shapes(problem, pool) if shapes is None else shapes):
         deadline.check("enumerating training layouts")
         kinds = []
@@ -301,7 +336,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             continue
         if train_shape_violations(problem, pool, n, tp, pp, cp, dp):
             continue
-        plain: dict[tuple, tuple] = {}  # (ep, ZeRO, micro-batch) -> the scored layout without interleaving
+        # (ep, ZeRO, micro-batch, recompute) -> the scored layout without interleaving, the variant keys and
+        # kinds done by then, and whether a heavier recompute was still to be tried
+        plain: dict[tuple, tuple] = {}
         rules: dict[tuple, bool] = {}  # `_layout_allowed` of these degrees
         for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
             if probe and vp > 1:
@@ -316,91 +353,275 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             # micro-batches hold max-length sequences (memory grows with them; not when packed)
             over: set[str] | None = set() if problem.workload.packed_tokens is None else None
             for mb in mbs:
-                if front and vp > 1 and (ep, zero, mb) in plain and _interleaving_dominated(
-                        problem, *plain[ep, zero, mb], vp, cap, cache):
-                    continue  # its candidates are dropped by the fronts, see `_interleaving_dominated`
-                scored = _score_least_recompute(problem, pool, n, TrainLayout(
+                levels = _recompute_levels(problem, TrainLayout(
                     tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
                     sequence_parallel=tp > 1), cap, cache, over, rules)
-                if scored is None:
+                if levels is None:
                     break  # no recompute fits: a larger micro-batch needs more memory still
-                if scored is False:
+                if levels is False:
                     continue
-                lay, mem, t, old = scored
-                if vp == 1:
-                    plain[ep, zero, mb] = (lay, t, old)
-                out.evaluated += 1
-                # every side of this layout takes at least its update and old log-prob pass (the
-                # other terms only add), so a kind it cannot serve within `limit` is skipped now:
-                # `_train_beyond` would drop each of its candidates after enumeration
-                live = kinds if limit is None else _within_limit(kinds, t.total + old, n, pp, bounds, limit)
-                if not live:
-                    continue
-                pairs = _critics_for(problem, pool, n, lay, critics, cache)
-                paired, passes = [c for c, _ in pairs], [c_pass for _, c_pass in pairs]
-                # the other models' passes depend on the trainer only through these degrees (and, for a
-                # critic on the policy's degrees, its ZeRO stage and recompute): shared across layouts
-                dims = (tp, pp, dp, cp, lay.ep, lay.micro_batch, lay.zero_stage >= 3) + (
-                    (lay.zero_stage, lay.recompute) if paired and paired[0] is None else ())
-                for kind in live:
-                    kept_states: dict[tuple, float] = {}
-                    kept_critic: dict[tuple, float] = {}  # colocated: the states of the critic kept last
-                    # one pool, all of it colocated: no GPU left for an auxiliary group
-                    kind_variants = whole_pool if kind == "colocated" and single and n >= pool.n_gpus else variants[kind]
-                    for (hosts, ref, quant, allowed_in), (i, critic) in product(kind_variants, enumerate(paired)):
-                        vkey = (hosts, ref, quant)
-                        if critic is not None and kept_states.get(vkey) == -math.inf:
-                            continue  # disaggregated: a faster critic already fits beside this trainer
-                        gkey = (n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart)  # a disagg group
-                        if kind == "disagg" and t.total + old + (passes[i][0] if critic is not None else 0.0) >= \
-                                best_disagg.get(gkey, math.inf):
-                            continue  # the test below, before the other models' passes (they only add)
-                        if critic is not None and passes[i][1] >= kept_critic.get(vkey, math.inf):
-                            continue  # the kept-states test below: the other models' bytes are the same
-                        akey = (dims, ref, "reward" in hosts, quant, id(critic))
-                        hit = aux_of.get(akey)
-                        if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
-                            hit = aux_of[akey] = (critic, train_aux(
-                                problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
-                                reward_quant=quant, cache=cache, critic=critic))
-                        ref_t, rew_t, val_t, resident = hit[1]
-                        if mem.total + resident > cap:
+                # Every recompute that fits, lightest first (`_recompute_levels`). A variant (kind,
+                # placement, critic) that a lighter recompute placed, or found dominated, is done: the
+                # same variant with more recompute holds the same states and is never faster (a
+                # property test: test_a_lighter_recompute_dominates_the_same_variant). So a heavier
+                # recompute is scored only where a variant whose other models did not fit beside a
+                # lighter one fits beside it (`_fits_now`), and only such variants are tried there.
+                # With a target the critics paired with a trainer read its recompute: every heavier
+                # recompute is scored, for every variant not done (`done`).
+                failed: dict[tuple, Any] = {}  # (kind, hosts, ref, quant, critic keys) -> critic: no fit yet
+                done: set[tuple] = set()     # with a target: variant keys placed or dominated
+                dead: set[str] = set()       # kinds no recompute of this layout can serve within `limit`
+                lighter = False              # a lighter recompute of this layout was tried
+                for lay, mem in levels:
+                    rec = lay.recompute
+                    if front and vp > 1:
+                        hit = plain.get((ep, zero, mb, rec))
+                        if hit is not None and _interleaving_dominated(problem, *hit[:3], vp, cap, cache):
+                            # its candidates are dropped by the fronts (see `_interleaving_dominated`), and
+                            # so are those of a heavier recompute of a variant the plain layout placed
+                            # (no target here: the variants left are those left by both)
+                            if not hit[5]:
+                                break
+                            failed = _left_by_both(failed, hit[3]) if lighter else hit[3]
+                            dead, lighter = dead | hit[4], True
+                            core_lb = (hit[1].total - hit[1].bubble + hit[2]) * (1 - 1e-12)  # its bound
                             continue
-                        if critic is not None:
-                            if not critic_fits(mem, resident, *passes[i][1:], cap):
+                    if lighter and not critics_vary and not _fits_now(problem, pool, lay, mem, cap, cache, aux_of,
+                                                                      failed, dead, beaten, core_lb):
+                        continue  # none of the variants left fits beside this recompute, or each would lose
+                    if vp > 1 and (ep, zero, mb, rec) in plain and _interleaved_beaten(
+                            problem, pool, lay, mem, cap, plain[ep, zero, mb, rec], [k for k in kinds if k not in dead],
+                            variants_of, best_disagg, fronts if front else None, modes, apart, n, pp, bounds, limit,
+                            cache, aux_of, dev):
+                        break  # every candidate of it, and of a heavier recompute, would be skipped below
+                    t, _, old = train_core(problem, pool, lay, mem, cache=cache)
+                    out.evaluated += 1
+                    # every side of this layout takes at least its update and old log-prob pass (the
+                    # other terms only add), so a kind it cannot serve within `limit` is skipped now:
+                    # `_train_beyond` would drop each of its candidates after enumeration
+                    live = [k for k in kinds if k not in dead]
+                    if limit is not None:
+                        live = _within_limit(live, t.total + old, n, pp, bounds, limit)
+                    if len(live) < len(kinds):
+                        dead = dead | (set(kinds) - set(live))  # more recompute is slower still
+                    left, failed = failed, {}
+                    if live:
+                        paired, passes, ckeys = _with_critics(problem, pool, n, lay, critics, positions, cache)
+                        dims = _aux_dims(problem, lay)
+                    for kind in live:
+                        kept_states: dict[tuple, float] = {}
+                        kept_critic: dict[tuple, float] = {}  # colocated: the states of the critic kept last
+                        tries = product(variants_of(kind), enumerate(paired))
+                        if lighter:
+                            tries = _still_to_try(kind, tries, ckeys, done if critics_vary else None, left)
+                        for (hosts, ref, quant, allowed_in), (i, critic) in tries:
+                            vkey = (hosts, ref, quant)
+                            if critic is not None and kept_states.get(vkey) == -math.inf:
+                                continue  # disaggregated: a faster critic already fits beside this trainer
+                            gkey = (n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart)  # a disagg group
+                            if kind == "disagg" and t.total + old + (passes[i][0] if critic is not None else 0.0) >= \
+                                    best_disagg.get(gkey, math.inf):
+                                continue  # the test below, before the other models' passes (they only add)
+                            if critic is not None and passes[i][1] >= kept_critic.get(vkey, math.inf):
+                                continue  # the kept-states test below: the other models' bytes are the same
+                            akey = (dims, ref, "reward" in hosts, quant, id(critic))
+                            hit = aux_of.get(akey)
+                            if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
+                                hit = aux_of[akey] = (critic, train_aux(
+                                    problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
+                                    reward_quant=quant, cache=cache, critic=critic))
+                            ref_t, rew_t, val_t, resident = hit[1]
+                            if mem.total + resident > cap or (critic is not None and not critic_fits(
+                                    mem, resident, *passes[i][1:], cap)):
+                                # worth a heavier recompute unless no recompute can fit it: the policy's
+                                # states stay (its memory is never less), and so does a critic of its own
+                                if mem.states + resident <= cap and (
+                                        critic is None or "like" in ckeys[i] or critic_fits(mem, resident,
+                                                                                          *passes[i][1:], cap)):
+                                    failed[kind, hosts, ref, quant, ckeys[i]] = critic
                                 continue
-                            # critics come fastest first: a slower one must keep less on the GPUs to matter
-                            # (colocated), and beside a disaggregated trainer only the fastest that fits does
-                            if resident >= kept_states.get(vkey, math.inf):
-                                continue
-                            kept_states[vkey] = -math.inf if kind == "disagg" else resident
-                            kept_critic[vkey] = -math.inf if kind == "disagg" else passes[i][1]
-                        if kind == "disagg":  # only the fastest of a group survives the front: skip the rest early
-                            total = t.total + old + ref_t + rew_t + val_t
-                            if total >= best_disagg.get(gkey, math.inf):
-                                continue
-                            best_disagg[gkey] = total
-                        side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t,
-                                         reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
-                                         fits=True, states=mem.states + resident,
-                                         orchestration=problem.workload.framework.orchestration_s)
-                        offloads = (False, True) if kind == "colocated" and _train_modes(
-                            problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
-                        for off in offloads:
-                            switch = 2 * dev.pcie_time(side.states) if off else 0.0
-                            if kind == "colocated" and front:
-                                # what `_prune_train` keeps of a colocated group: skip now what it would drop
-                                rank = (time_units(side.time + switch), 0 if off else mem_units_up(side.states),
-                                        _simplicity_of(lay, off))
-                                group = fronts.setdefault((n, hosts, ref, quant), [])
-                                if any(k[1] <= rank[1] and k <= rank for k in group):
+                            if critic is not None:
+                                # critics come fastest first: a slower one must keep less on the GPUs to matter
+                                # (colocated), and beside a disaggregated trainer only the fastest that fits does
+                                if resident >= kept_states.get(vkey, math.inf):
                                     continue
-                                group.append(rank)
-                            send = send_time(problem, pool, n) if kind == "disagg" else 0.0
-                            found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
-                                                   reward_quant=quant, offload_states=off, side=side, switch=switch,
-                                                   send=send, pool=p, modes=allowed_in, critic=critic))
+                                kept_states[vkey] = -math.inf if kind == "disagg" else resident
+                                kept_critic[vkey] = -math.inf if kind == "disagg" else passes[i][1]
+                            if kind == "disagg":  # only the fastest of a group survives the front: skip the rest early
+                                total = t.total + old + ref_t + rew_t + val_t
+                                if total >= best_disagg.get(gkey, math.inf):
+                                    continue
+                                best_disagg[gkey] = total
+                            side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t,
+                                             reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
+                                             fits=True, states=mem.states + resident,
+                                             orchestration=problem.workload.framework.orchestration_s)
+                            offloads = (False, True) if kind == "colocated" and _train_modes(
+                                problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
+                            for off in offloads:
+                                switch = 2 * dev.pcie_time(side.states) if off else 0.0
+                                if kind == "colocated" and front:
+                                    # what `_prune_train` keeps of a colocated group: skip now what it would drop
+                                    rank = (time_units(side.time + switch), 0 if off else mem_units_up(side.states),
+                                            _simplicity_of(lay, off))
+                                    group = fronts.setdefault((n, hosts, ref, quant), [])
+                                    if any(k[1] <= rank[1] and k <= rank for k in group):
+                                        continue
+                                    group.append(rank)
+                                send = send_time(problem, pool, n) if kind == "disagg" else 0.0
+                                found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
+                                                       reward_quant=quant, offload_states=off, side=side,
+                                                       switch=switch, send=send, pool=p, modes=allowed_in,
+                                                       critic=critic))
+                    lighter = True
+                    core_lb = (t.total + old) * (1 - 1e-12)  # more recompute is never faster (in the last bits)
+                    # a heavier recompute can only matter for a variant that did not fit here, or (with a
+                    # target) for a critic that the target pairs only with the heavier recompute
+                    more = bool(failed) or (critics_vary and bool(set(kinds) - dead))
+                    if critics_vary and more and live:  # every variant tried here is done unless it did not fit
+                        done = done | ({(kind, hosts, ref, quant, c) for kind in live
+                                        for hosts, ref, quant, _ in variants_of(kind) for cs in ckeys for c in cs}
+                                       - {v[:4] + (c,) for v in failed for c in v[4]})
+                    if vp == 1:  # (`failed` and `dead` are replaced, never changed in place: kept as now)
+                        plain[ep, zero, mb, rec] = (lay, t, old, failed, dead, more)
+                    if not more:
+                        break
     return found
+
+
+def _with_critics(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout, critics: dict, positions: dict,
+                  cache: dict) -> tuple[list, list, list[tuple]]:
+    """The critics to pair with this trainer (`_critics_for`), their passes, and each one's variant
+    keys: its place among the critic layouts of its own on n GPUs (`positions`, memoized), and
+    `like` when it runs the policy's degrees (the same critic as beside a lighter recompute of the
+    policy, with that recompute); (None,) without a critic."""
+    pairs = _critics_for(problem, pool, n, lay, critics, cache)
+    paired, passes = [c for c, _ in pairs], [c_pass for _, c_pass in pairs]
+    if problem.value is None:
+        return paired, passes, [(None,)] * len(paired)
+    if n not in positions:
+        positions[n] = {id(c): i for i, (c, _) in enumerate(critics.get(n, ()))}  # (they live as long as `critics`)
+    at, like = positions[n], critic_like_policy(problem, lay)
+    ckeys = [((at[id(c)],) if id(c) in at else ()) + (("like",) if c == like else ()) for c in paired]
+    return paired, passes, ckeys
+
+
+def _aux_dims(problem: Problem, lay: TrainLayout) -> tuple:
+    """What the other models' passes read of the trainer's layout (its ZeRO stage and recompute too
+    without a value model, as the key always had)."""
+    return (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage >= 3) + (
+        (lay.zero_stage, lay.recompute) if problem.value is None else ())
+
+
+def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts: frozenset, ref: str, quant: str,
+            critic: TrainLayout | None, cache: dict, aux_of: dict) -> tuple:
+    """`train_aux` of this trainer and variant, memoized in `aux_of` by what it depends on (`dims`)."""
+    akey = (dims, ref, "reward" in hosts, quant, id(critic))
+    hit = aux_of.get(akey)
+    if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
+        hit = aux_of[akey] = (critic, train_aux(
+            problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
+            reward_quant=quant, cache=cache, critic=critic))
+    return hit[1]
+
+
+def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: float, plain: tuple,
+                        kinds: list[str], variants_of, best_disagg: dict, fronts: dict | None, modes: list[str],
+                        apart: tuple, n: int, pp: int, bounds: dict, limit: dict | None, cache: dict, aux_of: dict,
+                        dev: Any) -> bool:
+    """Whether an interleaved layout (vp > 1) need not be scored: without a critic, the plain one
+    (vp = 1, same recompute, scored: `plain`) bounds its update plus old log-prob pass from below
+    by the plain one's less its bubble (interleaving leaves the stages' times and the old log-prob
+    pass as they are and only shrinks the bubble, to 1/vp: a property test). With that bound, each
+    kind it may still serve within `limit` loses every variant to a candidate already found: a
+    disaggregated one to the fastest trainer of its group (`best_disagg`), a colocated one to a
+    member of its front (`fronts`, only while they apply) that is no slower, holds no more and is
+    no less simple, or holds the policy's states and its other models beyond the memory. These are
+    the tests of `_train_candidates` that would skip each candidate, at this recompute and every
+    heavier one (more recompute is slower still, holds the same states and is less simple)."""
+    lay1, t1, old1 = plain[:3]
+    if problem.value is not None or lay1.recompute_layers > 0:
+        return False
+    lb = (t1.total - t1.bubble + old1) * (1 - 1e-12)  # (the float sums may differ in their last bits)
+    live = kinds if limit is None else _within_limit(kinds, lb, n, pp, bounds, limit)
+    if "colocated" in live and fronts is None:
+        return False
+    dims = _aux_dims(problem, lay)
+    for kind in live:
+        for hosts, ref, quant, _ in variants_of(kind):
+            if kind == "disagg":
+                best = best_disagg.get((n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart), math.inf)
+                if lb >= best:
+                    continue
+                ref_t, rew_t, val_t, _ = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
+                if lb + ref_t + rew_t + val_t < best:
+                    return False
+                continue
+            ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
+            states = mem.states + resident
+            if states > cap:
+                continue  # no recompute fits it
+            if mem.total + resident > cap:
+                return False  # a heavier recompute may fit it
+            side_lb = lb + ref_t + rew_t + val_t + problem.workload.framework.orchestration_s
+            group = fronts.get((n, hosts, ref, quant), [])
+            offloads = (False, True) if _train_modes(problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
+            for off in offloads:
+                rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)),
+                        0 if off else mem_units_up(states), _simplicity_of(lay, off))
+                if not any(k[1] <= rank[1] and k <= rank for k in group):
+                    return False
+    return True
+
+
+def _keys_of(failed: dict) -> set[tuple]:
+    """Each key (kind, hosts, reference, quantization, critic key) of the variants in `failed`."""
+    return {v[:4] + (k,) for v in failed for k in v[4]}
+
+
+def _left_by_both(failed: dict, other: dict) -> dict:
+    """The variants of `failed` whose keys all are left in `other` too (neither placed nor dominated)."""
+    keys = _keys_of(other)
+    return {v: c for v, c in failed.items() if all(v[:4] + (k,) in keys for k in v[4])}
+
+
+def _still_to_try(kind: str, tries, ckeys: list[tuple], done: set | None, left: dict) -> list:
+    """Of (variant, (i, critic)) at a heavier recompute, in order, those not done at a lighter one:
+    with `done` (a target), none of whose keys is in it; else each that `left` (the variants whose
+    models did not fit beside the lighter one) holds all the keys of."""
+    if done is not None:
+        return [(v, ic) for v, ic in tries if not any((kind,) + v[:3] + (k,) in done for k in ckeys[ic[0]])]
+    keys = _keys_of(left)
+    if not any(k[0] == kind for k in keys):
+        return []
+    return [(v, ic) for v, ic in tries if all((kind,) + v[:3] + (k,) in keys for k in ckeys[ic[0]])]
+
+
+def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: float, cache: dict, aux_of: dict,
+              failed: dict, dead: set, beaten=None, core_lb: float = 0.0) -> bool:
+    """Whether a variant whose other models did not fit beside a lighter recompute (`failed`) fits
+    beside this one (the memory tests of `_train_candidates`, which need no scoring) and, with
+    `beaten`, would not lose to a candidate already found with the lighter one's update and old
+    log-prob pass (`core_lb`: more recompute is never faster). Its critic is the same layout of its
+    own, or the policy's degrees at this recompute (only without a target, where the critics paired
+    with a trainer do not read its recompute)."""
+    dims = _aux_dims(problem, lay)
+    like = None
+    for (kind, hosts, ref, quant, keys), critic in failed.items():
+        if kind in dead:
+            continue
+        tries = [critic] if any(k != "like" for k in keys) else []
+        if "like" in keys:
+            like = like or critic_like_policy(problem, lay)
+            tries.append(like)
+        for c in tries:
+            aux = _aux_of(problem, pool, lay, dims, hosts, ref, quant, c, cache, aux_of)
+            resident = aux[3]
+            if mem.total + resident <= cap and (c is None or critic_fits(
+                    mem, resident, *critic_pass(problem, pool, c, cache)[1:], cap)) and (
+                    beaten is None or not beaten(kind, hosts, ref, quant, lay, core_lb, aux, mem.states + resident)):
+                return True
+    return False
 
 
 def _within_limit(kinds: list[str], core_s: float, n: int, pp: int, bounds: dict, limit: dict) -> list[str]:
@@ -575,17 +796,16 @@ def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> b
     return hit
 
 
-def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLayout, cap: float, cache: dict,
-                           over: set[str] | None = None, rules: dict | None = None):
-    """The least recompute that the rules allow and memory fits, scored: (layout, memory,
-    update time, old log-prob time). More recompute keeps the same states (what colocation
-    holds) and is never faster, so it is dominated once a lesser one fits. None: nothing
-    fits; False: nothing is allowed. `over` (updated): recomputes known not to fit (the
-    caller's, from a smaller micro-batch), only checked against the rules."""
+def _recompute_levels(problem: Problem, base: TrainLayout, cap: float, cache: dict, over: set[str] | None = None,
+                      rules: dict | None = None):
+    """The recomputes that the rules allow and memory fits (the policy alone), lightest first:
+    an iterator of (layout, memory), computed as it is read (the caller stops early). None:
+    nothing fits; False: nothing is allowed. `over` (updated): recomputes known not to fit
+    (the caller's, from a smaller micro-batch), only checked against the rules."""
     allowed_any = False
     skipped = []
     over = set() if over is None else over
-    for rec in RECOMPUTE:
+    for k, rec in enumerate(RECOMPUTE):
         if rec == "selective" and "none" in over and base.attention != "unfused":
             over.add(rec)  # with fused attention it stores what "none" stores (`train_memory`): no fit either
         lay = _with_recompute(base, rec)
@@ -597,12 +817,22 @@ def _score_least_recompute(problem: Problem, pool: PoolHW, n: int, base: TrainLa
         allowed_any = True
         mem = policy_memory(problem, lay, cache)
         if mem.total <= cap:
-            t, _, old = train_core(problem, pool, lay, mem, cache=cache)
-            return lay, mem, t, old
+            return _heavier_levels(problem, base, lay, mem, RECOMPUTE[k + 1:], cap, cache, rules)
         over.add(rec)
     if not allowed_any:  # none is allowed unless one known not to fit is
         allowed_any = any(_layout_allowed(problem, lay, rules) for lay in skipped)
     return None if allowed_any else False
+
+
+def _heavier_levels(problem: Problem, base: TrainLayout, lay: TrainLayout, mem: Any, heavier: tuple[str, ...],
+                    cap: float, cache: dict, rules: dict | None):
+    yield lay, mem
+    for rec in heavier:
+        lay = _with_recompute(base, rec)
+        if _layout_allowed(problem, lay, rules):
+            mem = policy_memory(problem, lay, cache)
+            if mem.total <= cap:
+                yield lay, mem
 
 
 def _largest_count(pool: PoolHW, left: int, per_replica: int) -> int:
