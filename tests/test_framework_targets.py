@@ -65,7 +65,6 @@ def solved(example: Path, framework: str):
 
 # examples a target cannot run: the framework's own limits, named in the refusal
 REFUSED = {("grpo-hetero-h20-h800", "nemo-rl"): "cluster.pools",
-           ("grpo-70b-64xh100", "nemo-rl"): "model.reward",
            ("ppo-1.5b-8xh100", "nemo-rl"): "rl.algorithm",
            ("ppo-7b-8xh100", "nemo-rl"): "rl.algorithm"}
 
@@ -238,9 +237,76 @@ def test_nemo_rl_exports_pass_nemo_rl_config_validation(tmp_path, nemo_rl_checko
     for job, row in zip(jobs, rows):
         assert "error" not in row, (row["file"], row.get("error"), row.get("trace"))
         config = row["config"]
-        check_nemo_rl(job, yaml.safe_dump({"defaults": "examples/configs/grpo_math_1B.yaml", **config}))
+        base = "examples/configs/grpo_" + ("rm_1B" if rm_cluster(job) else "math_1B") + ".yaml"
+        check_nemo_rl(job, yaml.safe_dump({"defaults": base, **config}))
         assert config["policy"]["logprob_batch_size"] == config["policy"]["train_micro_batch_size"]  # TP>=4 rule
+        # the clusters NeMo-RL's own grpo.setup (and RewardModelEnvironment) built from the export: the plan's GPUs
+        made = {name: sum(bundles) for name, bundles in row["clusters"].items()}
+        if job.colocated:
+            assert made == {"grpo_policy_cluster": job.train.gpus, **rm_cluster(job)}, (row["file"], made)
+        else:
+            assert made == {"grpo_train_cluster": job.train.gpus, "grpo_inference_cluster": job.gen.gpus,
+                            **rm_cluster(job)}, (row["file"], made)
+    assert any("grpo_reward_model_cluster" in row["clusters"] for row in rows[:-1])  # the 70B reward model's case
     assert "train_micro_batch_size" in rows[-1]["error"]
+
+
+RM_BASE = {"cluster": {"gpu": "H100-SXM-80GB", "nodes": 1, "network": "IB-NDR-400"},
+           "model": {"policy": "qwen2.5-1.5b", "reference": "policy", "reward": "qwen2.5-1.5b"},
+           "rl": {"algorithm": "grpo", "prompts_per_step": 64, "samples_per_prompt": 8, "prompt_len": 512,
+                  "response_len": {"max": 2048, "mean": 1024}, "mini_batches": 2, "max_staleness": 0},
+           "target": {"framework": "nemo-rl"}}
+# each branch of NeMo-RL's cluster split with a reward model (grpo.py setup): one node (the reward model's
+# gpus_per_node out of cluster.gpus_per_node), colocated or not; the policy on one node and the reward model on
+# another; colocated trainers and the reward model on nodes of their own (the 70B example: several nodes each)
+RM_VARIANTS = {"one-node-colocated": (1, {"modes": ["colocated"]}),
+               "one-node-sync": (1, {"modes": ["sync"]}),
+               "policy-node-and-reward-node": (2, {"modes": ["sync"], "training": {"gpus": [4]},
+                                                   "generation": {"gpus": [4]}}),
+               "colocated-node-and-reward-node": (2, {"modes": ["colocated"], "training": {"gpus": [8]}})}
+
+
+def test_nemo_rl_reward_model_exports_split_the_cluster_as_planned(tmp_path, nemo_rl_checkout):
+    """A reward model on GPUs of its own (env.reward_model): NeMo-RL's own grpo.setup splits the exported
+    cluster into the plan's training and generation GPUs, and RewardModelEnvironment accepts the reward
+    model's config and asks for the plan's auxiliary GPUs, in every branch of the split."""
+    jobs, files = [], []
+    for name, (nodes, cons) in RM_VARIANTS.items():
+        spec = yaml.safe_load(yaml.safe_dump(RM_BASE))
+        spec["cluster"]["nodes"], spec["constraints"] = nodes, cons
+        plan = rlsolve.solve(spec).model_dump(mode="json")
+        assert plan["placement"]["reward"] == "auxiliary", name
+        res = export_plan(plan, spec, "nemo-rl")
+        assert res.warnings == [], (name, res.warnings)
+        job = prepare(plan, spec)
+        CHECKS["nemo-rl"](job, res)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(res.text)
+        jobs.append(job)
+        files.append(path)
+    broken = tmp_path / "broken.yaml"  # RewardModelEnvironment refuses CPU offload: the check can fail
+    doc = yaml.safe_load(files[0].read_text())
+    doc["env"]["reward_model"]["dtensor_cfg"]["cpu_offload"] = True
+    broken.write_text(yaml.safe_dump(doc))
+    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(nemo_rl_checkout), *map(str, files),
+                          str(broken)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(rows) == len(files) + 1 and "CPU offload" in rows.pop()["error"]
+    nodes = set()
+    for job, row in zip(jobs, rows):
+        assert "error" not in row, (row["file"], row.get("error"), row.get("trace"))
+        made = {name: sum(bundles) for name, bundles in row["clusters"].items()}
+        want = {"grpo_policy_cluster": job.train.gpus} if job.colocated else \
+            {"grpo_train_cluster": job.train.gpus, "grpo_inference_cluster": job.gen.gpus}
+        assert made == {**want, "grpo_reward_model_cluster": job.aux.gpus}, (row["file"], made)
+        nodes.add((job.colocated, row["config"]["cluster"]["num_nodes"]))
+    assert nodes == {(True, 1), (False, 1), (False, 2), (True, 2)}  # every branch ran
+
+
+def rm_cluster(job) -> dict[str, int]:
+    """The reward model's own cluster (RewardModelEnvironment's), when the plan runs one."""
+    return {"grpo_reward_model_cluster": job.aux.gpus} if "reward" in job.aux_hosts() else {}
 
 
 # --- the issue's case: the solver no longer picks what the target cannot express ---------------------
