@@ -250,6 +250,9 @@ def check_openrlhf(job, text: str) -> None:
     assert ("--actor.gradient_checkpointing_enable" in d) == (t.recompute != "none")
     assert d["--data.max_len"] == job.max_len and d["--rollout.max_new_tokens"] == job.response_max
     assert ("--critic.model_name_or_path" in d) == (job.critic is not None)
+    if job.critic_group is not None:  # the plan's critic on GPUs of its own: its --critic.* group, apart
+        assert d["--critic.num_nodes"] * d["--critic.num_gpus_per_node"] == job.critic_group.gpus
+        assert "--train.colocate_all" not in d and "--train.colocate_critic_reward" not in d
     assert d.get("--algo.kl.init_coef", 0.01) == (0.01 if job.has_reference else 0)
 
 

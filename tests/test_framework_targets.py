@@ -148,6 +148,13 @@ def _same_numbers(target: str, built, job) -> None:
                 _, nodes, per_node, shared_pg, _, replica = group
                 assert (nodes * per_node, shared_pg, replica) == (job.aux.gpus, False, t.tp * t.cp)
                 assert job.aux.gpus % replica == 0 and job.aux_group().tp == t.tp
+        if job.critic_group is not None:  # the critic's own Ray actor group, apart from the actor's, on the plan's GPUs
+            _, nodes, per_node, shared_pg, _, replica = next(gr for gr in built["groups"] if gr[0] == "CriticModelActor")
+            assert (nodes * per_node, shared_pg, replica) == (job.critic_group.gpus, False, t.tp * t.cp)
+            c = job.lay.parallelism.critic  # the plan's critic degrees are the ones OpenRLHF runs it with
+            assert (c.tp, c.cp, c.zero_stage, c.micro_batch) == (args.ds.tensor_parallel_size, args.ds.ring_attn_size,
+                                                                 args.ds.zero_stage, args.train.micro_batch_size)
+            assert c.tp * c.cp * c.dp == job.critic_group.gpus and c.pp == 1
 
 
 @pytest.mark.parametrize("framework", ["any", *FRAMEWORK_EXPORTS])
@@ -542,14 +549,34 @@ def test_openrlhf_trains_a_critic_group_while_the_actor_trains_as_the_catalog_sa
     assert capabilities("openrlhf").critic_group_concurrent.value is True  # the catalog's fact: groups of their own don't sleep
 
 
-def test_openrlhf_ppo_in_sync_mode_names_the_critic_group_it_would_need(tmp_path):
+def test_openrlhf_ppo_in_sync_mode_plans_the_critic_group_it_runs(tmp_path):
     """OpenRLHF runs a PPO critic beside separate vLLM engines only on a --critic.* group of its own
-    (placements sync value: auxiliary), which the program does not plan yet: the refusal says so."""
+    (placements sync value: auxiliary), concurrently with the actor: the plan has that group (its GPUs
+    counted), the export gives it to --critic.num_nodes x num_gpus_per_node with no warning, and OpenRLHF's
+    own train_ppo_ray builds a critic actor group of exactly those GPUs, apart from the actor's."""
     spec = yaml.safe_load((ROOT / "examples/ppo-1.5b-8xh100.yaml").read_text())
     spec["constraints"] = {"modes": ["sync"]}
+    spec["target"] = {"framework": "openrlhf"}
+    plan = rlsolve.solve(spec)
+    ra = plan.resource_allocation
+    assert plan.pipeline.mode == "sync" and plan.placement.value == "auxiliary" and ra.critic is not None
+    used = ra.generation.gpus + ra.training.gpus + ra.critic.gpus + (ra.auxiliary.gpus if ra.auxiliary else 0)
+    assert used <= 8
+    plan_d = plan.model_dump(mode="json")
+    job = prepare(plan_d, spec)
+    res = export_plan(plan_d, spec, "openrlhf")
+    assert res.warnings == [], res.warnings
+    CHECKS["openrlhf"](job, res)
+    built = fv.VALIDATORS["openrlhf"](res, job)
+    _same_numbers("openrlhf", built, job)
+    assert any(gr[0] == "CriticModelActor" for gr in built["groups"])
+    # the CLI says the same; for target any the critic stays on the trainers (the shape is searched for a target
+    # that runs it)
     path = tmp_path / "ppo-sync.yaml"
+    del spec["target"]
     path.write_text(yaml.safe_dump(spec))
-    r = CliRunner().invoke(main, ["solve", str(path), "--framework", "openrlhf"])
-    assert r.exit_code == 3 and "Traceback" not in r.output, r.output
-    assert "only on GPUs of its own" in r.output and "--critic.num_nodes" in r.output
-    assert CliRunner().invoke(main, ["solve", str(path)]).exit_code == 0  # any target: the critic on the trainers
+    out = tmp_path / "plan.yaml"
+    for framework, value in (("openrlhf", "auxiliary"), ("any", "training")):
+        r = CliRunner().invoke(main, ["solve", str(path), "--framework", framework, "--format", "yaml", "-o", str(out)])
+        assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+        assert yaml.safe_load(out.read_text())["placement"]["value"] == value
