@@ -570,6 +570,10 @@ def test_openrlhf_ppo_in_sync_mode_plans_the_critic_group_it_runs(tmp_path):
     built = fv.VALIDATORS["openrlhf"](res, job)
     _same_numbers("openrlhf", built, job)
     assert any(gr[0] == "CriticModelActor" for gr in built["groups"])
+    assert rlsolve.estimate(spec, plan).time_s.step == plan.time_s.step  # the layout re-scores to the same step
+    roles = yaml.safe_load(export_plan(plan_d, spec, "yaml").text)["roles"]
+    assert roles["critic"]["gpus"] == ra.critic.gpus
+    assert "critic group" in " ".join(export_plan(plan_d, spec, "verl").warnings)  # verl cannot run it: said
     # the CLI says the same; for target any the critic stays on the trainers (the shape is searched for a target
     # that runs it)
     path = tmp_path / "ppo-sync.yaml"
