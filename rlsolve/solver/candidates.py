@@ -15,6 +15,8 @@ each has a property test in tests/test_solver_space.py):
   disaggregated engine layout takes the largest legal count that each combination of the
   other roles leaves free in its pool (the cost objective scores every count);
 - auxiliary groups: the front of (GPUs, time);
+- a critic group of its own (PPO, where the target runs one), per trainer and placement: the front
+  of (its GPUs, the time it adds), the best critic layout per count (not with `every_count`);
 - a micro-batch larger than one that does not fit does not fit either;
 - more recompute than the least that fits (same states held, never faster);
 - disaggregated training with uneven stages, when a smaller pipeline degree gives every model
@@ -197,7 +199,8 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     incumbent = _probe_incumbents(problem, modes, deadline, out, memo) if bounded else None
     for p in range(len(problem.pools)):
         out.train += _train_candidates(problem, p, modes, out, deadline, limit=_relaxed(incumbent),
-                                       front=prune and not keep_apart, apart=_apart_degrees(keep_apart))
+                                       front=prune and not keep_apart, apart=_apart_degrees(keep_apart),
+                                       every_count=not prune or "gpus" in keep_apart)
     if prune:
         out.train = _prune_train(out.train, keep_apart)
     if incumbent is not None:
@@ -261,12 +264,13 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
 
 def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidates, deadline: Deadline,
                       shapes: list | None = None, probe: bool = False, limit: dict | None = None,
-                      front: bool = False, apart: tuple[str, ...] = ()) -> list[TrainCand]:
+                      front: bool = False, apart: tuple[str, ...] = (), every_count: bool = False) -> list[TrainCand]:
     """Training candidates of pool p: every legal layout (or those of `shapes`; `probe`:
     without interleaved stages) that memory fits. `limit` (ms per mode): skip a GPU count
     whose `train_time_lower_bound` exceeds it in every mode the candidate would serve.
     `front`: skip at once a colocated candidate `_prune_train` would drop (no degree is kept
-    apart). `apart`: training degrees whose candidates are never compared."""
+    apart). `apart`: training degrees whose candidates are never compared. `every_count`: every GPU
+    count of a critic group of its own (no front over them: unpruned, or constraints on the GPUs used)."""
     pool = problem.pools[p]
     dev = device(pool, problem.workload.precision, problem.profile)
     cap = capacity_bytes(pool, problem.workload.headroom)
@@ -409,18 +413,20 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                                    reward_quant=quant, offload_states=off, side=side, switch=switch,
                                                    send=send, pool=p, modes=allowed_in, critic=critic))
                     if kind == "disagg" and group_modes:  # the critic on GPUs of its own, where the target runs it
-                        found += _critic_group_cands(problem, p, lay, mem, t, old, modes, cache, aux_of)
+                        found += _critic_group_cands(problem, p, lay, mem, t, old, modes, cache, aux_of,
+                                                     every=every_count)
     return found
 
 
 def _critic_group_cands(problem: Problem, p: int, lay: TrainLayout, mem, t, old: float, modes: list[str],
-                        cache: dict, aux_of: dict) -> list[TrainCand]:
+                        cache: dict, aux_of: dict, every: bool = False) -> list[TrainCand]:
     """Disaggregated trainers with the critic (PPO) on GPUs of its own in the same pool, for a target
     that trains it there concurrently with the actor (`rules.critic_places`; OpenRLHF's --critic.*
     group): per placement of the other models, the critic group's GPU counts on the (GPUs, time) front
     (more GPUs only matter while the critic still adds time beyond the actor's, `critic_group_excess`).
     The critic's degrees are the actor's with the group's data-parallel degree where the target has no
-    critic layout of its own (OpenRLHF: one set of DeepSpeed flags), else its own on those GPUs."""
+    critic layout of its own (OpenRLHF: one set of DeepSpeed flags), else its own on those GPUs.
+    `every`: every count (no front: prune=False, or user constraints that compare GPU counts)."""
     pool = problem.pools[p]
     n = lay.gpus
     cap = capacity_bytes(pool, problem.workload.headroom)
@@ -469,9 +475,9 @@ def _critic_group_cands(problem: Problem, p: int, lay: TrainLayout, mem, t, old:
         for m, scored in options.items():  # counts ascending
             c, (fwd, upd, _) = min(scored, key=lambda x: critic_group_excess(forwards, t.total, *x[1][:2]))
             excess = critic_group_excess(forwards, t.total, fwd, upd)
-            if time_units(excess) >= best:
+            if time_units(excess) >= best and not every:
                 continue
-            best = time_units(excess)
+            best = min(best, time_units(excess))
             side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t, reward=rew_t, value=excess,
                              mem=mem, aux_resident=resident, capacity=cap, fits=True, states=mem.states + resident,
                              orchestration=problem.workload.framework.orchestration_s, critic_gpus=m,
@@ -479,7 +485,7 @@ def _critic_group_cands(problem: Problem, p: int, lay: TrainLayout, mem, t, old:
             found.append(TrainCand(mode="disagg", layout=lay, hosts=hosts, reference=ref, reward_quant=quant,
                                    offload_states=False, side=side, switch=0.0, send=send, pool=p, modes=allowed_in,
                                    critic=c, critic_gpus=m))
-            if best == 0:
+            if best == 0 and not every:
                 break  # the critic adds nothing beyond the actor: more GPUs cannot help
     return found
 
