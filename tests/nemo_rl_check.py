@@ -13,10 +13,10 @@ the file at the checkout's root (where the export says to put it; its `defaults:
 (PolicyConfig, ClippedPGLossConfig, DataConfig, GRPOConfig, ClusterConfig, ...), which NeMo-RL's own
 tests/unit/test_config_validation.py also checks with pydantic's TypeAdapter; this runs that too.
 Then the part of `nemo_rl.algorithms.grpo.setup` that splits the cluster between training, generation and
-a reward model (grpo.py L523-800), run as written up to the clusters it builds: its RayVirtualCluster is a
+a reward model (grpo.py L520-801), run as written up to the clusters it builds: its RayVirtualCluster is a
 recorder (no Ray), its Logger and CheckpointManager stand-ins, and it stops where the clusters are made
-(CheckpointManager.get_resume_paths, the next step). With env.reward_model, RewardModelEnvironment's own
-__init__ (nemo_rl/environments/reward_model_environment.py L94-158) runs on the config's env.reward_model:
+(CheckpointManager.get_resume_paths, L815). With env.reward_model, RewardModelEnvironment's own
+__init__ (nemo_rl/environments/reward_model_environment.py L88-156) runs on the config's env.reward_model:
 its config assertions, then the RayVirtualCluster of the reward model's own GPUs, recorded; it stops there
 (before the tokenizer and the Policy, which load weights).
 Prints one JSON line per export: the validated config and the clusters ({name: GPUs per node bundle list}),

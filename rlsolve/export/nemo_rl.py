@@ -79,7 +79,7 @@ def values(job: Job) -> dict[str, Any]:
 
 
 def _cluster(job: Job) -> dict[str, Any]:
-    """cluster.* and the generation resources, so that NeMo-RL's own split (grpo.py setup L525-650) gives each
+    """cluster.* and the generation resources, so that NeMo-RL's own split (grpo.py setup L525-660) gives each
     role the plan's GPUs: on one node (cluster.num_nodes 1) the reward model's and the engines'
     gpus_per_node come out of cluster.gpus_per_node; on several, the reward model's num_nodes and the
     engines' num_nodes come out of cluster.num_nodes and training takes the rest."""
