@@ -149,7 +149,8 @@ def _same_numbers(target: str, built, job) -> None:
                 assert (nodes * per_node, shared_pg, replica) == (job.aux.gpus, False, t.tp * t.cp)
                 assert job.aux.gpus % replica == 0 and job.aux_group().tp == t.tp
         if job.critic_group is not None:  # the critic's own Ray actor group, apart from the actor's, on the plan's GPUs
-            _, nodes, per_node, shared_pg, _, replica = next(gr for gr in built["groups"] if gr[0] == "CriticModelActor")
+            group = next(gr for gr in built["groups"] if gr[0] == "CriticModelActor")
+            _, nodes, per_node, shared_pg, _, replica = group
             assert (nodes * per_node, shared_pg, replica) == (job.critic_group.gpus, False, t.tp * t.cp)
             c = job.lay.parallelism.critic  # the plan's critic degrees are the ones OpenRLHF runs it with
             assert (c.tp, c.cp, c.zero_stage, c.micro_batch) == (args.ds.tensor_parallel_size, args.ds.ring_attn_size,

@@ -79,7 +79,8 @@ def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand, ac: Aux
         pipeline=Pipeline(mode=mode, staleness=problem.workload.max_staleness if mode == "async" else 0),
         resource_allocation=ResourceAllocation(
             generation=RoleGPUs(pool=problem.pools[gc.pool].name, gpus=gc.gpus, engine="vllm"),
-            training=RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.side.gpus, framework=framework_for(problem, tc)),
+            training=RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.side.gpus,
+                              framework=framework_for(problem, tc)),
             auxiliary=None if ac is None else RoleGPUs(pool=problem.pools[ac.pool].name, gpus=ac.gpus, engine="vllm"),
             critic=None if not tc.critic_gpus else RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.critic_gpus,
                                                             framework=framework_for(problem, tc))),

@@ -53,7 +53,8 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.rules import (RECOMPUTE, asked, critic_places, aux_group_pools, aux_models, aux_shares_actor_degrees, count_ok,
+from rlsolve.solver.rules import (RECOMPUTE, asked, aux_group_pools, aux_models, aux_shares_actor_degrees, count_ok,
+                                  critic_places,
                                   count_user_violations, critic_like_policy, critic_pair_violations, critic_universe,
                                   critic_violations, engine_cap_violations, gen_universe, gen_violations,
                                   micro_batches, modes_allowed, role_counts, target_caps, target_hosting_modes,
