@@ -585,3 +585,26 @@ def test_openrlhf_ppo_in_sync_mode_plans_the_critic_group_it_runs(tmp_path):
         r = CliRunner().invoke(main, ["solve", str(path), "--framework", framework, "--format", "yaml", "-o", str(out)])
         assert r.exit_code == 0 and "Traceback" not in r.output, r.output
         assert yaml.safe_load(out.read_text())["placement"]["value"] == value
+
+
+def test_critic_group_layouts_are_checked_and_its_time_is_the_longer_phase():
+    """A critic group's layout rules name their field (exit 2 through `estimate`), and its time term is
+    max(actor forwards, critic forward) + max(actor update, critic update), written as what it adds."""
+    from rlsolve.perf.step import critic_group_excess
+    assert critic_group_excess(10.0, 20.0, 4.0, 25.0) == 5.0  # forward hidden, update 5 s longer
+    assert critic_group_excess(10.0, 20.0, 12.0, 19.0) == 2.0  # forward 2 s longer, update hidden
+    assert critic_group_excess(10.0, 20.0, 1.0, 1.0) == 0.0
+    spec = yaml.safe_load((ROOT / "examples/ppo-1.5b-8xh100.yaml").read_text())
+    spec["constraints"] = {"modes": ["sync"]}
+    spec["target"] = {"framework": "openrlhf"}
+    lay = rlsolve.solve(spec).model_dump(mode="json")
+    no_group = json.loads(json.dumps(lay))
+    no_group["resource_allocation"]["critic"] = None
+    with pytest.raises(SpecError) as e:
+        rlsolve.estimate(spec, no_group)
+    assert e.value.field == "layout.resource_allocation.critic"
+    too_big = json.loads(json.dumps(lay))
+    too_big["resource_allocation"]["critic"]["gpus"] = 16
+    with pytest.raises(SpecError) as e:
+        rlsolve.estimate(spec, too_big)
+    assert "critic" in e.value.field
