@@ -43,12 +43,17 @@ class ResourceAllocation(_Out):
     auxiliary: RoleGPUs | None = Field(None, description="GPUs of their own (in any pool, the other roles' "
                                        "included) that run the reference and/or reward forwards (placement "
                                        "'auxiliary'), e.g. a reward model's group or older nodes.")
+    critic: RoleGPUs | None = Field(None, description="PPO: GPUs of the critic's own (placement value "
+                                    "'auxiliary'), in the training pool, where the target trains the critic "
+                                    "there concurrently with the actor (OpenRLHF's --critic.* group); its "
+                                    "degrees are parallelism.critic.")
 
 
 class PlacementSection(_Out):
     reference: Placement = Field("training", description="Where the reference forward runs.")
     reward: Placement = Field("cpu", description="cpu = rule-based verifier; otherwise where the reward model runs.")
-    value: Placement = Field("none", description="Where the critic lives (PPO).")
+    value: Placement = Field("none", description="Where the critic lives (PPO): training (the trainers' GPUs), "
+                             "auxiliary (GPUs of its own: resource_allocation.critic), none.")
 
 
 class GenParallel(_Out):

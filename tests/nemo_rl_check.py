@@ -12,7 +12,15 @@ the file at the checkout's root (where the export says to put it; its `defaults:
 `nemo_rl.algorithms.grpo.MasterConfig(**config)`: the pydantic model whose fields are NeMo-RL's TypedDicts
 (PolicyConfig, ClippedPGLossConfig, DataConfig, GRPOConfig, ClusterConfig, ...), which NeMo-RL's own
 tests/unit/test_config_validation.py also checks with pydantic's TypeAdapter; this runs that too.
-Prints one JSON line per export: the validated config, or the error.
+Then the part of `nemo_rl.algorithms.grpo.setup` that splits the cluster between training, generation and
+a reward model (grpo.py L520-801), run as written up to the clusters it builds: its RayVirtualCluster is a
+recorder (no Ray), its Logger and CheckpointManager stand-ins, and it stops where the clusters are made
+(CheckpointManager.get_resume_paths, L815). With env.reward_model, RewardModelEnvironment's own
+__init__ (nemo_rl/environments/reward_model_environment.py L88-156) runs on the config's env.reward_model:
+its config assertions, then the RayVirtualCluster of the reward model's own GPUs, recorded; it stops there
+(before the tokenizer and the Policy, which load weights).
+Prints one JSON line per export: the validated config and the clusters ({name: GPUs per node bundle list}),
+or the error.
 
 Shims (the least that lets `nemo_rl.algorithms.grpo` import on a CPU-only machine with the other
 frameworks' pins; none is consulted by the config classes):
@@ -25,6 +33,7 @@ frameworks' pins; none is consulted by the config classes):
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import json
@@ -76,6 +85,7 @@ def _import_nemo_rl(checkout: Path):
     try:
         import nemo_rl
         from nemo_rl.algorithms.grpo import MasterConfig
+        import nemo_rl.environments.reward_model_environment  # noqa: F401  (run by _reward_model_cluster)
         from nemo_rl.utils.config import load_config, register_omegaconf_resolvers
     finally:
         sys.modules["transformers"].__version__ = real
@@ -103,11 +113,86 @@ def check(checkout: Path, exports: list[Path]) -> list[dict]:
                 config = OmegaConf.to_container(load_config(placed), resolve=True)
                 master = MasterConfig(**config)  # examples/run_grpo.py
                 adapter.validate_python(config)  # tests/unit/test_config_validation.py
-                out.append({"file": str(export), "config": master.model_dump(mode="json")})
+                with contextlib.redirect_stdout(sys.stderr):  # NeMo-RL prints progress; stdout is the JSON lines
+                    clusters = _setup_clusters(MasterConfig(**config))
+                    if "reward_model" in (config.get("env") or {}):
+                        clusters.update(_reward_model_cluster(config["env"]["reward_model"]))
+                out.append({"file": str(export), "config": master.model_dump(mode="json"), "clusters": clusters})
             except Exception as e:  # the framework's verdict, reported to the test
                 out.append({"file": str(export), "error": f"{type(e).__name__}: {e}",
                             "trace": traceback.format_exc(limit=3)})
     return out
+
+
+class _Stop(Exception):
+    """Raised by a stand-in where the code under check goes past what it checks."""
+
+
+class _Recorder:
+    """RayVirtualCluster's constructor, recording the bundles (GPUs per node) each cluster asks for."""
+
+    made: dict[str, list[int]] = {}
+
+    def __init__(self, name, bundle_ct_per_node_list, *args, stop: bool = False, **kwargs):
+        _Recorder.made[name] = list(bundle_ct_per_node_list)
+        if stop:
+            raise _Stop(name)
+
+    def get_placement_groups(self):
+        return []
+
+
+def _setup_clusters(master) -> dict[str, list[int]]:
+    """grpo.setup up to the clusters it builds (see the module's docstring)."""
+    from unittest import mock
+    import nemo_rl.algorithms.grpo as grpo
+
+    class Checkpoints:
+        def __init__(self, cfg):
+            pass
+
+        def get_latest_checkpoint_path(self):
+            return None
+
+        def load_training_info(self, path):
+            return None
+
+        def get_resume_paths(self, path):
+            raise _Stop("clusters made")
+
+    class Logger:
+        def __init__(self, cfg):
+            pass
+
+        def log_hyperparams(self, params):
+            pass
+
+    prompts = [{"idx": i} for i in range(2 * master.grpo["num_prompts_per_step"])]
+    _Recorder.made = {}
+    with mock.patch.object(grpo, "RayVirtualCluster", _Recorder), mock.patch.object(grpo, "Logger", Logger), \
+            mock.patch.object(grpo, "CheckpointManager", Checkpoints):
+        try:
+            grpo.setup(master, tokenizer=None, dataset=prompts, val_dataset=prompts[:8])
+        except _Stop:
+            pass
+    return dict(_Recorder.made)
+
+
+def _reward_model_cluster(rm_config: dict) -> dict[str, list[int]]:
+    """RewardModelEnvironment.__init__ up to its cluster (see the module's docstring)."""
+    import copy
+    import functools
+    from unittest import mock
+    import nemo_rl.environments.reward_model_environment as rme
+
+    cls = rme.RewardModelEnvironment.__ray_metadata__.modified_class  # the class under @ray.remote
+    _Recorder.made = {}
+    with mock.patch.object(rme, "RayVirtualCluster", functools.partial(_Recorder, stop=True)):
+        try:
+            cls.__new__(cls).__init__(copy.deepcopy(rm_config))
+        except _Stop:
+            pass
+    return dict(_Recorder.made)
 
 
 if __name__ == "__main__":

@@ -250,6 +250,9 @@ def check_openrlhf(job, text: str) -> None:
     assert ("--actor.gradient_checkpointing_enable" in d) == (t.recompute != "none")
     assert d["--data.max_len"] == job.max_len and d["--rollout.max_new_tokens"] == job.response_max
     assert ("--critic.model_name_or_path" in d) == (job.critic is not None)
+    if job.critic_group is not None:  # the plan's critic on GPUs of its own: its --critic.* group, apart
+        assert d["--critic.num_nodes"] * d["--critic.num_gpus_per_node"] == job.critic_group.gpus
+        assert "--train.colocate_all" not in d and "--train.colocate_critic_reward" not in d
     assert d.get("--algo.kl.init_coef", 0.01) == (0.01 if job.has_reference else 0)
 
 
@@ -352,7 +355,8 @@ def check_yaml(job, text: str) -> None:
 def check_nemo_rl(job, text: str) -> None:
     d = flatten(yaml.safe_load(text))
     t, g, opt = job.t, job.g, job.opt
-    assert d["defaults"] == "examples/configs/grpo_math_1B.yaml"
+    rm = job.reward_model is not None and "reward" in job.aux_hosts()  # else warned: NeMo-RL runs it there only
+    assert d["defaults"] == "examples/configs/grpo_" + ("rm_1B" if rm else "math_1B") + ".yaml"
     assert (d["grpo.num_prompts_per_step"], d["grpo.num_generations_per_prompt"]) == (job.prompts, job.n)
     assert d["policy.train_global_batch_size"] == job.mini_batch_samples
     assert d["policy.train_micro_batch_size"] == t.micro_batch
@@ -372,13 +376,24 @@ def check_nemo_rl(job, text: str) -> None:
     assert d[v + "gpu_memory_utilization"] == opt.gpu_memory_utilization
     assert d["policy.generation.colocated.enabled"] == job.colocated
     assert d["grpo.async_grpo.enabled"] == (job.mode == "async")
-    cluster = d["cluster.num_nodes"] * d["cluster.gpus_per_node"]
+    # NeMo-RL's split (grpo.py setup): on one node the reward model's gpus_per_node, on several its nodes,
+    # come out of cluster.*; the engines' resources likewise; training takes the rest
+    nodes, per = d["cluster.num_nodes"], d["cluster.gpus_per_node"]
+    rm_nodes, rm_per = (d["env.reward_model.resources.num_nodes"], d["env.reward_model.resources.gpus_per_node"]) \
+        if rm else (0, 0)
+    assert rm == any(k.startswith("env.reward_model.") for k in d)
+    if rm:
+        assert rm_nodes * rm_per == job.aux.gpus
+        assert d["env.reward_model.model_name"] == job.model_id("reward")
+        assert d["env.reward_model.dtensor_cfg.tensor_parallel_size"] == job.aux_group().tp
+    policy_nodes = 1 if nodes == 1 else nodes - rm_nodes
+    policy = per - rm_per if nodes == 1 else policy_nodes * per
     if job.colocated:
-        assert cluster == job.train.gpus
+        assert policy == job.train.gpus
     else:
         res = "policy.generation.colocated.resources."
-        gen = d[res + "num_nodes"] * d[res + "gpus_per_node"] if d["cluster.num_nodes"] > 1 else d[res + "gpus_per_node"]
-        assert gen == job.gen.gpus and cluster - gen == job.train.gpus
+        gen = d[res + "num_nodes"] * d[res + "gpus_per_node"] if policy_nodes > 1 else d[res + "gpus_per_node"]
+        assert gen == job.gen.gpus and policy - gen == job.train.gpus
 
 
 CHECKS = {"verl": lambda job, res: check_verl(job, verl_values(res)),

@@ -65,7 +65,6 @@ def solved(example: Path, framework: str):
 
 # examples a target cannot run: the framework's own limits, named in the refusal
 REFUSED = {("grpo-hetero-h20-h800", "nemo-rl"): "cluster.pools",
-           ("grpo-70b-64xh100", "nemo-rl"): "model.reward",
            ("ppo-1.5b-8xh100", "nemo-rl"): "rl.algorithm",
            ("ppo-7b-8xh100", "nemo-rl"): "rl.algorithm"}
 
@@ -149,6 +148,14 @@ def _same_numbers(target: str, built, job) -> None:
                 _, nodes, per_node, shared_pg, _, replica = group
                 assert (nodes * per_node, shared_pg, replica) == (job.aux.gpus, False, t.tp * t.cp)
                 assert job.aux.gpus % replica == 0 and job.aux_group().tp == t.tp
+        if job.critic_group is not None:  # the critic's own Ray actor group, apart from the actor's, on the plan's GPUs
+            group = next(gr for gr in built["groups"] if gr[0] == "CriticModelActor")
+            _, nodes, per_node, shared_pg, _, replica = group
+            assert (nodes * per_node, shared_pg, replica) == (job.critic_group.gpus, False, t.tp * t.cp)
+            c = job.lay.parallelism.critic  # the plan's critic degrees are the ones OpenRLHF runs it with
+            assert (c.tp, c.cp, c.zero_stage, c.micro_batch) == (args.ds.tensor_parallel_size, args.ds.ring_attn_size,
+                                                                 args.ds.zero_stage, args.train.micro_batch_size)
+            assert c.tp * c.cp * c.dp == job.critic_group.gpus and c.pp == 1
 
 
 @pytest.mark.parametrize("framework", ["any", *FRAMEWORK_EXPORTS])
@@ -238,9 +245,76 @@ def test_nemo_rl_exports_pass_nemo_rl_config_validation(tmp_path, nemo_rl_checko
     for job, row in zip(jobs, rows):
         assert "error" not in row, (row["file"], row.get("error"), row.get("trace"))
         config = row["config"]
-        check_nemo_rl(job, yaml.safe_dump({"defaults": "examples/configs/grpo_math_1B.yaml", **config}))
+        base = "examples/configs/grpo_" + ("rm_1B" if rm_cluster(job) else "math_1B") + ".yaml"
+        check_nemo_rl(job, yaml.safe_dump({"defaults": base, **config}))
         assert config["policy"]["logprob_batch_size"] == config["policy"]["train_micro_batch_size"]  # TP>=4 rule
+        # the clusters NeMo-RL's own grpo.setup (and RewardModelEnvironment) built from the export: the plan's GPUs
+        made = {name: sum(bundles) for name, bundles in row["clusters"].items()}
+        if job.colocated:
+            assert made == {"grpo_policy_cluster": job.train.gpus, **rm_cluster(job)}, (row["file"], made)
+        else:
+            assert made == {"grpo_train_cluster": job.train.gpus, "grpo_inference_cluster": job.gen.gpus,
+                            **rm_cluster(job)}, (row["file"], made)
+    assert any("grpo_reward_model_cluster" in row["clusters"] for row in rows[:-1])  # the 70B reward model's case
     assert "train_micro_batch_size" in rows[-1]["error"]
+
+
+RM_BASE = {"cluster": {"gpu": "H100-SXM-80GB", "nodes": 1, "network": "IB-NDR-400"},
+           "model": {"policy": "qwen2.5-1.5b", "reference": "policy", "reward": "qwen2.5-1.5b"},
+           "rl": {"algorithm": "grpo", "prompts_per_step": 64, "samples_per_prompt": 8, "prompt_len": 512,
+                  "response_len": {"max": 2048, "mean": 1024}, "mini_batches": 2, "max_staleness": 0},
+           "target": {"framework": "nemo-rl"}}
+# each branch of NeMo-RL's cluster split with a reward model (grpo.py setup): one node (the reward model's
+# gpus_per_node out of cluster.gpus_per_node), colocated or not; the policy on one node and the reward model on
+# another; colocated trainers and the reward model on nodes of their own (the 70B example: several nodes each)
+RM_VARIANTS = {"one-node-colocated": (1, {"modes": ["colocated"]}),
+               "one-node-sync": (1, {"modes": ["sync"]}),
+               "policy-node-and-reward-node": (2, {"modes": ["sync"], "training": {"gpus": [4]},
+                                                   "generation": {"gpus": [4]}}),
+               "colocated-node-and-reward-node": (2, {"modes": ["colocated"], "training": {"gpus": [8]}})}
+
+
+def test_nemo_rl_reward_model_exports_split_the_cluster_as_planned(tmp_path, nemo_rl_checkout):
+    """A reward model on GPUs of its own (env.reward_model): NeMo-RL's own grpo.setup splits the exported
+    cluster into the plan's training and generation GPUs, and RewardModelEnvironment accepts the reward
+    model's config and asks for the plan's auxiliary GPUs, in every branch of the split."""
+    jobs, files = [], []
+    for name, (nodes, cons) in RM_VARIANTS.items():
+        spec = yaml.safe_load(yaml.safe_dump(RM_BASE))
+        spec["cluster"]["nodes"], spec["constraints"] = nodes, cons
+        plan = rlsolve.solve(spec).model_dump(mode="json")
+        assert plan["placement"]["reward"] == "auxiliary", name
+        res = export_plan(plan, spec, "nemo-rl")
+        assert res.warnings == [], (name, res.warnings)
+        job = prepare(plan, spec)
+        CHECKS["nemo-rl"](job, res)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(res.text)
+        jobs.append(job)
+        files.append(path)
+    broken = tmp_path / "broken.yaml"  # RewardModelEnvironment refuses CPU offload: the check can fail
+    doc = yaml.safe_load(files[0].read_text())
+    doc["env"]["reward_model"]["dtensor_cfg"]["cpu_offload"] = True
+    broken.write_text(yaml.safe_dump(doc))
+    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(nemo_rl_checkout), *map(str, files),
+                          str(broken)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(rows) == len(files) + 1 and "CPU offload" in rows.pop()["error"]
+    nodes = set()
+    for job, row in zip(jobs, rows):
+        assert "error" not in row, (row["file"], row.get("error"), row.get("trace"))
+        made = {name: sum(bundles) for name, bundles in row["clusters"].items()}
+        want = {"grpo_policy_cluster": job.train.gpus} if job.colocated else \
+            {"grpo_train_cluster": job.train.gpus, "grpo_inference_cluster": job.gen.gpus}
+        assert made == {**want, "grpo_reward_model_cluster": job.aux.gpus}, (row["file"], made)
+        nodes.add((job.colocated, row["config"]["cluster"]["num_nodes"]))
+    assert nodes == {(True, 1), (False, 1), (False, 2), (True, 2)}  # every branch ran
+
+
+def rm_cluster(job) -> dict[str, int]:
+    """The reward model's own cluster (RewardModelEnvironment's), when the plan runs one."""
+    return {"grpo_reward_model_cluster": job.aux.gpus} if "reward" in job.aux_hosts() else {}
 
 
 # --- the issue's case: the solver no longer picks what the target cannot express ---------------------
@@ -476,14 +550,61 @@ def test_openrlhf_trains_a_critic_group_while_the_actor_trains_as_the_catalog_sa
     assert capabilities("openrlhf").critic_group_concurrent.value is True  # the catalog's fact: groups of their own don't sleep
 
 
-def test_openrlhf_ppo_in_sync_mode_names_the_critic_group_it_would_need(tmp_path):
+def test_openrlhf_ppo_in_sync_mode_plans_the_critic_group_it_runs(tmp_path):
     """OpenRLHF runs a PPO critic beside separate vLLM engines only on a --critic.* group of its own
-    (placements sync value: auxiliary), which the program does not plan yet: the refusal says so."""
+    (placements sync value: auxiliary), concurrently with the actor: the plan has that group (its GPUs
+    counted), the export gives it to --critic.num_nodes x num_gpus_per_node with no warning, and OpenRLHF's
+    own train_ppo_ray builds a critic actor group of exactly those GPUs, apart from the actor's."""
     spec = yaml.safe_load((ROOT / "examples/ppo-1.5b-8xh100.yaml").read_text())
     spec["constraints"] = {"modes": ["sync"]}
+    spec["target"] = {"framework": "openrlhf"}
+    plan = rlsolve.solve(spec)
+    ra = plan.resource_allocation
+    assert plan.pipeline.mode == "sync" and plan.placement.value == "auxiliary" and ra.critic is not None
+    used = ra.generation.gpus + ra.training.gpus + ra.critic.gpus + (ra.auxiliary.gpus if ra.auxiliary else 0)
+    assert used <= 8
+    plan_d = plan.model_dump(mode="json")
+    job = prepare(plan_d, spec)
+    res = export_plan(plan_d, spec, "openrlhf")
+    assert res.warnings == [], res.warnings
+    CHECKS["openrlhf"](job, res)
+    built = fv.VALIDATORS["openrlhf"](res, job)
+    _same_numbers("openrlhf", built, job)
+    assert any(gr[0] == "CriticModelActor" for gr in built["groups"])
+    assert rlsolve.estimate(spec, plan).time_s.step == plan.time_s.step  # the layout re-scores to the same step
+    roles = yaml.safe_load(export_plan(plan_d, spec, "yaml").text)["roles"]
+    assert roles["critic"]["gpus"] == ra.critic.gpus
+    assert "critic group" in " ".join(export_plan(plan_d, spec, "verl").warnings)  # verl cannot run it: said
+    # the CLI says the same; for target any the critic stays on the trainers (the shape is searched for a target
+    # that runs it)
     path = tmp_path / "ppo-sync.yaml"
+    del spec["target"]
     path.write_text(yaml.safe_dump(spec))
-    r = CliRunner().invoke(main, ["solve", str(path), "--framework", "openrlhf"])
-    assert r.exit_code == 3 and "Traceback" not in r.output, r.output
-    assert "only on GPUs of its own" in r.output and "--critic.num_nodes" in r.output
-    assert CliRunner().invoke(main, ["solve", str(path)]).exit_code == 0  # any target: the critic on the trainers
+    out = tmp_path / "plan.yaml"
+    for framework, value in (("openrlhf", "auxiliary"), ("any", "training")):
+        r = CliRunner().invoke(main, ["solve", str(path), "--framework", framework, "--format", "yaml", "-o", str(out)])
+        assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+        assert yaml.safe_load(out.read_text())["placement"]["value"] == value
+
+
+def test_critic_group_layouts_are_checked_and_its_time_is_the_longer_phase():
+    """A critic group's layout rules name their field (exit 2 through `estimate`), and its time term is
+    max(actor forwards, critic forward) + max(actor update, critic update), written as what it adds."""
+    from rlsolve.perf.step import critic_group_excess
+    assert critic_group_excess(10.0, 20.0, 4.0, 25.0) == 5.0  # forward hidden, update 5 s longer
+    assert critic_group_excess(10.0, 20.0, 12.0, 19.0) == 2.0  # forward 2 s longer, update hidden
+    assert critic_group_excess(10.0, 20.0, 1.0, 1.0) == 0.0
+    spec = yaml.safe_load((ROOT / "examples/ppo-1.5b-8xh100.yaml").read_text())
+    spec["constraints"] = {"modes": ["sync"]}
+    spec["target"] = {"framework": "openrlhf"}
+    lay = rlsolve.solve(spec).model_dump(mode="json")
+    no_group = json.loads(json.dumps(lay))
+    no_group["resource_allocation"]["critic"] = None
+    with pytest.raises(SpecError) as e:
+        rlsolve.estimate(spec, no_group)
+    assert e.value.field == "layout.resource_allocation.critic"
+    too_big = json.loads(json.dumps(lay))
+    too_big["resource_allocation"]["critic"]["gpus"] = 16
+    with pytest.raises(SpecError) as e:
+        rlsolve.estimate(spec, too_big)
+    assert "critic" in e.value.field

@@ -155,3 +155,30 @@ def test_a_reward_model_that_fits_on_no_group_of_its_own_is_named():
     text = " ".join(err.value.reasons)
     assert "reward model" in text and "only on GPUs of its own" in text and "fit on no group" in text
     assert oracle(resolve(load_spec(spec))) is None
+
+
+@pytest.mark.parametrize("modes,reward,nodes", [(["sync"], "policy", 2), (["sync", "async"], "policy", 2),
+                                               (["sync"], "rule", 3), (["sync", "async", "colocated"], "rule", 2)])
+def test_openrlhf_critic_on_a_group_of_its_own_equals_the_oracle(modes, reward, nodes):
+    """OpenRLHF 0.11.2 trains a PPO critic beside separate vLLM engines only on a --critic.* group of its
+    own (placements sync value: auxiliary), concurrently with the actor (critic_group_concurrent). The
+    solver plans that group in sync mode, its GPUs counted, and the exhaustive oracle (which enumerates
+    every group count and critic layout itself) finds the same optimum."""
+    spec = _one_pool_reward_job("openrlhf", modes)
+    spec["rl"]["algorithm"] = "ppo"
+    spec["model"]["value"] = "policy"
+    spec["model"]["reward"] = reward
+    spec["cluster"]["nodes"] = nodes
+    plan = rlsolve.solve(spec)
+    problem = resolve(load_spec(spec))
+    assert not plan_violations(problem, plan)
+    assert _solver_value(problem) == oracle(problem)
+    ra = plan.resource_allocation
+    if plan.pipeline.mode == "sync":
+        assert plan.placement.value == "auxiliary" and ra.critic is not None and ra.critic.pool == ra.training.pool
+    if ra.critic is not None:
+        c, t = plan.parallelism.critic, plan.parallelism.training
+        assert c.tp * c.pp * c.cp * c.dp == ra.critic.gpus  # the group's own data-parallel degree
+        assert (c.tp, c.cp, c.zero_stage, c.micro_batch) == (t.tp, t.cp, t.zero_stage, t.micro_batch)  # one --ds.*
+        used = ra.generation.gpus + ra.training.gpus + ra.critic.gpus + (ra.auxiliary.gpus if ra.auxiliary else 0)
+        assert used <= 4 * nodes and plan.throughput is not None

@@ -107,6 +107,7 @@ class Job:
     train: Role
     notes: Notes = field(default_factory=Notes)
     aux: Role | None = None  # the auxiliary group (reference/reward on GPUs of their own), any pool
+    critic_group: Role | None = None  # PPO: the critic's GPUs of its own (placement value: auxiliary)
 
     # --- the plan ---------------------------------------------------------------------------
     @property
@@ -305,7 +306,8 @@ class Job:
 def build_job(lay: Layout, spec: Spec, problem: Problem) -> Job:
     ra = lay.resource_allocation
     roles = []
-    for name, r in (("generation", ra.generation), ("training", ra.training), ("auxiliary", ra.auxiliary)):
+    for name, r in (("generation", ra.generation), ("training", ra.training), ("auxiliary", ra.auxiliary),
+                    ("critic", ra.critic)):
         if r is None:
             roles.append(None)
             continue
@@ -313,13 +315,14 @@ def build_job(lay: Layout, spec: Spec, problem: Problem) -> Job:
         nodes, per = split_nodes(r.gpus, pool.gpus_per_node)
         roles.append(Role(gpus=r.gpus, nodes=nodes, per_node=per, gpus_per_node=pool.gpus_per_node, pool=pool.name,
                           gpu=pool.gpu.name))
-    job = Job(lay=lay, spec=spec, problem=problem, gen=roles[0], train=roles[1], aux=roles[2])
+    job = Job(lay=lay, spec=spec, problem=problem, gen=roles[0], train=roles[1], aux=roles[2], critic_group=roles[3])
     t = lay.parallelism.training
     if t.micro_batch * t.dp * t.grad_accum != job.mini_batch_samples:
         job.notes.warn(f"the optimizer step of {job.mini_batch_samples} samples is not micro_batch {t.micro_batch} x "
                        f"dp {t.dp} x grad_accum {t.grad_accum}: Megatron and DeepSpeed reject such a batch; fix "
                        f"the layout or rl.mini_batches")
-    for name, role in (("generation", job.gen), ("training", job.train), ("auxiliary", job.aux)):
+    for name, role in (("generation", job.gen), ("training", job.train), ("auxiliary", job.aux),
+                       ("critic", job.critic_group)):
         if role is not None and not role.whole_nodes:
             job.notes.warn(f"{name} uses {role.gpus} GPUs, not whole {role.gpus_per_node}-GPU nodes: launchers "
                            f"count {role.nodes} x {role.per_node}; give the role whole nodes")

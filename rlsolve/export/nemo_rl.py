@@ -1,8 +1,9 @@
 """NeMo-RL 0.7: a GRPO config YAML (`uv run examples/run_grpo.py --config nemo_rl_plan.yaml`) that
-inherits NeMo-RL's own `examples/configs/grpo_math_1B.yaml` through its `defaults` key and overrides the
-plan's decisions: the policy's training layout (`policy.dtensor_cfg` for FSDP2, or
-`policy.megatron_cfg`), the vLLM generation layout (`policy.generation.vllm_cfg`), colocation and
-the generation resources, async GRPO, and the cluster.
+inherits NeMo-RL's own `examples/configs/grpo_math_1B.yaml` (`grpo_rm_1B.yaml`, which inherits it, when a
+reward model scores the samples) through its `defaults` key and overrides the plan's decisions: the
+policy's training layout (`policy.dtensor_cfg` for FSDP2, or `policy.megatron_cfg`), the vLLM generation
+layout (`policy.generation.vllm_cfg`), colocation and the generation resources, async GRPO, the reward
+model's environment (`env.reward_model`: its GPUs and tensor-parallel degree), and the cluster.
 
 Units: `grpo.num_prompts_per_step` counts prompts; `policy.train_global_batch_size` and
 `policy.train_micro_batch_size` count samples. `vllm_cfg.gpu_memory_utilization` is vLLM's own fraction
@@ -18,6 +19,7 @@ from rlsolve.frameworks.rules import strategy_for
 
 PIN = Pin("NeMo-RL", "0.7", "0.7.0", "nemo-rl (git tag v0.7.0; the PyPI name holds a placeholder)")
 BASE = "examples/configs/grpo_math_1B.yaml"
+RM_BASE = "examples/configs/grpo_rm_1B.yaml"
 
 
 def strategy(job: Job) -> str:
@@ -70,28 +72,72 @@ def values(job: Job) -> dict[str, Any]:
         v[gv + "gpu_memory_utilization"] = util
     col = "policy.generation.colocated."
     v[col + "enabled"] = job.colocated
+    v.update(_cluster(job))
+    if job.reward_model is not None:
+        v.update(_reward_model(job))
+    return v
+
+
+def _cluster(job: Job) -> dict[str, Any]:
+    """cluster.* and the generation resources, so that NeMo-RL's own split (grpo.py setup L525-660) gives each
+    role the plan's GPUs: on one node (cluster.num_nodes 1) the reward model's and the engines'
+    gpus_per_node come out of cluster.gpus_per_node; on several, the reward model's num_nodes and the
+    engines' num_nodes come out of cluster.num_nodes and training takes the rest."""
+    col = "policy.generation.colocated."
     g_per_node = job.train.gpus_per_node
+    rm = job.aux if "reward" in job.aux_hosts() else None
+    rm_gpus = rm.gpus if rm is not None else 0
+    v: dict[str, Any] = {}
     if job.colocated:
-        v.update({"cluster.num_nodes": job.train.nodes, "cluster.gpus_per_node": job.train.per_node})
-    elif job.train.gpus + job.gen.gpus <= g_per_node:  # one node: generation takes resources.gpus_per_node of it
-        v.update({"cluster.num_nodes": 1, "cluster.gpus_per_node": job.train.gpus + job.gen.gpus,
+        if job.train.gpus + rm_gpus <= g_per_node:  # one node: the reward model's GPUs are taken from it
+            v.update({"cluster.num_nodes": 1, "cluster.gpus_per_node": job.train.gpus + rm_gpus})
+        else:
+            v.update({"cluster.num_nodes": job.train.nodes + (rm.nodes if rm else 0),
+                      "cluster.gpus_per_node": job.train.per_node})
+    elif job.train.gpus + job.gen.gpus + rm_gpus <= g_per_node:  # one node: generation (and the reward model) take
+        v.update({"cluster.num_nodes": 1, "cluster.gpus_per_node": job.train.gpus + job.gen.gpus + rm_gpus,
+                  col + "resources.num_nodes": 1, col + "resources.gpus_per_node": job.gen.gpus})
+    elif job.train.gpus + job.gen.gpus <= g_per_node:  # the policy on one node, the reward model on node(s) of its own
+        v.update({"cluster.num_nodes": 1 + rm.nodes, "cluster.gpus_per_node": job.train.gpus + job.gen.gpus,
                   col + "resources.num_nodes": 1, col + "resources.gpus_per_node": job.gen.gpus})
     else:  # several nodes: generation takes resources.num_nodes whole nodes
-        v.update({"cluster.num_nodes": job.train.nodes + job.gen.nodes, "cluster.gpus_per_node": g_per_node,
+        v.update({"cluster.num_nodes": job.train.nodes + job.gen.nodes + (rm.nodes if rm else 0),
+                  "cluster.gpus_per_node": g_per_node,
                   col + "resources.num_nodes": job.gen.nodes, col + "resources.gpus_per_node": g_per_node})
-    if job.reward_model is not None:
-        notes.warn("a reward model is not exported for NeMo-RL yet (env.reward_model of examples/configs/"
-                   "grpo_rm_1B.yaml)")
     return v
+
+
+def _reward_model(job: Job) -> dict[str, Any]:
+    """env.reward_model (NeMo-RL v0.7.0 examples/configs/grpo_rm_1B.yaml, which the export then inherits, with
+    data.default.env_name: reward_model): the plan's reward model on its auxiliary group, GPUs of its own
+    (RewardModelEnvironment's RayVirtualCluster of resources.num_nodes x gpus_per_node) at the group's
+    tensor-parallel degree (DTensor: the only path RewardModelEnvironment runs)."""
+    rm = job.aux if "reward" in job.aux_hosts() else None
+    if rm is None:  # the capability catalog places NeMo-RL's reward model on a group of its own only
+        job.notes.warn(f"NeMo-RL runs a reward model only as env.reward_model on GPUs of its own; the plan places "
+                       f"it on {job.placement.reward}, so the export scores with grpo_math_1B.yaml's math environment")
+        return {}
+    if job.opt.reward_quantization != "none":
+        job.reward_quant_note("NeMo-RL")
+    e = "env.reward_model."
+    return {e + "model_name": job.model_id("reward"), e + "precision": "bfloat16", e + "max_model_len": job.max_len,
+            e + "resources.num_nodes": rm.nodes, e + "resources.gpus_per_node": rm.per_node,
+            e + "dtensor_cfg.tensor_parallel_size": job.aux_group().tp, e + "dtensor_cfg.context_parallel_size": 1}
+
+
+def base(job: Job) -> str:
+    """The NeMo-RL example config the export inherits: grpo_rm_1B.yaml (itself on grpo_math_1B.yaml) when a
+    reward model runs as an environment, for its env.reward_model section and data.default.env_name."""
+    return RM_BASE if job.reward_model is not None and "reward" in job.aux_hosts() else BASE
 
 
 def export(job: Job) -> ExportResult:
     vals = values(job)
-    head = header_lines(PIN, job, "a GRPO config YAML inheriting NeMo-RL's " + BASE)
+    head = header_lines(PIN, job, "a GRPO config YAML inheriting NeMo-RL's " + base(job))
     head += ["Put this file at the root of a NeMo-RL v0.7.0 checkout (defaults: resolves from there) and run",
              "uv run examples/run_grpo.py --config nemo_rl_plan.yaml",
              "Units: grpo.num_prompts_per_step counts prompts; policy.train_*_batch_size count samples."]
-    doc = {"defaults": BASE}
+    doc = {"defaults": base(job)}
     doc.update(nest(vals))
     text = comment_block(head + warning_lines(job.notes)) + dump_yaml(doc)
     return ExportResult(text=text, warnings=list(job.notes.warnings), filename="nemo_rl_plan.yaml", target="nemo-rl",

@@ -29,7 +29,10 @@ def sections(job: Job) -> list[Section]:
     s = Section("placement: nodes and GPUs per role")
     s.add("--actor.num_nodes", train.nodes)
     s.add("--actor.num_gpus_per_node", train.per_node)
-    colocate_all = job.colocated or (job.mode == "async" and "training" in (pl.reference, pl.reward, pl.value))
+    # async: a reward model or critic on the trainers needs colocate_all (only the reference has its own flag,
+    # --train.colocate_actor_ref), and a critic on GPUs of its own needs it off
+    colocate_all = job.colocated or (job.mode == "async" and (
+        "training" in (pl.reward, pl.value) or (pl.reference == "training" and job.critic_group is None)))
     if job.colocated:
         s.flag("--train.colocate_all", comment="hybrid engine: vLLM, actor, ref, critic and reward share the GPUs")
     elif colocate_all:
@@ -60,16 +63,24 @@ def sections(job: Job) -> list[Section]:
             notes.warn("reference placement 'generation' is not expressible in OpenRLHF (the reference is a "
                        "DeepSpeed model): it runs on the training GPUs")
     if job.critic is not None:
-        s.add("--critic.num_nodes", train.nodes)
-        s.add("--critic.num_gpus_per_node", train.per_node)
-        if not colocate_all:
+        group = job.critic_group  # the plan's critic on GPUs of its own: its RayActorGroup (pg None without
+        critic_gpus = group or train  # colocate_all / colocate_critic_reward), trained beside the actor
+        s.add("--critic.num_nodes", critic_gpus.nodes, "the critic's own GPUs" if group else "")
+        s.add("--critic.num_gpus_per_node", critic_gpus.per_node)
+        if group is not None and colocate_all:
+            notes.warn("with --train.colocate_all OpenRLHF puts the critic in the actor's placement group: the plan's "
+                       f"critic group of {group.gpus} GPUs is not expressible with it; solve with --framework openrlhf")
+        if group is not None and group.gpus % (job.t.tp * job.t.cp):
+            notes.warn(f"OpenRLHF runs the critic with the actor's tp x ring = {job.t.tp * job.t.cp} GPUs per replica: "
+                       f"the critic group's {group.gpus} GPUs do not hold whole replicas")
+        if group is None and not colocate_all:
             notes.warn(f"OpenRLHF (mode {job.mode}) cannot put the critic on the actor's GPUs without colocate_all: "
                        f"it needs {train.gpus} more GPUs (critic.num_nodes x critic.num_gpus_per_node)")
         if pl.value == "generation":
             notes.warn("value placement 'generation' is not expressible in OpenRLHF: the critic trains on the "
                        "training GPUs")
         own, t = job.lay.parallelism.critic, job.t
-        keys = ("tp", "pp", "cp", "dp", "zero_stage", "micro_batch", "recompute")
+        keys = ("tp", "pp", "cp", "zero_stage", "micro_batch", "recompute") + (() if group else ("dp",))
         if own is not None and any(getattr(own, k) != getattr(t, k) for k in keys):
             notes.warn("the critic's own degrees are not expressible in OpenRLHF 0.11 (one set of --ds.* and "
                        "--train.micro_batch_size flags for every model): it trains with the actor's "

@@ -215,6 +215,10 @@ def sections(job: Job) -> list[Section]:
         if pl.value == "generation":
             notes.warn("value placement 'generation' is not expressible in verl: the critic trains on the "
                        "training GPUs (global pool)")
+        if job.critic_group is not None:
+            notes.warn(f"the plan's critic group of {job.critic_group.gpus} GPUs of its own is not expressible in "
+                       f"verl 0.9 (the critic trains in the trainer pool, one after the actor): solve with "
+                       f"--framework verl")
     out.append(s)
 
     # --- reward

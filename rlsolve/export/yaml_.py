@@ -29,7 +29,8 @@ def document(job: Job) -> dict:
         "max_len": job.max_len,
     }
     roles = {name: {"pool": r.pool, "gpus": r.gpus, "nodes": r.nodes, "gpus_per_node": r.per_node}
-             for name, r in (("generation", job.gen), ("training", job.train))}
+             for name, r in (("generation", job.gen), ("training", job.train), ("auxiliary", job.aux),
+                             ("critic", job.critic_group)) if r is not None}
     layout = job.lay.model_dump(mode="json")
     doc = {"rlsolve_export": 1, "job": job_doc, "roles": roles}
     doc.update({k: layout[k] for k in LAYOUT_KEYS})

@@ -170,6 +170,8 @@ class TrainSide:
     fits: bool
     states: float              # bytes per GPU that colocation must keep (or offload) during rollout
     orchestration: float = 0.0  # the framework's own work per step between rollout and update (s)
+    critic_gpus: int = 0       # PPO: GPUs of the critic's own group (0: the critic, if any, trains on these GPUs)
+    critic_busy: float = 0.0   # seconds the critic's own group computes per step (forward + update)
 
     @property
     def time(self) -> float:
@@ -296,6 +298,36 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
     return cache[key]
 
 
+def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict | None = None
+                      ) -> tuple[float, float, float]:
+    """(value forward s, update s, peak bytes per GPU) of a critic trained on GPUs of its own with the
+    degrees `critic` (its dp over those GPUs): the forward and the update apart, since each overlaps a
+    different phase of the actor's (`critic_group_excess`)."""
+    cache = {} if cache is None else cache
+    key = ("critic group", critic)
+    if key not in cache:
+        wl = problem.workload
+        dev = device(pool, wl.precision, problem.profile)
+        a = problem.value
+        eager = _fsdp_elementwise(wl, critic)
+        st = cached_stage_times(a, dev, critic, wl.seq_mean, False, cache)
+        fwd = forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st, unfused_elementwise=eager)
+        upd = train_time(a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps, st=st,
+                         memo=cache, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
+                         unfused_elementwise=eager).total
+        cache[key] = (fwd, upd, critic_memory(problem, critic, cache).total)
+    return cache[key]
+
+
+def critic_group_excess(forwards: float, update: float, critic_fwd: float, critic_upd: float) -> float:
+    """Seconds a critic on GPUs of its own adds to the training side when it runs concurrently with the
+    actor (capabilities.yaml critic_group_concurrent): its value forward beside the actor's forwards
+    (old log-probs, reference, reward on the trainers: `forwards`), its update beside the actor's
+    (`update`); each pair joins before the next phase, so the side takes max(forwards, critic forward) +
+    max(update, critic update), written as what it adds beyond the actor's own terms."""
+    return max(0.0, critic_fwd - forwards) + max(0.0, critic_upd - update)
+
+
 def critic_memory(problem: Problem, critic: TrainLayout, cache: dict | None = None) -> TrainMem:
     """Peak training memory of the critic with its own degrees (max-length sequences);
     `cache` memoizes its states as `policy_memory`'s does."""
@@ -309,12 +341,13 @@ def critic_fits(mem: TrainMem, resident: float, critic_states: float, critic_pea
 
 
 def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: str, reward: str,
-              reward_quant: str, cache: dict | None = None, critic: TrainLayout | None = None
-              ) -> tuple[float, float, float, float]:
+              reward_quant: str, cache: dict | None = None, critic: TrainLayout | None = None,
+              critic_apart: bool = False) -> tuple[float, float, float, float]:
     """(reference s, reward s, value s, resident bytes per GPU) of the other models placed on
     the training GPUs. `reference`: training (resident) | cpu_offload (streamed over PCIe
     each step) | elsewhere. `reward`: training | elsewhere (rule reward: CPU). `critic`: the
-    critic's own degrees (None: the policy's). `cache` memoizes each model's pass by the
+    critic's own degrees (None: the policy's); `critic_apart`: the critic trains on GPUs of its own
+    (value 0 here, `critic_group_pass` scores it). `cache` memoizes each model's pass by the
     degrees it depends on (the solver scores thousands)."""
     wl = problem.workload
     dev = device(pool, problem.workload.precision, problem.profile)
@@ -353,7 +386,7 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     if problem.reward is not None and reward == "training":
         rew_t, wbytes = forward("reward", problem.reward, QUANT_BYTES[reward_quant])
         resident += wbytes
-    if problem.value is not None:
+    if problem.value is not None and not critic_apart:
         # the critic trains on the same GPUs with its own degrees, or with the policy's
         vl = critic if critic is not None else TrainLayout(**{
             **_aux_layout(problem.value, lay).__dict__, "zero_stage": lay.zero_stage, "recompute": lay.recompute})
@@ -364,20 +397,32 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
 
 def train_side(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: str = "training",
                reward: str = "cpu", reward_quant: str = "none",
-               core: tuple[TrainTime, TrainMem, float] | None = None, critic: TrainLayout | None = None) -> TrainSide:
+               core: tuple[TrainTime, TrainMem, float] | None = None, critic: TrainLayout | None = None,
+               critic_gpus: int = 0) -> TrainSide:
+    """`critic_gpus` > 0: the critic trains with the degrees `critic` on that many GPUs of its own in the
+    same pool, concurrently with the actor (`critic_group_excess`)."""
     t, mem, old = core or train_core(problem, pool, lay)
     cache: dict = {}
+    apart = critic_gpus > 0 and problem.value is not None and critic is not None
     ref_t, rew_t, val_t, resident = train_aux(problem, pool, lay, reference=reference, reward=reward,
-                                              reward_quant=reward_quant, cache=cache, critic=critic)
+                                              reward_quant=reward_quant, cache=cache, critic=critic,
+                                              critic_apart=apart)
     cap = capacity_bytes(pool, problem.workload.headroom)
     fits = mem.total + resident <= cap
-    if critic is not None and problem.value is not None:
+    busy = 0.0
+    if apart:
+        c_fwd, c_upd, c_peak = critic_group_pass(problem, pool, critic, cache)
+        val_t = critic_group_excess(old + ref_t + rew_t, t.total, c_fwd, c_upd)
+        fits = fits and c_peak <= cap
+        busy = c_fwd + c_upd
+    elif critic is not None and problem.value is not None:
         _, c_states, c_peak = critic_pass(problem, pool, critic, cache)
         fits = fits and critic_fits(mem, resident, c_states, c_peak, cap)
     return TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
                      orchestration=problem.workload.framework.orchestration_s,
                      value=val_t, mem=mem, aux_resident=resident, capacity=cap,
-                     fits=fits, states=mem.states + resident)
+                     fits=fits, states=mem.states + resident, critic_gpus=critic_gpus if apart else 0,
+                     critic_busy=busy)
 
 
 # --- auxiliary pool -----------------------------------------------------------------------
@@ -530,7 +575,7 @@ class StepEstimate:
         """Price of the GPUs the plan uses (a colocated set counts once)."""
         usd = self.gen.gpus * self.pool_gen.price_per_gpu_hour_usd
         if self.mode != "colocated":
-            usd += self.train.gpus * self.pool_train.price_per_gpu_hour_usd
+            usd += (self.train.gpus + self.train.critic_gpus) * self.pool_train.price_per_gpu_hour_usd
         if self.aux is not None:
             usd += self.aux.gpus * self.aux.pool.price_per_gpu_hour_usd
         return usd
@@ -563,7 +608,7 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
         used = max(gen.gpus, train.gpus)
     else:
         step = compose_step(mode, gen.time, t_aux + train.time, exposed, send_time(problem, pool_train, train.gpus))
-        used = gen.gpus + train.gpus
+        used = gen.gpus + train.gpus + train.critic_gpus
     used += aux.gpus if aux is not None else 0
     # framework time outside every modelled phase (0 unless a profile fitted on a log sets it)
     overhead = device(pool_gen, wl.precision, problem.profile).step_overhead_s

@@ -66,7 +66,7 @@ def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand, ac: Aux
     placement = PlacementSection(
         reference="none" if problem.reference is None else where("reference", tc.reference),
         reward="cpu" if problem.reward is None else where("reward", "training"),
-        value="training" if problem.value is not None else "none")
+        value="none" if problem.value is None else ("auxiliary" if tc.critic_gpus else "training"))
     quant = gc.reward_quant if "reward" in gc.hosts else (ac.reward_quant if "reward" in aux_hosts else tc.reward_quant)
     side = gc.side
     engine_bytes = side.weights + side.kv_cache + side.other
@@ -79,8 +79,11 @@ def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand, ac: Aux
         pipeline=Pipeline(mode=mode, staleness=problem.workload.max_staleness if mode == "async" else 0),
         resource_allocation=ResourceAllocation(
             generation=RoleGPUs(pool=problem.pools[gc.pool].name, gpus=gc.gpus, engine="vllm"),
-            training=RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.gpus, framework=framework_for(problem, tc)),
-            auxiliary=None if ac is None else RoleGPUs(pool=problem.pools[ac.pool].name, gpus=ac.gpus, engine="vllm")),
+            training=RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.side.gpus,
+                              framework=framework_for(problem, tc)),
+            auxiliary=None if ac is None else RoleGPUs(pool=problem.pools[ac.pool].name, gpus=ac.gpus, engine="vllm"),
+            critic=None if not tc.critic_gpus else RoleGPUs(pool=problem.pools[tc.pool].name, gpus=tc.critic_gpus,
+                                                            framework=framework_for(problem, tc))),
         placement=placement,
         parallelism=Parallelism(
             generation=GenParallel(tp=g.tp, pp=g.pp, dp=g.dp, ep=g.ep),
@@ -100,7 +103,9 @@ def _summary(lay: Layout) -> str:
     g, t = lay.parallelism.generation, lay.parallelism.training
     return (f"{lay.pipeline.mode}: gen {lay.resource_allocation.generation.gpus} GPUs tp{g.tp} pp{g.pp} x{g.dp}; "
             f"train {lay.resource_allocation.training.gpus} GPUs tp{t.tp} pp{t.pp} cp{t.cp} dp{t.dp} ep{t.ep} "
-            f"ZeRO-{t.zero_stage} mb{t.micro_batch} recompute={t.recompute}")
+            f"ZeRO-{t.zero_stage} mb{t.micro_batch} recompute={t.recompute}"
+            + (f"; critic {lay.resource_allocation.critic.gpus} GPUs of its own" if lay.resource_allocation.critic
+               else ""))
 
 
 def _why(best: Plan, alt: Plan) -> str:

@@ -15,6 +15,8 @@ each has a property test in tests/test_solver_space.py):
   disaggregated engine layout takes the largest legal count that each combination of the
   other roles leaves free in its pool (the cost objective scores every count);
 - auxiliary groups: the front of (GPUs, time);
+- a critic group of its own (PPO, where the target runs one), per trainer and placement: the front
+  of (its GPUs, the time it adds), the best critic layout per count (not with `every_count`);
 - a micro-batch larger than one that does not fit does not fit either;
 - a heavier recompute of a layout, for each variant (kind, placement, critic) that a lighter
   one already fits (same states held, never faster): a heavier one is scored only where a
@@ -50,13 +52,15 @@ from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, compose_step,
-                               critic_fits, critic_memory, critic_pass, engine_release_time, gen_side, policy_memory,
+                               critic_fits, critic_group_excess, critic_group_pass, critic_memory, critic_pass,
+                               engine_release_time, gen_side, policy_memory,
                                recv_time, rollout_steps_in_flight, send_time, sync_time, train_aux,
                                train_core)
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
 from rlsolve.solver.rules import (RECOMPUTE, asked, aux_group_pools, aux_models, aux_shares_actor_degrees, count_ok,
+                                  critic_places,
                                   count_user_violations, critic_like_policy, critic_pair_violations, critic_universe,
                                   critic_violations, engine_cap_violations, gen_universe, gen_violations,
                                   micro_batches, modes_allowed, role_counts, target_caps, target_hosting_modes,
@@ -111,7 +115,13 @@ class TrainCand(_OnGPUs):
     pool: int = 0
     id: int = -1
     modes: frozenset | None = None  # the modes the target runs its placements in (None: any)
-    critic: TrainLayout | None = None  # PPO: the critic's own degrees on these GPUs
+    critic: TrainLayout | None = None  # PPO: the critic's own degrees on these GPUs (or on its group's)
+    critic_gpus: int = 0      # PPO: GPUs of the critic's own group in this pool (0: the critic trains here)
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs the candidate takes in its pool: the trainers' and the critic group's."""
+        return self.side.gpus + self.critic_gpus
 
     @property
     def time(self) -> float:
@@ -196,7 +206,8 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     incumbent = _probe_incumbents(problem, modes, deadline, out, memo) if bounded else None
     for p in range(len(problem.pools)):
         out.train += _train_candidates(problem, p, modes, out, deadline, limit=_relaxed(incumbent),
-                                       front=prune and not keep_apart, apart=_apart_degrees(keep_apart))
+                                       front=prune and not keep_apart, apart=_apart_degrees(keep_apart),
+                                       every_count=not prune or "gpus" in keep_apart)
     if prune:
         out.train = _prune_train(out.train, keep_apart)
     if incumbent is not None:
@@ -260,12 +271,13 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
 
 def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidates, deadline: Deadline,
                       shapes: list | None = None, probe: bool = False, limit: dict | None = None,
-                      front: bool = False, apart: tuple[str, ...] = ()) -> list[TrainCand]:
+                      front: bool = False, apart: tuple[str, ...] = (), every_count: bool = False) -> list[TrainCand]:
     """Training candidates of pool p: every legal layout (or those of `shapes`; `probe`:
     without interleaved stages) that memory fits. `limit` (ms per mode): skip a GPU count
     whose `train_time_lower_bound` exceeds it in every mode the candidate would serve.
     `front`: skip at once a colocated candidate `_prune_train` would drop (no degree is kept
-    apart). `apart`: training degrees whose candidates are never compared."""
+    apart). `apart`: training degrees whose candidates are never compared. `every_count`: every GPU
+    count of a critic group of its own (no front over them: unpruned, or constraints on the GPUs used)."""
     pool = problem.pools[p]
     dev = device(pool, problem.workload.precision, problem.profile)
     cap = capacity_bytes(pool, problem.workload.headroom)
@@ -315,6 +327,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     # may pair with a critic a lighter one did not
     caps = target_caps(problem)
     critics_vary = problem.value is not None and caps is not None
+    group_modes = [m for m in modes if "auxiliary" in critic_places(problem, m)]
     for n, tp, pp, cp, dp in (train_shapes(problem, pool) if shapes is None else shapes):
         deadline.check("enumerating training layouts")
         kinds = []
@@ -473,6 +486,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                                        reward_quant=quant, offload_states=off, side=side,
                                                        switch=switch, send=send, pool=p, modes=allowed_in,
                                                        critic=critic))
+                        if kind == "disagg" and group_modes:  # the critic on GPUs of its own, where the target runs it
+                            found += _critic_group_cands(problem, p, lay, mem, t, old, modes, cache, aux_of,
+                                                         every=every_count)
                     lighter = True
                     core_lb = (t.total + old) * (1 - 1e-12)  # more recompute is never faster (in the last bits)
                     # a heavier recompute can only matter for a variant that did not fit here, or (with a
@@ -486,6 +502,78 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         plain[ep, zero, mb, rec] = (lay, t, old, failed, dead, more)
                     if not more:
                         break
+    return found
+
+
+def _critic_group_cands(problem: Problem, p: int, lay: TrainLayout, mem, t, old: float, modes: list[str],
+                        cache: dict, aux_of: dict, every: bool = False) -> list[TrainCand]:
+    """Disaggregated trainers with the critic (PPO) on GPUs of its own in the same pool, for a target
+    that trains it there concurrently with the actor (`rules.critic_places`; OpenRLHF's --critic.*
+    group): per placement of the other models, the critic group's GPU counts on the (GPUs, time) front
+    (more GPUs only matter while the critic still adds time beyond the actor's, `critic_group_excess`).
+    The critic's degrees are the actor's with the group's data-parallel degree where the target has no
+    critic layout of its own (OpenRLHF: one set of DeepSpeed flags), else its own on those GPUs.
+    `every`: every count (no front: prune=False, or user constraints that compare GPU counts)."""
+    pool = problem.pools[p]
+    n = lay.gpus
+    cap = capacity_bytes(pool, problem.workload.headroom)
+    caps = target_caps(problem)
+    own = caps is None or caps.shapes.value.critic_own_layout
+    room = pool.n_gpus - n - (1 if len(problem.pools) == 1 else 0)  # one pool: the engines need a GPU too
+    found: list[TrainCand] = []
+    options: dict[int, list] = {}  # critic group count -> [(critic layout, (forward s, update s, peak))]
+    for m in role_counts(pool):
+        if m > room:
+            break
+        if own:
+            cands = [c for _, c in _critic_options(problem, pool, m, cache)]
+        elif m % (lay.tp * lay.pp * lay.cp) == 0:
+            cands = [replace(critic_like_policy(problem, lay), dp=m // (lay.tp * lay.pp * lay.cp))]
+        else:
+            cands = []
+        scored = []
+        for c in cands:
+            legal = aux_of.get(("critic group legal", m, c))  # the group's rules, once per count and layout
+            if legal is None:
+                legal = aux_of["critic group legal", m, c] = not critic_violations(problem, pool, m, c) and \
+                    critic_group_pass(problem, pool, c, cache)[2] <= cap
+            if legal and not critic_pair_violations(problem, lay, c, group=True):
+                scored.append((c, critic_group_pass(problem, pool, c, cache)))
+        if scored:
+            options[m] = scored
+    if not options:
+        return found
+    send = send_time(problem, pool, n)
+    for hosts, ref, quant in _aux_variants(problem):
+        allowed_in = _train_modes(problem, modes, "disagg", hosts, ref, quant, value="auxiliary")
+        if not allowed_in:
+            continue
+        akey = ("critic apart", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage >= 3, ref,
+                "reward" in hosts, quant)
+        if akey not in aux_of:
+            aux_of[akey] = train_aux(problem, pool, lay, reference=ref,
+                                     reward="training" if "reward" in hosts else "elsewhere", reward_quant=quant,
+                                     cache=cache, critic_apart=True)
+        ref_t, rew_t, _, resident = aux_of[akey]
+        if mem.total + resident > cap:
+            continue
+        forwards = old + ref_t + rew_t
+        best = math.inf
+        for m, scored in options.items():  # counts ascending
+            c, (fwd, upd, _) = min(scored, key=lambda x: critic_group_excess(forwards, t.total, *x[1][:2]))
+            excess = critic_group_excess(forwards, t.total, fwd, upd)
+            if time_units(excess) >= best and not every:
+                continue
+            best = min(best, time_units(excess))
+            side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t, reward=rew_t, value=excess,
+                             mem=mem, aux_resident=resident, capacity=cap, fits=True, states=mem.states + resident,
+                             orchestration=problem.workload.framework.orchestration_s, critic_gpus=m,
+                             critic_busy=fwd + upd)
+            found.append(TrainCand(mode="disagg", layout=lay, hosts=hosts, reference=ref, reward_quant=quant,
+                                   offload_states=False, side=side, switch=0.0, send=send, pool=p, modes=allowed_in,
+                                   critic=c, critic_gpus=m))
+            if best == 0 and not every:
+                break  # the critic adds nothing beyond the actor: more GPUs cannot help
     return found
 
 
@@ -1221,12 +1309,14 @@ def _aux_on_gen(problem: Problem, hosts: frozenset, quant: str) -> tuple:
 
 
 def _train_modes(problem: Problem, modes: list[str], kind: str, hosts: frozenset, reference: str, quant: str,
-                 offload: bool = False) -> frozenset:
+                 offload: bool = False, value: str = "training") -> frozenset:
     """The modes of its kind in which the target runs a training candidate's placements (a model
     `elsewhere` counts where the target runs it on the engines or an auxiliary group; the
-    candidate that hosts it answers for the exact place)."""
+    candidate that hosts it answers for the exact place; `value`: where it trains the critic,
+    on these GPUs or on a group of its own)."""
     places = {"reference": reference,
-              "reward": "cpu" if problem.reward is None else ("training" if "reward" in hosts else "elsewhere")}
+              "reward": "cpu" if problem.reward is None else ("training" if "reward" in hosts else "elsewhere"),
+              "value": "none" if problem.value is None else value}
     each = ["colocated"] if kind == "colocated" else [m for m in modes if m != "colocated"]
     return target_hosting_modes(problem, [m for m in each if m in modes], places, quant=quant, offload=offload)
 
@@ -1262,7 +1352,7 @@ def _prune_train(cands: list[TrainCand], keep_apart: frozenset = frozenset()) ->
     apart = sorted(k.split(".", 1)[1] for k in keep_apart if k.startswith("training.") and k != "training.gpus")
     groups: dict[tuple, list[TrainCand]] = {}
     for c in cands:
-        key = (c.pool, c.mode, c.gpus, c.hosts, c.reference, c.reward_quant, c.modes) + tuple(
+        key = (c.pool, c.mode, c.gpus, c.side.gpus, c.hosts, c.reference, c.reward_quant, c.modes) + tuple(
             getattr(c.layout, k) for k in apart)
         groups.setdefault(key, []).append(c)
     kept: list[TrainCand] = []

@@ -51,7 +51,8 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
     ts = train_side(problem, pt, t_lay,
                     reference=pl.reference if pl.reference in ("training", "cpu_offload") else "elsewhere",
                     reward="training" if pl.reward == "training" else "elsewhere",
-                    reward_quant=opt.reward_quantization, critic=critic_layout(lay))
+                    reward_quant=opt.reward_quantization, critic=critic_layout(lay),
+                    critic_gpus=ra.critic.gpus if ra.critic is not None else 0)
     if mode == "colocated":
         reserved = 0.0 if opt.train_offload_during_rollout else ts.states
         gs = gen_side(problem, pg, g_lay, reserved=reserved, kv_cache_gb=opt.kv_cache_gb,

@@ -17,11 +17,13 @@ import numpy as np
 
 from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.hw import device
-from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, critic_fits, critic_pass,
+from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, critic_fits, critic_group_excess,
+                               critic_group_pass, critic_pass,
                                engine_release_time, gen_side, policy_memory, recv_time, rollout_steps_in_flight, send_time,
                                sync_time, train_aux, train_core)
 from rlsolve.resolve import Problem
 from rlsolve.solver.rules import (aux_group_pools, aux_models, aux_shares_actor_degrees, critic_pair_violations,
+                                  critic_places,
                                   critic_universe, critic_violations, engine_cap_violations, gen_universe,
                                   gen_violations, modes_allowed, role_counts, target_caps,
                                   target_placement_violations, train_shapes, train_universe, train_violations)
@@ -108,16 +110,55 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                     core = t.total + old + ref_t + rew_t + val_t + problem.workload.framework.orchestration_s
                     states = mem.states + resident
                     degrees = (lay.tp, lay.cp) if shared else ()
+                    value = "none" if problem.value is None else "training"
                     if colocated:
                         for off in (False, True):
                             switch = 2 * dev.pcie_time(states) if off else 0.0
                             out.append(Side(p, n, time_units(core + switch), 0, hosts,
                                             0 if off else mem_units_up(states), (lay, ref, q, off),
-                                            _place(problem, (ref, on_train, q, off)), degrees))
+                                            _place(problem, (ref, on_train, q, off, value)), degrees))
                     else:
                         out.append(Side(p, n, time_units(core), time_units(send_time(problem, pool, n)), hosts, 0,
-                                        (lay, ref, q), _place(problem, (ref, on_train, q, False)), degrees))
+                                        (lay, ref, q), _place(problem, (ref, on_train, q, False, value)), degrees))
+                if not colocated and any("auxiliary" in critic_places(problem, m) for m in modes_allowed(problem)):
+                    out += _critic_group_sides(problem, p, lay, mem, t, old, cache)
     return _fastest(out)
+
+
+def _critic_group_sides(problem: Problem, p: int, lay, mem, t, old: float, cache: dict) -> list[Side]:
+    """Disaggregated trainers with the critic on GPUs of its own in the same pool (rules.critic_places):
+    every count of the group, every critic layout the rule table allows there beside this policy
+    layout, every placement of the other models; the side takes the trainers' and the group's GPUs."""
+    pool = problem.pools[p]
+    n = lay.gpus
+    cap = capacity_bytes(pool, problem.workload.headroom)
+    shared = aux_shares_actor_degrees(problem)
+    out = []
+    for m in role_counts(pool):
+        if n + m > pool.n_gpus:
+            break
+        key = ("oracle critic groups", p, m)
+        if key not in cache:  # the group's legal layouts that fit, whatever the policy's
+            cache[key] = [(c, critic_group_pass(problem, pool, c, cache)) for c in critic_universe(problem, pool, m)
+                          if not critic_violations(problem, pool, m, c)]
+            cache[key] = [(c, x) for c, x in cache[key] if x[2] <= cap]
+        for c, (fwd, upd, _) in cache[key]:
+            if critic_pair_violations(problem, lay, c, group=True):
+                continue
+            for ref, on_train, q in _placements(problem):
+                ref_t, rew_t, _, resident = train_aux(problem, pool, lay, reference=ref,
+                                                      reward="training" if on_train else "elsewhere", reward_quant=q,
+                                                      cache=cache, critic_apart=True)
+                if mem.total + resident > cap:
+                    continue
+                hosts = frozenset([x for x, on in (("reference", ref in ("training", "cpu_offload")),
+                                                   ("reward", on_train)) if on])
+                excess = critic_group_excess(old + ref_t + rew_t, t.total, fwd, upd)
+                core = t.total + old + ref_t + rew_t + excess + problem.workload.framework.orchestration_s
+                out.append(Side(p, n + m, time_units(core), time_units(send_time(problem, pool, n)), hosts, 0,
+                                (lay, ref, q, m, c), _place(problem, (ref, on_train, q, False, "auxiliary")),
+                                (lay.tp, lay.cp) if shared else ()))
+    return out
 
 
 def _critics(problem: Problem, p: int, n: int, policy, cache: dict) -> list:
@@ -310,7 +351,7 @@ def _target_runs(problem: Problem, mode: str, t: Side, g: Side | None, a: Side |
     the reward's precision, offload, the auxiliary group) checked at once by the rule table."""
     if target_caps(problem) is None:
         return True
-    ref, on_train, t_quant, offload = t.place
+    ref, on_train, t_quant, offload, value = t.place
     others = [(s, "generation") for s in (g,) if s is not None] + [(s, "auxiliary") for s in (a,) if s is not None]
     where = {"reference": ref if ref != "elsewhere" else None, "reward": "training" if on_train else None}
     quant = t_quant if on_train else "none"
@@ -323,7 +364,8 @@ def _target_runs(problem: Problem, mode: str, t: Side, g: Side | None, a: Side |
     if None in (where["reference"], reward):
         return False  # a model without a home: not a plan
     return not target_placement_violations(problem, mode, reference=where["reference"], reward=reward, quant=quant,
-                                           offload=offload, auxiliary=a.hosts if a is not None else frozenset())
+                                           offload=offload, auxiliary=a.hosts if a is not None else frozenset(),
+                                           value=value)
 
 
 def _target_matrix(problem: Problem, mode: str, trains: list[Side], gens: list[Side], a: Side | None) -> np.ndarray:

@@ -146,7 +146,8 @@ class Program:
                   ("training", v.train, c.train, lambda x: x.layout, TRAIN_DEGREES)]
         for role, rows, cands, lay, names in tables:
             for name in names + ("gpus",):
-                get = (lambda x: x.gpus) if name == "gpus" else (lambda x, n=name: getattr(lay(x), n))
+                # a role's own GPUs (a trainer's `gpus` also counts its critic group's, which is not training.gpus)
+                get = (lambda x: x.side.gpus) if name == "gpus" else (lambda x, n=name: getattr(lay(x), n))
                 values = [get(x) for x in cands] or [0]
                 var = m.new_int_var(min(values + [0]), max(values), f"{role}.{name}")
                 m.add(var == sum(get(x) * rows[x.id] for x in cands))

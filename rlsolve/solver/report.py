@@ -74,7 +74,8 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
     if est.mode == "colocated":
         peak_total = g.gpus * est.pool_gen.gpu.peak_tflops(prec) * 1e12
     else:
-        peak_total = (g.gpus * est.pool_gen.gpu.peak_tflops(prec) + t.gpus * est.pool_train.gpu.peak_tflops(prec)) * 1e12
+        peak_total = (g.gpus * est.pool_gen.gpu.peak_tflops(prec)
+                      + (t.gpus + t.critic_gpus) * est.pool_train.gpu.peak_tflops(prec)) * 1e12
     if est.aux is not None:
         peak_total += est.aux.gpus * est.aux.pool.gpu.peak_tflops(prec) * 1e12
     mfu = (train_flops + gen_flops) / (est.step * peak_total)
@@ -82,7 +83,7 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
     if est.mode == "colocated":
         busy = (g.gpus * (est.step - est.switch - (est.aux.time if est.aux else 0.0)) + aux_busy) / (n_used * est.step)
     else:
-        busy = (g.gpus * g.time + t.gpus * t.time + aux_busy) / (n_used * est.step)
+        busy = (g.gpus * g.time + t.gpus * t.time + t.critic_gpus * t.critic_busy + aux_busy) / (n_used * est.step)
     comm = t.train.comm + est.sync
     bound = bound_tokens_per_s(problem)
     usd_per_mtok = est.usd_per_hour / 3600.0 / tps * 1e6 if tps > 0 else float("inf")

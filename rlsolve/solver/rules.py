@@ -432,15 +432,20 @@ def critic_violations(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout) 
     return out
 
 
-def critic_pair_violations(problem: Problem, policy: TrainLayout, critic: TrainLayout) -> list[Violation]:
+def critic_pair_violations(problem: Problem, policy: TrainLayout, critic: TrainLayout, *, group: bool = False
+                           ) -> list[Violation]:
     """The target trains the critic beside this policy layout: with degrees of its own only where
-    the framework has them (`shapes.critic_own_layout`), and on an engine that runs both (verl
-    picks one engine for the actor and the critic)."""
+    the framework has them (`shapes.critic_own_layout`; `group`: on GPUs of its own, so with its own
+    data-parallel degree), and on an engine that runs both (verl picks one engine for the actor and
+    the critic)."""
     caps = target_caps(problem)
     if caps is None:
         return []
     f = "parallelism.critic"
-    if not caps.shapes.value.critic_own_layout and critic != critic_like_policy(problem, policy):
+    like = critic_like_policy(problem, policy)
+    if group:
+        like = replace(like, dp=critic.dp)
+    if not caps.shapes.value.critic_own_layout and critic != like:
         return [Violation("target", f, f"{problem.spec.target.framework} trains the critic with the actor's degrees "
                           f"(source: {caps.shapes.source})")]
     both = set(strategies(caps, *_strategy_args(policy))) & set(strategies(caps, *_strategy_args(critic)))
@@ -479,24 +484,36 @@ def mode_violations(problem: Problem, mode: str, *, user: bool = True) -> list[V
                           f"{mode} is not in constraints.modes {problem.spec.constraints.modes}")]
     caps = target_caps(problem)
     out = _target(mode_ok(caps, mode), "pipeline.mode")
-    critic = "training" if problem.value is not None else "none"
     where = caps.placements[mode].value.value if caps is not None and not out else None
-    if where is not None and critic not in where:
-        # a critic group of its own (OpenRLHF's --critic.* group) is a framework fact the program does not plan yet
-        own = " (it runs the critic only on GPUs of its own, which rlsolve does not plan yet)" \
-            if critic == "training" and "auxiliary" in where else ""
+    if where is not None and problem.value is not None and not set(critic_places(problem, mode)) & set(where):
         out.append(Violation("target", "placement.value", f"{problem.spec.target.framework} does not train a critic "
-                             f"beside the policy in {mode} mode{own} (source: {caps.placements[mode].source})"))
+                             f"in {mode} mode where rlsolve plans one (source: {caps.placements[mode].source})"))
     return out
 
 
+def critic_places(problem: Problem, mode: str) -> tuple[str, ...]:
+    """Where the plan may train the critic (PPO) in `mode`: on the trainers' GPUs, or, in a
+    disaggregated mode for a target that trains it on GPUs of its own (placements value: auxiliary,
+    OpenRLHF's --critic.* group), on a group of its own in the training pool. Not for target `any`:
+    its plans keep the critic on the trainers (the shape is a framework's, searched where one runs it)."""
+    if problem.value is None:
+        return ("none",)
+    caps = target_caps(problem)
+    if mode != "colocated" and caps is not None and "auxiliary" in caps.placements[mode].value.value:
+        return ("training", "auxiliary")
+    return ("training",)
+
+
 def target_placement_violations(problem: Problem, mode: str, *, reference: str, reward: str, quant: str = "none",
-                                offload: bool = False, auxiliary: frozenset = frozenset()) -> list[Violation]:
+                                offload: bool = False, auxiliary: frozenset = frozenset(),
+                                value: str | None = None) -> list[Violation]:
     """Where the target runs the reference, reward and value models in this mode (`elsewhere`:
-    on the engines or an auxiliary group), the reward's precision, offloading the training
-    state during rollout, and the models on an auxiliary group."""
-    return _target(placement_ok(target_caps(problem), mode, reference=reference, reward=reward,
-                                value="training" if problem.value is not None else "none",
+    on the engines or an auxiliary group; `value` None: the critic, if any, on the trainers), the
+    reward's precision, offloading the training state during rollout, and the models on an
+    auxiliary group."""
+    if value is None:
+        value = "training" if problem.value is not None else "none"
+    return _target(placement_ok(target_caps(problem), mode, reference=reference, reward=reward, value=value,
                                 reward_quantization=quant, train_offload=offload, auxiliary=auxiliary), "placement")
 
 
@@ -536,6 +553,32 @@ def placement_violations(problem: Problem, mode: str, reference: str, reward: st
     if "auxiliary" in (reference, reward) and not has_aux_group:
         out.append(Violation("structure", "resource_allocation.auxiliary",
                              "placement 'auxiliary' needs resource_allocation.auxiliary {pool, gpus}"))
+    return out
+
+
+def critic_group_violations(problem: Problem, mode: str, value: str, lay) -> list[Violation]:
+    """The critic's placement (PPO) and its group of its own: `value: auxiliary` exactly when
+    resource_allocation.critic is given, in a disaggregated mode, in the training pool, with the
+    group's degrees in parallelism.critic."""
+    ra = lay.resource_allocation
+    f = "placement.value"
+    if problem.value is None and ra.critic is not None:
+        return [Violation("structure", "resource_allocation.critic", "the spec has no value model; remove "
+                          "resource_allocation.critic")]
+    if problem.value is not None and (value == "auxiliary") != (ra.critic is not None):
+        return [Violation("structure", "resource_allocation.critic", "placement.value 'auxiliary' and "
+                          "resource_allocation.critic {pool, gpus} go together")]
+    if ra.critic is None:
+        return []
+    out = []
+    if mode == "colocated":
+        out.append(Violation("structure", f, "a critic on GPUs of its own needs a disaggregated mode (sync or async)"))
+    if pool_named(problem, ra.critic.pool, "layout.resource_allocation.critic.pool") is not \
+            pool_named(problem, ra.training.pool, "layout.resource_allocation.training.pool"):
+        out.append(Violation("structure", "resource_allocation.critic.pool", "the critic's group runs in the "
+                             f"training pool ({ra.training.pool!r})"))
+    if lay.parallelism.critic is None:
+        out.append(Violation("structure", "parallelism.critic", "give the degrees of the critic's own group"))
     return out
 
 
@@ -602,19 +645,28 @@ def layout_violations(problem: Problem, lay, *, user: bool = True) -> list[Viola
         aux = frozenset(m for m in ("reference", "reward") if getattr(pl, m) == "auxiliary")
         out += target_placement_violations(problem, mode, reference=pl.reference, reward=pl.reward,
                                            quant=lay.optimization.reward_quantization,
-                                           offload=lay.optimization.train_offload_during_rollout, auxiliary=aux)
+                                           offload=lay.optimization.train_offload_during_rollout, auxiliary=aux,
+                                           value=pl.value if problem.value is not None else "none")
         out += engine_cap_violations(problem, g, lay.optimization.max_num_seqs)
     uses = [("generation", pg, ra.generation.gpus), ("training", pt, ra.training.gpus)]
     if ra.auxiliary is not None:
         uses.append(("auxiliary", pool_named(problem, ra.auxiliary.pool, "layout.resource_allocation.auxiliary.pool"),
                      ra.auxiliary.gpus))
         out += aux_group_violations(problem, ra.auxiliary.gpus, t)
-    out += pool_use_violations(problem, mode, uses)
+    group = critic_group_violations(problem, mode, pl.value, lay)
+    out += group
     critic = critic_layout(lay)
-    if critic is not None:
+    if ra.critic is not None and not group:
+        out += count_violations(pt, ra.critic.gpus, "critic")
+        uses.append(("critic", pt, ra.critic.gpus))
+        out += critic_violations(problem, pt, ra.critic.gpus, critic)
+        if user:
+            out += critic_pair_violations(problem, t, critic, group=True)
+    elif critic is not None and ra.critic is None:
         out += critic_violations(problem, pt, ra.training.gpus, critic)
         if user:
             out += critic_pair_violations(problem, t, critic)
+    out += pool_use_violations(problem, mode, uses)
     return out
 
 

@@ -6,9 +6,11 @@ no git host, so the files travel with the repository, unmodified, with NeMo-RL's
     python tests/vendor/make_nemo_rl_subset.py NEMO_RL_CHECKOUT EXPORT.yaml
 
 NEMO_RL_CHECKOUT: a checkout of the tag v0.7.0 (commit 81aa43dda4765b0429cf31dab44441e4e4383911);
-EXPORT.yaml: any NeMo-RL export of rlsolve. The script runs the checker on it, keeps every file of the
-checkout that the run imported, plus each package's __init__.py, the base config the exports inherit
-(examples/configs/grpo_math_1B.yaml) and LICENSE, and writes MANIFEST (tag, commit, files).
+EXPORT.yaml: a NeMo-RL export of rlsolve with a reward model (e.g. examples/grpo-70b-64xh100.yaml solved with
+--framework nemo-rl), so that the run goes through the reward model's environment too. The script runs the
+checker on it, keeps every file of the checkout that the run imported, plus each package's __init__.py, the
+base configs the exports inherit (examples/configs/grpo_math_1B.yaml, grpo_rm_1B.yaml) and LICENSE, and
+writes MANIFEST (tag, commit, files).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 TAG, COMMIT = "v0.7.0", "81aa43dda4765b0429cf31dab44441e4e4383911"
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "nemo-rl-v0.7.0-config-subset.tar.gz"
-EXTRA = ("LICENSE", "examples/configs/grpo_math_1B.yaml")
+EXTRA = ("LICENSE", "examples/configs/grpo_math_1B.yaml", "examples/configs/grpo_rm_1B.yaml")
 PROBE = """
 import atexit, json, runpy, sys
 root = sys.argv[1]
