@@ -448,3 +448,16 @@ def test_the_docs_gallery_is_generated_and_its_pictures_exist():
     for rel in pictures:
         text = svg_texts(ROOT / "docs" / rel)
         assert ("Pareto front" in text) if "study" in rel else ("seconds into the step" in text and "capacity" in text)
+
+
+def test_gpus_used_counts_the_groups_of_their_own():
+    """OpenRLHF sync PPO on 8 H100: 2 engine + 2 training GPUs, and the reward and critic each on a group
+    of its own; a what-if row must count all of them (it priced only the first two)."""
+    from rlsolve.whatif.sweep import solve_point
+    spec = yaml.safe_load((ROOT / "examples" / "ppo-1.5b-8xh100.yaml").read_text())
+    spec["target"] = {"framework": "openrlhf"}
+    spec.setdefault("constraints", {})["modes"] = ["sync"]
+    row = solve_point(spec, None)
+    assert row["status"] == "optimal" and row["mode"] == "sync"
+    assert row["gpus_used"] > row["gen_gpus"] + row["train_gpus"]
+    assert row["gpus_used"] <= 8

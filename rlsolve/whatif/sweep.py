@@ -208,6 +208,7 @@ def solve_point(spec: dict, objective: str | None) -> dict[str, Any]:
     g, t = par.generation, par.training
     colocated = plan.pipeline.mode == "colocated"
     used = max(ra.generation.gpus, ra.training.gpus) if colocated else ra.generation.gpus + ra.training.gpus
+    used += sum(g.gpus for g in (ra.auxiliary, ra.critic) if g is not None)  # groups of their own
     return {
         "status": plan.status, "mode": plan.pipeline.mode,
         "tokens_per_s": plan.throughput.tokens_per_s, "step_s": plan.time_s.step, "gpus_used": used,
