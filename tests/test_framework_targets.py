@@ -608,3 +608,38 @@ def test_critic_group_layouts_are_checked_and_its_time_is_the_longer_phase():
     with pytest.raises(SpecError) as e:
         rlsolve.estimate(spec, too_big)
     assert "critic" in e.value.field
+
+
+def test_nemo_rl_rollout_pipeline_needs_its_async_engine_which_runs_no_dp_inside_vllm():
+    """NeMo-RL v0.7.0 vllm_generation.py L117-134: pipeline_parallel_size > 1 asserts async_engine, and an
+    EP other than TP (vLLM's DP) asserts it is off, so pp > 1 with ep != tp cannot run."""
+    caps = capabilities("nemo-rl")
+    assert generation_ok(caps, "vllm", tp=2, pp=2, dp=1, ep=2)
+    assert generation_ok(caps, "vllm", tp=2, pp=1, dp=1, ep=4)
+    refused = generation_ok(caps, "vllm", tp=2, pp=2, dp=1, ep=4)
+    assert not refused and "async engine" in refused.reason
+
+
+def test_nemo_rl_rollout_pipeline_exports_the_async_engine_with_the_plans_cap(tmp_path, nemo_rl_checkout):
+    """A NeMo-RL plan with rollout pp=2 exports vllm_cfg.async_engine (else NeMo-RL asserts) and passes the
+    plan's sequence cap through vllm_kwargs (else AsyncLLM holds 128); NeMo-RL's MasterConfig accepts it."""
+    spec = yaml.safe_load((ROOT / "examples/grpo-8b-16xa100.yaml").read_text())
+    spec["target"] = {"framework": "nemo-rl"}
+    spec.setdefault("constraints", {})["generation"] = {"pp": 2}
+    plan = rlsolve.solve(spec).model_dump(mode="json")
+    assert plan["parallelism"]["generation"]["pp"] == 2
+    res = export_plan(plan, spec, "nemo-rl")
+    assert res.warnings == []
+    job = prepare(plan, spec)
+    doc = yaml.safe_load(res.text)
+    gen = doc["policy"]["generation"]
+    assert gen["vllm_cfg"]["async_engine"] is True and gen["vllm_cfg"]["pipeline_parallel_size"] == 2
+    assert gen["vllm_kwargs"]["max_num_seqs"] == job.max_num_seqs() > 128
+    path = tmp_path / "pp2.yaml"
+    path.write_text(res.text)
+    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(nemo_rl_checkout), str(path)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads(out.stdout.splitlines()[0])
+    assert "error" not in row, (row.get("error"), row.get("trace"))
+    assert row["config"]["policy"]["generation"]["vllm_kwargs"]["max_num_seqs"] == job.max_num_seqs()

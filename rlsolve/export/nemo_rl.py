@@ -67,6 +67,12 @@ def values(job: Job) -> dict[str, Any]:
     gv = "policy.generation.vllm_cfg."
     v.update({gv + "tensor_parallel_size": g.tp, gv + "pipeline_parallel_size": g.pp,
               gv + "expert_parallel_size": g.ep, gv + "max_model_len": job.max_len})
+    if g.pp > 1:
+        # NeMo-RL v0.7.0 vllm_generation.py L117-121: rollout PP runs only on vLLM's async engine, whose
+        # AsyncLLM caps an engine at 128 sequences unless told (engine context): pass the plan's cap through
+        # vllm_kwargs (vllm_worker.py L271, L456), as the engine the plan scored holds them all
+        v[gv + "async_engine"] = True
+        v["policy.generation.vllm_kwargs.max_num_seqs"] = job.max_num_seqs()
     util = job.memory_fraction("NeMo-RL", "0.6")
     if util is not None:
         v[gv + "gpu_memory_utilization"] = util

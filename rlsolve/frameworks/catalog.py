@@ -40,6 +40,8 @@ class Engine(_Strict):
                                                              "EP = TP x replicas per server; multiple_of_tp: any "
                                                              "multiple of TP (vLLM EP = DP x TP)")
     max_num_seqs: bool = Field(description="The engine's concurrent-sequence cap can be set.")
+    pp_needs_async_engine: bool = Field(False, description="pp > 1 runs only on the async engine, which refuses "
+                                        "data parallelism inside vLLM (ep other than tp).")
 
 
 class Engines(_Sourced):

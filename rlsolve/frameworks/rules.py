@@ -66,6 +66,9 @@ def generation_ok(caps: FrameworkCaps | None, engine: str, tp: int, pp: int, dp:
             return _no(caps, f"rollout ep={ep} must be tp ({tp}) x replicas per server (dividing {dp})", src)
         if eng.ep == "multiple_of_tp" and ep % tp:
             return _no(caps, f"rollout ep={ep} must be a multiple of tp={tp}", src)
+        if eng.pp_needs_async_engine and pp > 1 and ep != tp:
+            return _no(caps, f"rollout pp={pp} needs {engine}'s async engine, which runs no ep={ep} other than "
+                       f"tp={tp}", src)
     if max_num_seqs is not None and not eng.max_num_seqs:
         return _no(caps, f"{engine}'s concurrent-sequence cap (max_num_seqs={max_num_seqs}) cannot be set", src)
     return ALLOWED
