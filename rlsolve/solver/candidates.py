@@ -437,13 +437,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                 continue  # the test below, before the other models' passes (they only add)
                             if critic is not None and passes[i][1] >= kept_critic.get(vkey, math.inf):
                                 continue  # the kept-states test below: the other models' bytes are the same
-                            akey = (dims, ref, "reward" in hosts, quant, id(critic))
-                            hit = aux_of.get(akey)
-                            if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
-                                hit = aux_of[akey] = (critic, train_aux(
-                                    problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
-                                    reward_quant=quant, cache=cache, critic=critic))
-                            ref_t, rew_t, val_t, resident = hit[1]
+                            ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant,
+                                                                    critic, cache, aux_of)
                             if mem.total + resident > cap or (critic is not None and not critic_fits(
                                     mem, resident, *passes[i][1:], cap)):
                                 # worth a heavier recompute unless no recompute can fit it: the policy's
