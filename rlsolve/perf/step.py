@@ -283,26 +283,16 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
     cache = {} if cache is None else cache
     key = ("critic", critic)
     if key not in cache:
-        wl = problem.workload
-        dev = device(pool, wl.precision, problem.profile)
-        a = problem.value
-        mem = critic_memory(problem, critic, cache)
-        eager = _fsdp_elementwise(wl, critic)
-        # the forward and the update share one stage_times (both ask for it without LoRA)
-        st = cached_stage_times(a, dev, critic, wl.seq_mean, False, cache)
-        cache[key] = (forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st, unfused_elementwise=eager)
-                      + train_time(a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps,
-                                   st=st, memo=cache, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
-                                   unfused_elementwise=eager).total,
-            mem.states, mem.total)
+        fwd, upd, peak = critic_group_pass(problem, pool, critic, cache)
+        cache[key] = (fwd + upd, critic_memory(problem, critic, cache).states, peak)
     return cache[key]
 
 
 def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict | None = None
                       ) -> tuple[float, float, float]:
-    """(value forward s, update s, peak bytes per GPU) of a critic trained on GPUs of its own with the
-    degrees `critic` (its dp over those GPUs): the forward and the update apart, since each overlaps a
-    different phase of the actor's (`critic_group_excess`)."""
+    """(value forward s, update s, peak bytes per GPU) of the critic with the degrees `critic`, the
+    forward and the update apart: on GPUs of its own (its dp over those GPUs) each overlaps a different
+    phase of the actor's (`critic_group_excess`); on the trainers `critic_pass` adds them."""
     cache = {} if cache is None else cache
     key = ("critic group", critic)
     if key not in cache:
@@ -310,6 +300,7 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
         dev = device(pool, wl.precision, problem.profile)
         a = problem.value
         eager = _fsdp_elementwise(wl, critic)
+        # the forward and the update share one stage_times (both ask for it without LoRA)
         st = cached_stage_times(a, dev, critic, wl.seq_mean, False, cache)
         fwd = forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st, unfused_elementwise=eager)
         upd = train_time(a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps, st=st,
