@@ -571,7 +571,8 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
         mb = max(d for d in range(1, min(mb, per_rank) + 1) if per_rank % d == 0)
     micro = {"packed_tokens": budget, "packed_micro_batch": None if budget is None else packed_mb,
              "logprob_micro_batch": None if lp_mb is None else float(lp_mb),
-             "logprob_packed_tokens": lp_budget, "dynamic_round": dyn_round, "engine_eager": eager, "engine_sync_output": eager and v0}
+             "logprob_packed_tokens": lp_budget, "dynamic_round": dyn_round, "engine_eager": eager,
+             "engine_sync_output": eager and v0}
     if fw_name is not None and lay.get("framework_version") is not None:
         # the costs of the release the row ran, where a fact changed between releases
         micro["framework"] = framework_costs(fw_name, str(lay["framework_version"]))
