@@ -163,10 +163,11 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     """A train row's layout. Case format v2 adds to version 1's fields: `train_strategy`
     (megatron | fsdp | fsdp2 | deepspeed; FSDP means ZeRO-3 unless `zero_stage` says otherwise),
     `offload` (none | optimizer | params_optimizer), `lora_rank`, `global_batch_tokens` (read in
-    predict_train), and, read here beyond the agreed list, `main_grad_dtype` (fp32 | bf16) and
+    predict_train), and, read here beyond the agreed list, `main_grad_dtype` (fp32 | bf16),
     `recompute_layers` (with recompute full: layers per virtual stage, Megatron's
-    --recompute-num-layers); `recompute_modules` and `activation_offload_layers` are read in
-    _fit_recompute."""
+    --recompute-num-layers) and `pipeline_split_embedding_loss` (true: Megatron-Core's
+    account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, checked in
+    predict_train); `recompute_modules` and `activation_offload_layers` are read in _fit_recompute."""
     lay_in = row.get("layout") or {}
     tp, pp, cp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1)), int(lay_in.get("cp", 1))
     strategy = str(lay_in.get("train_strategy", "megatron"))
@@ -178,6 +179,9 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     grad_dtype = str(lay_in.get("main_grad_dtype", DEFAULT_MAIN_GRAD_DTYPE))
     if grad_dtype not in MAIN_GRAD_DTYPES:
         raise ValueError(f"layout.main_grad_dtype must be fp32 or bf16, got {grad_dtype!r}")
+    split = lay_in.get("pipeline_split_embedding_loss", False)
+    if not isinstance(split, bool):
+        raise ValueError(f"layout.pipeline_split_embedding_loss must be true or false, got {split!r}")
     recompute = str(lay_in.get("recompute", "none"))
     if recompute not in RECOMPUTE_ORDER:
         raise ValueError(f"layout.recompute must be one of {', '.join(RECOMPUTE_ORDER)}, got {recompute!r}")
@@ -188,7 +192,8 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                        sequence_parallel=_sequence_parallel(row, tp), attention=_attention(row), offload=offload,
                        main_grad_bytes=MAIN_GRAD_DTYPES[grad_dtype],
                        recompute_layers=int(lay_in.get("recompute_layers") or 0) if recompute == "full" else 0,
-                       recompute_modules=tuple(m for m in _recompute_modules(lay_in) if m in RECOMPUTED_MODULES))
+                       recompute_modules=tuple(m for m in _recompute_modules(lay_in) if m in RECOMPUTED_MODULES),
+                       pipeline_split_embedding_loss=split)
 
 
 # Megatron-Core's selective-recompute modules (TransformerConfig.recompute_modules). The model's
@@ -274,6 +279,10 @@ def predict_train(row: dict, profile: dict | None = None) -> CaseResult:
         return CaseResult(row["id"], "train", modelled=False,
                           note=f"tp*pp*cp*dp = {lay.gpus} does not match hardware.gpus = {gpus}")
     dev = device(pool, _precision(row), profile)
+    if lay.pipeline_split_embedding_loss and lay.pp > 1 and (arch.layers + 2) % (lay.pp * lay.vp):
+        # Megatron-Core asserts the same (transformer_block.get_num_layers_to_build)
+        raise ValueError(f"layout.pipeline_split_embedding_loss: layers + 2 = {arch.layers + 2} (the embedding and "
+                         f"the loss take a slot each) does not divide into pp * vp = {lay.pp * lay.vp} chunks")
     # tokens per optimizer step: global_batch_tokens when the source counts tokens, else
     # global_batch sequences of seq_len
     batch = float(lay_in["global_batch_tokens"]) if "global_batch_tokens" in lay_in else int(lay_in["global_batch"])

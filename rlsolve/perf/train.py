@@ -65,6 +65,13 @@ class TrainLayout:
     # with recompute "selective": Megatron-Core's output-discarding recompute modules beyond the
     # attention core (RECOMPUTED_MODULES); () = core_attn only, Megatron-Core's default
     recompute_modules: tuple[str, ...] = ()
+    # Megatron-Core account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split
+    # (both, as the recipes set them): the embedding and the loss each take one layer's slot when the
+    # layers are split over the pp x vp chunks, so (layers + 2) / (pp * vp) slots per chunk, the first
+    # chunk holding one transformer layer fewer beside the embedding and the last one fewer beside the
+    # output layer (Megatron-LM megatron/core/transformer/transformer_block.py get_num_layers_to_build,
+    # commit d98e8a64 lines 147-199)
+    pipeline_split_embedding_loss: bool = False
 
     @property
     def gpus(self) -> int:
@@ -131,14 +138,15 @@ def lora_params(arch: Architecture, rank: int) -> float:
 
 # --- per-GPU parameter shares -------------------------------------------------------------
 
-def params_per_gpu(arch: Architecture, tp: int, pp: int, ep: int, etp: int | None = None) -> tuple[float, float]:
+def params_per_gpu(arch: Architecture, tp: int, pp: int, ep: int, etp: int | None = None,
+                   stage_layers: int | None = None) -> tuple[float, float]:
     """(non-expert, routed-expert) parameters held by the busiest GPU before ZeRO sharding.
 
-    Layers split evenly over pp (ceil); the embedding and the LM head sit on the first and
-    last stage (the same stage when pp == 1); expert weights are split by ep and by the
-    expert tensor-parallel degree (= tp, Megatron's default)."""
+    Layers split evenly over pp (ceil; `stage_layers`: the stage's own count); the embedding and
+    the LM head sit on the first and last stage (the same stage when pp == 1); expert weights are
+    split by ep and by the expert tensor-parallel degree (= tp, Megatron's default)."""
     layer_params = arch.non_expert_params - arch.embedding_params - arch.hidden
-    stage_frac = math.ceil(arch.layers / pp) / arch.layers
+    stage_frac = (math.ceil(arch.layers / pp) if stage_layers is None else stage_layers) / arch.layers
     emb = arch.vocab * arch.hidden * (1 if (pp > 1 and not arch.tied_embeddings) else
                                       (1 if arch.tied_embeddings else 2))
     dense = (layer_params * stage_frac + emb) / tp
@@ -182,7 +190,7 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         weights, grads, opt = _states(arch, lay, lora_rank, weight_bytes)
     else:
         key = ("states", id(arch), lay.tp, lay.pp, lay.ep, lay.etp, lay.dp, lay.cp, lay.zero_stage, lay.offload,
-               lay.main_grad_bytes, lora_rank, weight_bytes)
+               lay.main_grad_bytes, lora_rank, weight_bytes, lay.pipeline_split_embedding_loss)
         if key not in memo:
             memo[key] = _states(arch, lay, lora_rank, weight_bytes)
         weights, grads, opt = memo[key]
@@ -190,15 +198,31 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         act = _activations(arch, lay, seq_len, fp8=fp8)
     else:  # the activations depend on neither dp, ep nor ZeRO: layouts differing in those share them
         key = ("activations", id(arch), lay.tp, lay.sp, lay.cp, lay.pp, lay.vp, lay.micro_batch, lay.recompute,
-               lay.recompute_layers, lay.recompute_modules, lay.attention, seq_len, fp8)
+               lay.recompute_layers, lay.recompute_modules, lay.attention, seq_len, fp8,
+               lay.pipeline_split_embedding_loss)
         act = memo.get(key)
         if act is None:
             act = memo[key] = _activations(arch, lay, seq_len, fp8=fp8)
     return TrainMem(weights, grads, opt, act, _other(weights + grads + opt + act, lay.gpus))
 
 
+def pipeline_chunk_slots(arch: Architecture, lay: TrainLayout) -> int | None:
+    """Layer slots per virtual pipeline chunk when the embedding and the loss take one each
+    (TrainLayout.pipeline_split_embedding_loss), else None."""
+    if not lay.pipeline_split_embedding_loss or lay.pp <= 1:
+        return None
+    return max(1, (arch.layers + 2) // (lay.pp * lay.vp))
+
+
+def first_stage_layers(arch: Architecture, lay: TrainLayout) -> int | None:
+    """Transformer layers of the first pipeline stage (the one holding the most activations) where
+    the split gives it one fewer than the others, else None (an even split)."""
+    slots = pipeline_chunk_slots(arch, lay)
+    return None if slots is None else lay.vp * slots - 1
+
+
 def _weights(arch: Architecture, lay: TrainLayout, weight_bytes: float, trainable: bool) -> float:
-    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp, first_stage_layers(arch, lay))
     z = lay.zero_stage
     weights = weight_bytes * (dense / (lay.dp * lay.cp if z >= 3 else 1) + expert / (lay.expert_dp if z >= 3 else 1))
     if trainable and lay.offload == "params_optimizer" and z >= 3:
@@ -210,7 +234,7 @@ def _weights(arch: Architecture, lay: TrainLayout, weight_bytes: float, trainabl
 def _states(arch: Architecture, lay: TrainLayout, lora_rank: int, weight_bytes: float) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per GPU of a trainable model."""
     weights = _weights(arch, lay, weight_bytes, trainable=True)
-    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp, first_stage_layers(arch, lay))
     shard_dense = lay.dp * lay.cp
     shard_expert = lay.expert_dp
     z = lay.zero_stage
@@ -343,7 +367,8 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
     if lay.attention == "unfused" and lay.recompute == "none":
         # the score matrix, softmax output and dropout mask per token (selective recompute drops them)
         per_tok_layer += UNFUSED_SCORE_BYTES_STORED * arch.heads * seq_len / lay.tp
-    layers_stage = math.ceil(arch.layers / lay.pp)
+    slots = pipeline_chunk_slots(arch, lay)
+    layers_stage = math.ceil(arch.layers / lay.pp) if slots is None else lay.vp * slots
     logits = tokens * arch.vocab / lay.tp * 4.0
     if forward_only:  # one layer's working set plus the logits
         return tokens * per_tok_layer + logits
@@ -359,8 +384,23 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
     in_flight = lay.pp * (1 + (lay.pp - 1) / (lay.pp * lay.vp)) if lay.vp > 1 else lay.pp
     if lay.pp == 1:
         return stored + logits
+    if slots is not None:
+        in_flight *= first_stage_in_flight_share(lay, slots)
     # the fp32 logits live on the last stage, which holds one micro-batch in flight
     return max(stored * in_flight, stored + logits)
+
+
+def first_stage_in_flight_share(lay: TrainLayout, slots: int) -> float:
+    """Layers the first stage holds activations of at its peak, over what an even split would hold,
+    when its first chunk has one layer fewer (pipeline_split_embedding_loss). Megatron-Core's
+    interleaved schedule runs (pp - 1) * 2 + (vp - 1) * pp warmup forwards on the first stage before
+    its first backward, so that many plus one chunk-micro-batches are in flight (Korthikanti et al.'s
+    pp * vp + pp - 1), the k-th on chunk (k // pp) % vp (megatron/core/pipeline_parallel/schedules.py
+    forward_backward_pipelining_with_interleaving, get_model_chunk_id); 1F1B (vp = 1) holds pp, all on
+    the one chunk."""
+    n = (lay.pp - 1) * 2 + (lay.vp - 1) * lay.pp + 1 if lay.vp > 1 else lay.pp
+    first = sum(1 for k in range(n) if (k // lay.pp) % lay.vp == 0)
+    return (first * (slots - 1) + (n - first) * slots) / (n * slots)
 
 
 # --- time ---------------------------------------------------------------------------------
@@ -595,6 +635,7 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     tokens = lay.micro_batch * seq_len / lay.cp
     layers_stage = math.ceil(arch.layers / lay.pp)
     moe_frac = arch.moe_layers / arch.layers
+    slots = pipeline_chunk_slots(arch, lay)
     if memo is None:
         memo = {}
     key = ("layer_fwd", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.sp, lay.cp, lay.ep,
@@ -612,6 +653,15 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         cp_layer = dev.all_gather(kv_bytes * lay.cp, lay.cp, lay.tp * lay.cp)
         memo[key] = dense, moe, head, head_elem, tp_layer, cp_layer
     dense, moe, head, head_elem, tp_layer, cp_layer = memo[key]
+    if slots is not None:
+        # the busiest stage: a middle one (vp * slots layers) or the last (one layer fewer, plus the
+        # output layer), whichever takes longer; with pp = 2 there is no middle stage
+        layers_stage = lay.vp * slots - 1
+        # one layer's forward and backward (GEMMs 1 + 2 passes, attention, elementwise, 2 x the
+        # all-to-all, 4 TP all-reduces) against the output layer's (its GEMM 3 passes, its log-softmax)
+        layer = sum((1 - moe_frac) * d * k + moe_frac * x * k for d, x, k in zip(dense, moe, (3, 1, 1, 1, 1, 2)))
+        if lay.pp > 2 and layer + 4 * tp_layer > 3 * (head + head_elem):
+            layers_stage, head, head_elem = lay.vp * slots, 0.0, 0.0
     gemm, attn, attn_b, elem, elem_b, ep = (layers_stage * ((1 - moe_frac) * d + moe_frac * m)
                                             for d, m in zip(dense, moe))
     tp_fwd = layers_stage * 2 * tp_layer

@@ -1,0 +1,56 @@
+"""Training-side mechanisms of perf/train.py against hand-worked counts."""
+from __future__ import annotations
+
+import pytest
+
+from rlsolve.cases import predict_train
+from rlsolve.hardware_db import find_gpu, find_network
+from rlsolve.models import find_model
+from rlsolve.perf.hw import Device
+from rlsolve.perf.train import (TrainLayout, first_stage_in_flight_share, first_stage_layers, stage_times,
+                                train_memory)
+from rlsolve.resolve import PoolHW
+
+
+def gb200() -> Device:
+    gpu = find_gpu("GB200-NVL72")
+    return Device(PoolHW("main", gpu, 64, 4, find_network("IB-NDR-400"), 4, gpu.price_per_gpu_hour_usd), "fp8")
+
+
+def test_first_stage_in_flight_share_counts_the_interleaved_warmup_by_chunk():
+    # 1F1B (vp = 1): pp micro-batches in flight, all on the one chunk of slots - 1 layers
+    assert first_stage_in_flight_share(TrainLayout(pp=8, vp=1), 12) == pytest.approx(11 / 12)
+    # pp 16, vp 4, 2 slots per chunk: 15 * 2 + 3 * 16 + 1 = 79 chunk-micro-batches in flight, the
+    # k-th on chunk (k // 16) % 4: 16 + 15 on chunk 0 (1 layer), 48 on the others (2 layers)
+    assert first_stage_in_flight_share(TrainLayout(pp=16, vp=4), 2) == pytest.approx((31 * 1 + 48 * 2) / (79 * 2))
+
+
+def test_the_embedding_and_loss_slots_take_a_layer_off_the_first_stage():
+    """Llama 3.1 405B (126 layers) on pp 16 x vp 4 as Megatron-Bridge's recipe splits it: (126 + 2) /
+    64 = 2 slots per chunk, so the first stage builds 7 layers beside the embedding, and holds less
+    in flight than an even split of 8; the busiest stage for time is a middle one (8 layers, no
+    output layer) against the even split's 8 layers plus the output layer."""
+    arch, dev = find_model("llama-3.1-405b"), gb200()
+    even = TrainLayout(tp=4, pp=16, dp=4, vp=4, micro_batch=1)
+    split = TrainLayout(tp=4, pp=16, dp=4, vp=4, micro_batch=1, pipeline_split_embedding_loss=True)
+    assert first_stage_layers(arch, split) == 7 and first_stage_layers(arch, even) is None
+    m_even, m_split = (train_memory(arch, lay, 8192, fp8=True) for lay in (even, split))
+    assert m_split.activations == pytest.approx(m_even.activations * 127 / 158, rel=0.02)
+    assert m_split.weights < m_even.weights
+    t_even, t_split = (stage_times(arch, dev, lay, 8192) for lay in (even, split))
+    assert t_split["fwd_compute"] < t_even["fwd_compute"]
+    # what it takes off is the output layer: its GEMM at the 16-bit rate
+    head = Device(dev.pool, "bf16").gemm_time(2 * 8192 * arch.hidden * arch.vocab / 4)
+    assert t_even["fwd_compute"] - t_split["fwd_compute"] == pytest.approx(head, rel=0.1)
+
+
+def test_a_split_that_megatron_would_reject_is_reported_with_the_field():
+    row = {"id": "x", "kind": "train", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 64, "gpus_per_node": 8},
+           "model": {"name": "llama-3.1-70b"}, "precision": "bf16",
+           "layout": {"tp": 4, "pp": 4, "vp": 5, "micro_batch": 1, "global_batch": 64, "seq_len": 4096,
+                      "pipeline_split_embedding_loss": True},
+           "measured": {"tokens_per_s_per_gpu": 1000}}
+    with pytest.raises(ValueError, match="pipeline_split_embedding_loss"):
+        predict_train(row)  # 80 + 2 layers do not split into 4 x 5 chunks
+    ok = {**row, "layout": {**row["layout"], "pp": 2, "vp": 1}}  # 82 / 2 = 41 per stage
+    assert predict_train(ok).error is not None
