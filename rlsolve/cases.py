@@ -22,7 +22,8 @@ from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_decode, weight_bytes_per_gpu, \
     kv_bytes_per_token_per_gpu, gen_other_bytes
 from rlsolve.perf.hw import GB, device
-from rlsolve.perf.train import (BF16_MAIN_GRAD_BYTES, FP32_MAIN_GRAD_BYTES, OFFLOADS, TrainLayout, model_flops,
+from rlsolve.perf.train import (BF16_MAIN_GRAD_BYTES, CUDA_GRAPHS, FP32_MAIN_GRAD_BYTES, MOE_DISPATCHERS, OFFLOADS,
+                                TrainLayout, model_flops,
                                 RECOMPUTED_MODULES, dynamic_batches, packed_sequences_per_bin, train_memory,
                                 train_time)
 from rlsolve.resolve import PoolHW, resolve
@@ -167,7 +168,9 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     `recompute_layers` (with recompute full: layers per virtual stage, Megatron's
     --recompute-num-layers) and `pipeline_split_embedding_loss` (true: Megatron-Core's
     account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, checked in
-    predict_train); `recompute_modules` and `activation_offload_layers` are read in _fit_recompute."""
+    predict_train), `moe_dispatcher` (alltoall | deepep | hybridep) and `cuda_graphs` (none | partial |
+    full_iteration), the MoE stack of perf/train.py moe_host_efficiency; `recompute_modules` and
+    `activation_offload_layers` are read in _fit_recompute."""
     lay_in = row.get("layout") or {}
     tp, pp, cp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1)), int(lay_in.get("cp", 1))
     strategy = str(lay_in.get("train_strategy", "megatron"))
@@ -179,6 +182,11 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     grad_dtype = str(lay_in.get("main_grad_dtype", DEFAULT_MAIN_GRAD_DTYPE))
     if grad_dtype not in MAIN_GRAD_DTYPES:
         raise ValueError(f"layout.main_grad_dtype must be fp32 or bf16, got {grad_dtype!r}")
+    dispatcher, graphs = str(lay_in.get("moe_dispatcher", "alltoall")), str(lay_in.get("cuda_graphs", "none"))
+    if dispatcher not in MOE_DISPATCHERS:
+        raise ValueError(f"layout.moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got {dispatcher!r}")
+    if graphs not in CUDA_GRAPHS:
+        raise ValueError(f"layout.cuda_graphs must be one of {', '.join(CUDA_GRAPHS)}, got {graphs!r}")
     split = lay_in.get("pipeline_split_embedding_loss", False)
     if not isinstance(split, bool):
         raise ValueError(f"layout.pipeline_split_embedding_loss must be true or false, got {split!r}")
@@ -193,7 +201,7 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                        main_grad_bytes=MAIN_GRAD_DTYPES[grad_dtype],
                        recompute_layers=int(lay_in.get("recompute_layers") or 0) if recompute == "full" else 0,
                        recompute_modules=tuple(m for m in _recompute_modules(lay_in) if m in RECOMPUTED_MODULES),
-                       pipeline_split_embedding_loss=split)
+                       pipeline_split_embedding_loss=split, moe_dispatcher=dispatcher, cuda_graphs=graphs)
 
 
 # Megatron-Core's selective-recompute modules (TransformerConfig.recompute_modules). The model's

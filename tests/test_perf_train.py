@@ -54,3 +54,28 @@ def test_a_split_that_megatron_would_reject_is_reported_with_the_field():
         predict_train(row)  # 80 + 2 layers do not split into 4 x 5 chunks
     ok = {**row, "layout": {**row["layout"], "pp": 2, "vp": 1}}  # 82 / 2 = 41 per stage
     assert predict_train(ok).error is not None
+
+
+def test_the_moe_stack_raises_the_routed_blocks_host_efficiency_step_by_step():
+    """The default stack (NCCL all-to-all, no graphs) runs the routed block host-bound at
+    moe_block_host_efficiency; a flex dispatcher, its HybridEP backend and per-layer CUDA graphs each
+    add their measured step; a full-iteration graph launches nothing from the host."""
+    from rlsolve.perf.hw import constants
+    from rlsolve.perf.train import moe_host_efficiency
+    c = constants()
+    base = c["moe_block_host_efficiency"]
+    assert moe_host_efficiency(TrainLayout()) == base
+    assert moe_host_efficiency(TrainLayout(cuda_graphs="partial")) == base  # measured only on top of flex
+    deepep = TrainLayout(moe_dispatcher="deepep")
+    assert moe_host_efficiency(deepep) == pytest.approx(base * c["moe_flex_dispatcher_gain"])
+    hybrid = TrainLayout(moe_dispatcher="hybridep", cuda_graphs="partial")
+    assert moe_host_efficiency(hybrid) == pytest.approx(base * c["moe_flex_dispatcher_gain"] * c["moe_hybridep_gain"]
+                                                        * c["moe_partial_cuda_graph_gain"])
+    assert moe_host_efficiency(TrainLayout(cuda_graphs="full_iteration")) == 1.0
+    arch, dev = find_model("qwen3-30b-a3b"), gb200()
+    times = [stage_times(arch, dev, TrainLayout(ep=8, dp=8, moe_dispatcher=d, cuda_graphs=g), 4096)["fwd"]
+             for d, g in (("alltoall", "none"), ("hybridep", "partial"), ("hybridep", "full_iteration"))]
+    assert times[0] > times[1] > times[2]
+    dense = find_model("llama-3.1-8b")  # a dense model has no routed block to speed up
+    graphed = TrainLayout(cuda_graphs="full_iteration")
+    assert stage_times(dense, dev, TrainLayout(), 4096) == stage_times(dense, dev, graphed, 4096)

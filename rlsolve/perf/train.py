@@ -72,6 +72,13 @@ class TrainLayout:
     # output layer (Megatron-LM megatron/core/transformer/transformer_block.py get_num_layers_to_build,
     # commit d98e8a64 lines 147-199)
     pipeline_split_embedding_loss: bool = False
+    # the MoE stack's host-side features (Megatron-Core options): the token dispatcher ("alltoall":
+    # NCCL all-to-all, the default; "deepep" or "hybridep": moe_token_dispatcher_type flex with that
+    # moe_flex_dispatcher_backend) and CUDA graphs ("none"; "partial": Transformer Engine per-layer
+    # graphs of the static parts, cuda_graph_scope attn / moe_router / moe_preprocess;
+    # "full_iteration"); see moe_host_efficiency
+    moe_dispatcher: str = "alltoall"
+    cuda_graphs: str = "none"
 
     @property
     def gpus(self) -> int:
@@ -405,6 +412,27 @@ def first_stage_in_flight_share(lay: TrainLayout, slots: int) -> float:
 
 # --- time ---------------------------------------------------------------------------------
 
+MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
+CUDA_GRAPHS = ("none", "partial", "full_iteration")
+
+
+def moe_host_efficiency(lay: TrainLayout) -> float:
+    """Share of its kernels' speed the routed MoE block runs at on the host-bound default stack
+    (constants.yaml moe_block_host_efficiency), raised by the stack features the layout's recipe
+    enables, each by its measured step in Megatron-Core's DeepSeek-V3 GB200 optimization history
+    (constants.yaml moe_flex_dispatcher_gain, moe_hybridep_gain, moe_partial_cuda_graph_gain); a
+    full-iteration CUDA graph launches nothing from the host (1.0)."""
+    if lay.cuda_graphs == "full_iteration":
+        return 1.0
+    c = constants()
+    eff = c["moe_block_host_efficiency"]
+    if lay.moe_dispatcher != "alltoall":
+        eff *= c["moe_flex_dispatcher_gain"] * (c["moe_hybridep_gain"] if lay.moe_dispatcher == "hybridep" else 1.0)
+        if lay.cuda_graphs == "partial":
+            eff *= c["moe_partial_cuda_graph_gain"]
+    return min(1.0, eff)
+
+
 def expert_all_to_all(dev: Device, nbytes: float, n: int, span: int) -> float:
     """All-to-all of `nbytes` per rank over `n` ranks spread evenly over `span` GPUs. A rank
     sends 1/n of its bytes to each peer; when the group leaves the NVLink domain only the share
@@ -455,13 +483,14 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         span = lay.tp * lay.cp * lay.ep if lay.etp == lay.tp else lay.ep  # folded: EP spans the TP ranks
         ep_comm = 2 * expert_all_to_all(dev, tokens * k * h * BF16 / tp, lay.ep, span)
         perm = 2 * (k * h + h) / tp  # permute (read h, write k*h) and unpermute (the reverse)
-        # the dispatcher needs each expert's token count on the host: one sync per pass
-        sync = constants()["moe_host_sync_us"] * 1e-6
+        # the dispatcher needs each expert's token count on the host: one sync per pass (none inside
+        # a full-iteration CUDA graph, which the sync-free path makes possible)
+        sync = 0.0 if lay.cuda_graphs == "full_iteration" else constants()["moe_host_sync_us"] * 1e-6
         # the routed block runs host-bound in Megatron-Core's default stack (a host sync before
         # the dispatch, no CUDA graphs, many small router/permute/quantize kernels): 1/eff the
         # time of its kernels back to back. That includes an all-to-all inside the NVLink domain
         # (short, issued right after the sync); one over the NICs is long and bandwidth-bound.
-        eff = constants()["moe_block_host_efficiency"]
+        eff = moe_host_efficiency(lay)
         gemm += mlp / eff
         perm /= eff
         if span <= dev.pool.scaleup_size:
@@ -639,7 +668,7 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     if memo is None:
         memo = {}
     key = ("layer_fwd", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.sp, lay.cp, lay.ep,
-           lay.etp, lay.micro_batch, lay.attention, seq_len)
+           lay.etp, lay.micro_batch, lay.attention, seq_len, lay.moe_dispatcher, lay.cuda_graphs)
     if key not in memo:
         dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
         moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
