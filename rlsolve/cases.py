@@ -21,7 +21,7 @@ from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_decode, weight_bytes_per_gpu, \
     kv_bytes_per_token_per_gpu, gen_other_bytes
-from rlsolve.perf.hw import GB, device
+from rlsolve.perf.hw import GB, constants, device
 from rlsolve.perf.train import (BF16_MAIN_GRAD_BYTES, CUDA_GRAPHS, FP32_MAIN_GRAD_BYTES, MOE_DISPATCHERS, OFFLOADS,
                                 TrainLayout, model_flops,
                                 RECOMPUTED_MODULES, dynamic_batches, packed_sequences_per_bin, train_memory,
@@ -257,7 +257,10 @@ def _fit_recompute(row: dict, arch: Architecture, lay: TrainLayout, seq: float, 
     offload_layers = int(lay_in.get("activation_offload_layers") or 0)
     for cand in ([lay] if stated else _recompute_ladder(arch, lay)):
         tm = train_memory(arch, cand, seq, lora_rank=lora_rank, fp8=fp8)
-        need = tm.total - _offloaded_activations(arch, cand, seq, tm.activations, offload_layers)
+        # activations kept in host memory take neither GPU memory nor the allocator's fragmentation on it
+        # (perf/train.py _other charges fragmentation_fraction on every tracked byte)
+        need = tm.total - (1.0 + constants()["fragmentation_fraction"]) * _offloaded_activations(
+            arch, cand, seq, tm.activations, offload_layers)
         if need <= capacity:
             break
     chosen = cand.recompute + (f" of {cand.recompute_layers} layers per stage" if cand.recompute_layers else "")
