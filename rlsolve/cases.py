@@ -158,6 +158,7 @@ TRAIN_STRATEGIES = {"megatron": 1, "fsdp": 3, "fsdp2": 3, "deepspeed": 1}
 # training (perf/train.py FP32_MAIN_GRAD_BYTES), which the published train rows ran.
 DEFAULT_MAIN_GRAD_DTYPE = "fp32"
 MAIN_GRAD_DTYPES = {"fp32": FP32_MAIN_GRAD_BYTES, "bf16": BF16_MAIN_GRAD_BYTES}
+ADAM_MOMENT_DTYPES = {"fp32": 4.0, "bf16": 2.0}
 
 
 def _train_layout(row: dict, gpus: int) -> TrainLayout:
@@ -169,7 +170,8 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     --recompute-num-layers) and `pipeline_split_embedding_loss` (true: Megatron-Core's
     account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, checked in
     predict_train), `moe_dispatcher` (alltoall | deepep | hybridep) and `cuda_graphs` (none | partial |
-    full_iteration), the MoE stack of perf/train.py moe_host_efficiency; `recompute_modules` and
+    full_iteration), the MoE stack of perf/train.py moe_host_efficiency, `adam_moment_dtype` (fp32 | bf16:
+    Megatron-Core's precision-aware optimizer exp_avg_dtype / exp_avg_sq_dtype); `recompute_modules` and
     `activation_offload_layers` are read in _fit_recompute."""
     lay_in = row.get("layout") or {}
     tp, pp, cp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1)), int(lay_in.get("cp", 1))
@@ -187,6 +189,9 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
         raise ValueError(f"layout.moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got {dispatcher!r}")
     if graphs not in CUDA_GRAPHS:
         raise ValueError(f"layout.cuda_graphs must be one of {', '.join(CUDA_GRAPHS)}, got {graphs!r}")
+    moments = str(lay_in.get("adam_moment_dtype", "fp32"))
+    if moments not in ADAM_MOMENT_DTYPES:
+        raise ValueError(f"layout.adam_moment_dtype must be fp32 or bf16, got {moments!r}")
     split = lay_in.get("pipeline_split_embedding_loss", False)
     if not isinstance(split, bool):
         raise ValueError(f"layout.pipeline_split_embedding_loss must be true or false, got {split!r}")
@@ -201,7 +206,8 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                        main_grad_bytes=MAIN_GRAD_DTYPES[grad_dtype],
                        recompute_layers=int(lay_in.get("recompute_layers") or 0) if recompute == "full" else 0,
                        recompute_modules=tuple(m for m in _recompute_modules(lay_in) if m in RECOMPUTED_MODULES),
-                       pipeline_split_embedding_loss=split, moe_dispatcher=dispatcher, cuda_graphs=graphs)
+                       pipeline_split_embedding_loss=split, moe_dispatcher=dispatcher, cuda_graphs=graphs,
+                       adam_moment_bytes=ADAM_MOMENT_DTYPES[moments])
 
 
 # Megatron-Core's selective-recompute modules (TransformerConfig.recompute_modules). The model's

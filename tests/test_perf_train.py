@@ -79,3 +79,14 @@ def test_the_moe_stack_raises_the_routed_blocks_host_efficiency_step_by_step():
     dense = find_model("llama-3.1-8b")  # a dense model has no routed block to speed up
     graphed = TrainLayout(cuda_graphs="full_iteration")
     assert stage_times(dense, dev, TrainLayout(), 4096) == stage_times(dense, dev, graphed, 4096)
+
+
+def test_bf16_adam_moments_take_8_optimizer_bytes_per_parameter():
+    """Megatron-Core's precision-aware optimizer with bf16 exp_avg / exp_avg_sq (DeepSeek-V3's
+    Megatron-Bridge recipe): fp32 master 4 + 2 + 2 bytes per parameter instead of 12, sharded alike."""
+    arch = find_model("llama-3.1-8b")
+    fp32, bf16 = TrainLayout(dp=8), TrainLayout(dp=8, adam_moment_bytes=2.0)
+    assert fp32.optimizer_bytes == 12.0 and bf16.optimizer_bytes == 8.0
+    m32, m16 = (train_memory(arch, lay, 4096) for lay in (fp32, bf16))
+    assert m16.optimizer == pytest.approx(m32.optimizer * 8 / 12)
+    assert m16.weights == m32.weights and m16.grads == m32.grads

@@ -20,6 +20,7 @@ from rlsolve.perf.hw import GB, Device, constants
 
 BF16 = 2.0
 ADAM_BYTES = 12.0  # fp32 master + m + v
+FP32_ADAM_MOMENT_BYTES = 4.0
 # Bytes per parameter of the main-gradient buffers full training accumulates into. Megatron-LM
 # with bf16 parameters accumulates and reduces them in fp32 (arguments.py turns on
 # accumulate_allreduce_grads_in_fp32 for bf16; "bf16 parameters, fp32 gradients: 18 bytes per
@@ -79,6 +80,15 @@ class TrainLayout:
     # "full_iteration"); see moe_host_efficiency
     moe_dispatcher: str = "alltoall"
     cuda_graphs: str = "none"
+    # bytes of each Adam moment (m, v): 4, or 2 where Megatron-Core's precision-aware optimizer keeps
+    # them in bf16 (OptimizerConfig use_precision_aware_optimizer with exp_avg_dtype = exp_avg_sq_dtype =
+    # bfloat16, megatron/core/optimizer/optimizer_config.py); the fp32 master weights stay
+    adam_moment_bytes: float = FP32_ADAM_MOMENT_BYTES
+
+    @property
+    def optimizer_bytes(self) -> float:
+        """Optimizer-state bytes per parameter: fp32 master weights and the two Adam moments."""
+        return ADAM_BYTES - 2 * (FP32_ADAM_MOMENT_BYTES - self.adam_moment_bytes)
 
     @property
     def gpus(self) -> int:
@@ -197,7 +207,7 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         weights, grads, opt = _states(arch, lay, lora_rank, weight_bytes)
     else:
         key = ("states", id(arch), lay.tp, lay.pp, lay.ep, lay.etp, lay.dp, lay.cp, lay.zero_stage, lay.offload,
-               lay.main_grad_bytes, lora_rank, weight_bytes, lay.pipeline_split_embedding_loss)
+               lay.main_grad_bytes, lora_rank, weight_bytes, lay.pipeline_split_embedding_loss, lay.adam_moment_bytes)
         if key not in memo:
             memo[key] = _states(arch, lay, lora_rank, weight_bytes)
         weights, grads, opt = memo[key]
@@ -248,12 +258,12 @@ def _states(arch: Architecture, lay: TrainLayout, lora_rank: int, weight_bytes: 
     if lora_rank > 0:  # only the adapters train; ZeRO shards their state like any other
         adapters = lora_params(arch, lora_rank) / (lay.tp * lay.pp)
         grads = BF16 * adapters / (shard_dense if z >= 2 else 1)
-        opt = ADAM_BYTES * adapters / (shard_dense if z >= 1 else 1)
+        opt = lay.optimizer_bytes * adapters / (shard_dense if z >= 1 else 1)
     else:
         gshard = (shard_dense if z >= 2 else 1), (shard_expert if z >= 2 else 1)
         oshard = (shard_dense if z >= 1 else 1), (shard_expert if z >= 1 else 1)
         grads = lay.main_grad_bytes * (dense / gshard[0] + expert / gshard[1])
-        opt = ADAM_BYTES * (dense / oshard[0] + expert / oshard[1])
+        opt = lay.optimizer_bytes * (dense / oshard[0] + expert / oshard[1])
     if lay.offload != "none":
         opt = 0.0  # fp32 master weights and moments live in host memory
     return weights, grads, opt
@@ -745,7 +755,7 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
         comm, opt = _grad_sync_and_step(arch, dev, lay, lora_rank)
     else:
         key = ("grad sync+step", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.pp, lay.ep,
-               lay.etp, lay.dp, lay.cp, lay.zero_stage, lay.offload, lora_rank)
+               lay.etp, lay.dp, lay.cp, lay.zero_stage, lay.offload, lora_rank, lay.adam_moment_bytes)
         hit = memo.get(key)
         comm, opt = hit if hit is not None else memo.setdefault(key, _grad_sync_and_step(arch, dev, lay, lora_rank))
     if lay.zero_stage >= 3:
@@ -790,7 +800,9 @@ def _grad_sync_and_step(arch: Architecture, dev: Device, lay: TrainLayout, lora_
         comm = 2 * (dev.reduce_scatter(grad_bytes_d, n_d, span) + dev.reduce_scatter(grad_bytes_e, n_e, span))
     shard_d, shard_e = (n_d, n_e) if lay.zero_stage >= 1 else (1, 1)
     if lay.offload == "none":
-        opt = dev.stream_time(constants()["optimizer_bytes_per_param"] * (dense / shard_d + expert / shard_e))
+        # the fused Adam step reads and writes each moment: 16-bit moments move 4 x 2 bytes less
+        per_param = constants()["optimizer_bytes_per_param"] - 4 * (FP32_ADAM_MOMENT_BYTES - lay.adam_moment_bytes)
+        opt = dev.stream_time(per_param * (dense / shard_d + expert / shard_e))
     else:
         # the step runs on the host: this rank's gradient shard goes down and its updated
         # 16-bit weights come back over PCIe (ZeRO-Offload, arXiv 2101.06840); the host's Adam
