@@ -89,11 +89,12 @@ def _ppo_job(target: str = "any") -> dict:
             "target": {"framework": target}, "solver": {"top_k": 0}}
 
 
-@pytest.mark.parametrize("target", ["any", "verl", "openrlhf"])
+@pytest.mark.parametrize("target", ["any", "verl", "openrlhf", "nemo-rl"])
 def test_the_critics_layout_is_searched_and_equals_the_oracle(target):
-    """The critic's own degrees on the training GPUs are part of the search (verl: its own; OpenRLHF:
-    the actor's), and the optimum equals the exhaustive oracle's, which tries every critic layout
-    the rule table allows beside every trainer."""
+    """The critic's own degrees on the training GPUs are part of the search (verl and NeMo-RL: its own;
+    OpenRLHF: the actor's), and the optimum equals the exhaustive oracle's, which tries every critic layout
+    the rule table allows beside every trainer. NeMo-RL 0.7 runs PPO colocated only, the critic on the
+    policy's GPUs, with its value backend's own limits (capabilities.yaml critic_training)."""
     spec = _ppo_job(target)
     if target == "verl":  # colocated (the critic shares the trainers' GPUs; async, a 1-GPU trainer is best),
         spec["constraints"] = {"modes": ["colocated"]}  # 8 layers: the critic's own degrees win here
@@ -108,6 +109,9 @@ def test_the_critics_layout_is_searched_and_equals_the_oracle(target):
     if target == "openrlhf":
         assert (c.tp, c.pp, c.cp, c.dp, c.zero_stage, c.micro_batch) == (t.tp, t.pp, t.cp, t.dp, t.zero_stage,
                                                                           t.micro_batch)
+    if target == "nemo-rl":
+        assert plan.pipeline.mode == "colocated" and plan.placement.value == "training"
+        assert c.cp == 1 or c.zero_stage < 3  # DTensor's value model runs no context parallelism
 
 
 def test_a_written_critic_layout_is_checked_and_scored():

@@ -174,7 +174,7 @@ def _critics(problem: Problem, p: int, n: int, policy, cache: dict) -> list:
             if not critic_violations(problem, pool, n, c):
                 t, states, peak = critic_pass(problem, pool, c, cache)
                 scored.append((t, states, peak, frozenset(strategies(caps, c.tp, c.pp, c.cp, c.ep, c.vp, c.zero_stage,
-                                                                     c.recompute)), c))
+                                                                     c.recompute, critic=True)), c))
         # A critic no faster, keeping no less and peaking no higher than another that the same
         # engines run can be swapped for it in any plan (every constraint is monotone in the
         # three): keep the others. Where the target has no critic layout of its own, the critic

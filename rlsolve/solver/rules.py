@@ -428,7 +428,7 @@ def critic_violations(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout) 
         out.append(Violation("rl.batch", f + ".micro_batch", f"the global batch of {gb} sequences is not divisible "
                              f"by the critic's dp*micro_batch = {lay.dp * lay.micro_batch}"))
     out += _target(training_ok(target_caps(problem), lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage,
-                               lay.recompute), f)
+                               lay.recompute, critic=True), f)
     return out
 
 
@@ -437,7 +437,7 @@ def critic_pair_violations(problem: Problem, policy: TrainLayout, critic: TrainL
     """The target trains the critic beside this policy layout: with degrees of its own only where
     the framework has them (`shapes.critic_own_layout`; `group`: on GPUs of its own, so with its own
     data-parallel degree), and on an engine that runs both (verl picks one engine for the actor and
-    the critic)."""
+    the critic) unless the critic's backend is its own (`critic_training.own_engine`)."""
     caps = target_caps(problem)
     if caps is None:
         return []
@@ -448,7 +448,10 @@ def critic_pair_violations(problem: Problem, policy: TrainLayout, critic: TrainL
     if not caps.shapes.value.critic_own_layout and critic != like:
         return [Violation("target", f, f"{problem.spec.target.framework} trains the critic with the actor's degrees "
                           f"(source: {caps.shapes.source})")]
-    both = set(strategies(caps, *_strategy_args(policy))) & set(strategies(caps, *_strategy_args(critic)))
+    if caps.critic_training is not None and caps.critic_training.own_engine:
+        return []  # NeMo-RL: the value model's backend is its own (capabilities.yaml critic_training)
+    both = set(strategies(caps, *_strategy_args(policy))) & set(strategies(caps, *_strategy_args(critic),
+                                                                           critic=True))
     if not both:
         return [Violation("target", f, f"no training engine of {problem.spec.target.framework} runs both the actor's "
                           f"and the critic's degrees (source: {caps.training.source})")]
