@@ -63,8 +63,9 @@ def solved(example: Path, framework: str):
     return _plans[key]
 
 
-# examples a target cannot run: the framework's own limits, named in the refusal
-REFUSED = {("grpo-hetero-h20-h800", "nemo-rl"): "cluster.pools"}
+# examples a target cannot run: the framework's own limits, named in the refusal (none today: NeMo-RL runs PPO,
+# and a cluster of several pools on one of them, tests below)
+REFUSED: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("framework", list(FRAMEWORK_EXPORTS))
@@ -510,8 +511,12 @@ def test_cli_framework_flag(tmp_path):
                                   "--format", "yaml", "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert yaml.safe_load(out.read_text())["parallelism"]["generation"]["pp"] == 1
-    r = CliRunner().invoke(main, ["solve", str(ROOT / "examples/grpo-hetero-h20-h800.yaml"), "--framework", "nemo-rl"])
-    assert r.exit_code == 2 and "cluster.pools" in r.output and "Traceback" not in r.output
+    spec = yaml.safe_load((ROOT / "examples/grpo-hetero-h20-h800.yaml").read_text())
+    spec["target"] = {"framework": "nemo-rl", "version": "0.5.0"}
+    bad = tmp_path / "old-nemo-rl.yaml"
+    bad.write_text(yaml.safe_dump(spec))
+    r = CliRunner().invoke(main, ["solve", str(bad)])
+    assert r.exit_code == 2 and "target.version" in r.output and "Traceback" not in r.output
 
 
 def test_docs_capability_tables_are_the_catalog():
@@ -717,3 +722,50 @@ def test_nemo_rl_ppo_runs_colocated_with_the_critics_own_backend_and_nemo_rl_ref
     assert "Context parallelism (CP>1) is currently not supported for the DTensor PPO value" in rows[2]["error"]
     assert "PPO currently requires colocated generation" in rows[3]["error"]
     assert "must be divisible by PP * CP * TP (3)" in rows[4]["error"]
+
+
+def test_nemo_rl_on_a_cluster_of_two_gpu_types_plans_one_pool_and_says_the_other_is_idle(tmp_path, nemo_rl_checkout):
+    """NeMo-RL 0.7 cannot pin a role to a GPU type (its placement-group bundles ask for any GPU:
+    virtual_cluster.py), so on H20 + H800 pools the plan puts every role on one pool, whose nodes form the Ray
+    cluster, and says the other is idle (plan explanation, export note); the GPUs counted are that pool's.
+    NeMo-RL's own grpo.setup builds its clusters from the export with exactly those GPUs. A layout with roles on
+    both pools is refused for this target, naming the source; verl (which pins pools) may use both."""
+    from rlsolve import load_spec
+    from rlsolve.plan import Plan
+    from rlsolve.resolve import resolve
+    from rlsolve.solver.validate import plan_violations
+    got = solved(ROOT / "examples/grpo-hetero-h20-h800.yaml", "nemo-rl")
+    assert not isinstance(got, SpecError), got
+    spec, plan = got
+    ra = plan["resource_allocation"]
+    pools = {ra["generation"]["pool"], ra["training"]["pool"]} | ({ra["auxiliary"]["pool"]} if ra["auxiliary"] else set())
+    assert len(pools) == 1
+    (used,) = pools
+    idle = [p for p in spec["cluster"]["pools"] if p["name"] != used]
+    text = " ".join(plan["explanation"])
+    assert "one pool" in text and all(f"{p['name']!r}" in text and "left idle" in text for p in idle)
+    pool_gpus = next(p["nodes"] * 8 for p in spec["cluster"]["pools"] if p["name"] == used)
+    gpus = ra["training"]["gpus"] if plan["pipeline"]["mode"] == "colocated" else \
+        ra["training"]["gpus"] + ra["generation"]["gpus"]
+    assert gpus <= pool_gpus
+    res = export_plan(plan, spec, "nemo-rl")
+    assert res.warnings == [] and f"start the Ray cluster on pool {used!r}'s nodes only" in res.text
+    path = tmp_path / "hetero.yaml"
+    path.write_text(res.text)
+    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(nemo_rl_checkout), str(path)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads(out.stdout.splitlines()[0])
+    assert "error" not in row, (row.get("error"), row.get("trace"))
+    assert sum(sum(b) for b in row["clusters"].values()) == gpus  # NeMo-RL asks Ray for the plan's GPUs only
+    problem = resolve(load_spec(spec))
+    split = yaml.safe_load(yaml.safe_dump(plan))
+    other = idle[0]["name"]
+    if split["pipeline"]["mode"] == "colocated":  # the same step on two pools: engines on one, trainers on the other
+        split["pipeline"]["mode"] = "sync"
+    split["resource_allocation"]["generation"]["pool"] = other
+    bad = [v for v in plan_violations(problem, Plan.model_validate(split)) if "one pool" in v]
+    assert bad and "virtual_cluster.py" in bad[0]
+    spec_verl = {**spec, "target": {"framework": "verl"}}
+    assert not [v for v in plan_violations(resolve(load_spec(spec_verl)), Plan.model_validate(split))
+                if "one pool" in v]

@@ -186,3 +186,29 @@ def test_openrlhf_critic_on_a_group_of_its_own_equals_the_oracle(modes, reward, 
         assert (c.tp, c.cp, c.zero_stage, c.micro_batch) == (t.tp, t.cp, t.zero_stage, t.micro_batch)  # one --ds.*
         used = ra.generation.gpus + ra.training.gpus + ra.critic.gpus + (ra.auxiliary.gpus if ra.auxiliary else 0)
         assert used <= 4 * nodes and plan.throughput is not None
+
+
+@pytest.mark.parametrize("reward", ["rule", "policy"])
+def test_nemo_rl_on_two_pools_plans_one_and_equals_the_oracle(reward):
+    """NeMo-RL 0.7 runs every role on one pool (capabilities.yaml heterogeneous_pools: its bundles ask for any
+    GPU): on an A100 pool and an H100 pool the plan's engines, trainers and reward group share one pool, and the
+    optimum equals the exhaustive oracle's, which keeps only combinations on one pool; verl, which pins pools,
+    is not held to it (its optimum here spreads over both)."""
+    spec = _one_pool_reward_job("nemo-rl", ["colocated", "sync", "async"])
+    spec["cluster"] = {"pools": [{"name": "a", "gpu": "A100-SXM-40GB", "nodes": 1, "gpus_per_node": 4,
+                                  "network": "IB-NDR-400"},
+                                 {"name": "h", "gpu": "H100-SXM-80GB", "nodes": 1, "gpus_per_node": 4,
+                                  "network": "IB-NDR-400"}]}
+    spec["model"]["reward"] = reward
+    plan = rlsolve.solve(spec)
+    ra = plan.resource_allocation
+    assert len({ra.generation.pool, ra.training.pool} | ({ra.auxiliary.pool} if ra.auxiliary else set())) == 1
+    assert any("left idle" in line and "one pool" in line for line in plan.explanation)
+    problem = resolve(load_spec(spec))
+    assert not plan_violations(problem, plan)
+    assert _solver_value(problem) == oracle(problem)
+    spec["target"] = {"framework": "verl"}
+    spread = rlsolve.solve(spec).resource_allocation
+    assert spread.generation.pool != spread.training.pool
+    problem = resolve(load_spec(spec))
+    assert _solver_value(problem) == oracle(problem)

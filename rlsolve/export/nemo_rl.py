@@ -219,7 +219,24 @@ def base(job: Job) -> str:
     return RM_BASE if job.reward_model is not None and "reward" in job.aux_hosts() else BASE
 
 
+def _pools_note(job: Job) -> None:
+    """A cluster of several pools: NeMo-RL places its GPU bundles on any node of its Ray cluster
+    (virtual_cluster.py L802-809), so the plan runs every role on one pool (capabilities.yaml
+    heterogeneous_pools) and the Ray cluster is started on that pool's nodes only."""
+    if len(job.problem.pools) < 2:
+        return
+    if job.heterogeneous or (job.aux is not None and job.aux.pool != job.train.pool):
+        job.notes.warn("NeMo-RL cannot pin roles to pools (its bundles ask for any GPU): the plan's roles on "
+                       "several pools are not expressible; solve with --framework nemo-rl")
+        return
+    idle = [p for p in job.problem.pools if p.name != job.train.pool]
+    job.notes.note(f"start the Ray cluster on pool {job.train.pool!r}'s nodes only ({job.train.gpus} "
+                   f"{job.train.gpu}); NeMo-RL places its GPU bundles on any node of its Ray cluster, so the plan "
+                   f"leaves " + ", ".join(f"{p.name!r} ({p.n_gpus} {p.gpu.name})" for p in idle) + " idle")
+
+
 def export(job: Job) -> ExportResult:
+    _pools_note(job)
     vals = values(job)
     algo = "ppo" if job.algorithm == "ppo" else "grpo"
     head = header_lines(PIN, job, f"a {algo.upper()} config YAML inheriting NeMo-RL's " + base(job))

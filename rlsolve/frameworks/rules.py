@@ -40,10 +40,13 @@ def algorithm_ok(caps: FrameworkCaps | None, algorithm: str) -> Verdict:
     return _no(caps, f"algorithm {algorithm} is not run", caps.algorithms.source)
 
 
-def pools_ok(caps: FrameworkCaps | None, heterogeneous: bool) -> Verdict:
-    if caps is None or not heterogeneous or caps.heterogeneous_pools.value:
+def pools_ok(caps: FrameworkCaps | None, pools_used: int) -> Verdict:
+    """The roles of a plan on `pools_used` pools: a target without heterogeneous pools runs them all on
+    one (the cluster's other pools left idle)."""
+    if caps is None or pools_used <= 1 or caps.heterogeneous_pools.value:
         return ALLOWED
-    return _no(caps, "roles on pools of different GPU types cannot be expressed", caps.heterogeneous_pools.source)
+    return _no(caps, f"roles on {pools_used} pools cannot be expressed: every role runs on one pool, the others "
+                     f"left idle", caps.heterogeneous_pools.source)
 
 
 def generation_ok(caps: FrameworkCaps | None, engine: str, tp: int, pp: int, dp: int, ep: int = 1,

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator
 from rlsolve.errors import SpecError
 from rlsolve.frameworks import (FrameworkCaps, capabilities, generation_ok, hosting_ok, mode_ok, placement_ok,
                                 training_ok)
-from rlsolve.frameworks.rules import strategies
+from rlsolve.frameworks.rules import pools_ok, strategies
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
@@ -55,6 +55,14 @@ def target_caps(problem: Problem) -> FrameworkCaps | None:
     """The target framework's capabilities (None: target any, no restriction)."""
     t = problem.spec.target
     return capabilities(t.framework, t.version)
+
+
+def one_pool(problem: Problem) -> bool:
+    """Every role of the plan on one pool of a cluster of several: the target runs no roles on pools
+    of different GPU types (capabilities.yaml heterogeneous_pools: NeMo-RL places its GPU bundles on
+    any node of its Ray cluster), so the plan runs on one pool, whose nodes form the Ray cluster, and
+    leaves the others idle."""
+    return len(problem.pools) > 1 and not pools_ok(target_caps(problem), len(problem.pools))
 
 
 def aux_group_pools(problem: Problem) -> list[int]:
@@ -670,6 +678,8 @@ def layout_violations(problem: Problem, lay, *, user: bool = True) -> list[Viola
         if user:
             out += critic_pair_violations(problem, t, critic)
     out += pool_use_violations(problem, mode, uses)
+    if user:
+        out += _target(pools_ok(target_caps(problem), len({pool.name for _, pool, _ in uses})), "resource_allocation")
     return out
 
 
