@@ -370,6 +370,9 @@ def check_nemo_rl(job, text: str) -> None:
         m = "policy.megatron_cfg."
         assert (d[m + "tensor_model_parallel_size"], d[m + "pipeline_model_parallel_size"],
                 d[m + "context_parallel_size"], d[m + "expert_model_parallel_size"]) == (t.tp, t.pp, t.cp, t.ep)
+        # NeMo-RL's pad factor for packed sequences (megatron/data.py): 2cp, times tp with sequence parallelism
+        pad = (2 * t.cp if t.cp > 1 else 1) * (t.tp if d[m + "sequence_parallel"] else 1)
+        assert d["policy.make_sequence_length_divisible_by"] % pad == 0
     else:
         assert (d["policy.dtensor_cfg.tensor_parallel_size"], d["policy.dtensor_cfg.context_parallel_size"]) == \
             (t.tp, t.cp) and t.pp == t.ep == 1
@@ -391,6 +394,8 @@ def check_nemo_rl(job, text: str) -> None:
             assert (d[m + "tensor_model_parallel_size"], d[m + "pipeline_model_parallel_size"],
                     d[m + "context_parallel_size"], d[m + "expert_model_parallel_size"]) == (c.tp, c.pp, c.cp, c.ep)
             assert d["value.sequence_packing.enabled"] == (c.cp > 1)
+            pad = (2 * c.cp if c.cp > 1 else 1) * (c.tp if d[m + "sequence_parallel"] else 1)
+            assert d["value.make_sequence_length_divisible_by"] % pad == 0
         else:
             assert (d["value.dtensor_cfg.tensor_parallel_size"], d["value.dtensor_cfg.context_parallel_size"]) == \
                 (c.tp, c.cp) and c.pp == c.ep == 1

@@ -278,17 +278,22 @@ RM_VARIANTS = {"one-node-colocated": (1, {"modes": ["colocated"]}),
                "one-node-sync": (1, {"modes": ["sync"]}),
                "policy-node-and-reward-node": (2, {"modes": ["sync"], "training": {"gpus": [4]},
                                                    "generation": {"gpus": [4]}}),
-               "colocated-node-and-reward-node": (2, {"modes": ["colocated"], "training": {"gpus": [8]}})}
+               "colocated-node-and-reward-node": (2, {"modes": ["colocated"], "training": {"gpus": [8]}}),
+               # PPO (ppo.py setup L376-406 splits the same way once data.env_name is reward_model; colocated only)
+               "ppo-one-node": (1, {"modes": ["colocated"]}),
+               "ppo-colocated-node-and-reward-node": (2, {"modes": ["colocated"], "training": {"gpus": [8]}})}
 
 
 def test_nemo_rl_reward_model_exports_split_the_cluster_as_planned(tmp_path, nemo_rl_checkout):
-    """A reward model on GPUs of its own (env.reward_model): NeMo-RL's own grpo.setup splits the exported
+    """A reward model on GPUs of its own (env.reward_model): NeMo-RL's own grpo.setup (ppo.setup for PPO) splits the exported
     cluster into the plan's training and generation GPUs, and RewardModelEnvironment accepts the reward
     model's config and asks for the plan's auxiliary GPUs, in every branch of the split."""
     jobs, files = [], []
     for name, (nodes, cons) in RM_VARIANTS.items():
         spec = yaml.safe_load(yaml.safe_dump(RM_BASE))
         spec["cluster"]["nodes"], spec["constraints"] = nodes, cons
+        if name.startswith("ppo"):
+            spec["rl"]["algorithm"], spec["model"]["value"] = "ppo", "policy"
         plan = rlsolve.solve(spec).model_dump(mode="json")
         assert plan["placement"]["reward"] == "auxiliary", name
         res = export_plan(plan, spec, "nemo-rl")

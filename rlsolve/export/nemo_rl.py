@@ -31,6 +31,12 @@ def strategy(job: Job) -> str:
                         t.recompute)
 
 
+def megatron_pad(t) -> int:
+    """NeMo-RL's minimum pad factor of a Megatron layout (v0.7.0 nemo_rl/models/megatron/data.py L1126-1131):
+    2cp with context parallelism, times tp with sequence parallelism (which the export turns on with tp > 1)."""
+    return (2 * t.cp if t.cp > 1 else 1) * (t.tp if t.tp > 1 else 1)
+
+
 def critic_strategy(job: Job) -> str:
     """The value model's backend (PPO): the policy's when it trains the critic's degrees, else the first of
     NeMo-RL's value backends that does (capabilities.yaml critic_training)."""
@@ -70,6 +76,10 @@ def values(job: Job) -> dict[str, Any]:
                   m + "optimizer.optimizer_cpu_offload": offload})
         if t.recompute != "none":
             v[m + "recompute_granularity"] = t.recompute
+        # the base's ${policy.dtensor_cfg.tensor_parallel_size} is not the Megatron degrees': packed sequences are
+        # split over 2cp and, with sequence parallelism, tp (NeMo-RL v0.7.0 nemo_rl/models/megatron/data.py
+        # L1126-1138 asserts make_sequence_length_divisible_by is a multiple of that)
+        v["policy.make_sequence_length_divisible_by"] = megatron_pad(t)
     else:
         d = "policy.dtensor_cfg."
         v.update({d + "enabled": True, "policy.megatron_cfg.enabled": False,
@@ -122,10 +132,10 @@ def _ppo(job: Job) -> dict[str, Any]:
                          "value.max_total_sequence_length": job.max_len}
     if critic_strategy(job) == "megatron":
         m = "value.megatron_cfg."
-        # ppo_math_1B_megatron.yaml's value overrides; Megatron shards a sequence over tp x 2cp (load-balanced CP)
+        # ppo_math_1B_megatron.yaml's value overrides, the sequence padding as for the policy (megatron_pad)
         v.update({"value.dtensor_cfg.enabled": False, m + "enabled": True, "value.reward_model_cfg.enabled": False,
                   "value.optimizer": None, "value.scheduler": None,
-                  "value.make_sequence_length_divisible_by": c.tp * (2 * c.cp if c.cp > 1 else 1),
+                  "value.make_sequence_length_divisible_by": megatron_pad(c),
                   m + "tensor_model_parallel_size": c.tp, m + "pipeline_model_parallel_size": c.pp,
                   m + "context_parallel_size": c.cp, m + "expert_model_parallel_size": c.ep,
                   m + "sequence_parallel": bool(c.sequence_parallel and c.tp > 1),
