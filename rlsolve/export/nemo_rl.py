@@ -46,7 +46,7 @@ def critic_strategy(job: Job) -> str:
 
 
 def values(job: Job) -> dict[str, Any]:
-    notes, t, g, opt = job.notes, job.t, job.g, job.opt
+    t, g, opt = job.t, job.g, job.opt
     algo = "ppo" if job.algorithm == "ppo" else "grpo"
     v: dict[str, Any] = {
         algo + ".num_prompts_per_step": job.prompts,
@@ -121,8 +121,8 @@ def _ppo(job: Job) -> dict[str, Any]:
     c = job.critic_t
     caps = capabilities("nemo-rl")
     if not strategies(caps, c.tp, c.pp, c.cp, c.ep, c.vp, c.zero_stage, c.recompute, critic=True):
-        job.notes.warn(f"{training_ok(caps, c.tp, c.pp, c.cp, c.ep, c.vp, c.zero_stage, c.recompute, critic=True).reason}"
-                       f": NeMo-RL 0.7 refuses the plan's critic layout; solve with --framework nemo-rl")
+        why = training_ok(caps, c.tp, c.pp, c.cp, c.ep, c.vp, c.zero_stage, c.recompute, critic=True).reason
+        job.notes.warn(f"{why}: NeMo-RL 0.7 refuses the plan's critic layout; solve with --framework nemo-rl")
     v: dict[str, Any] = {"ppo.ppo_epochs": job.epochs,
                          "ppo.skip_reference_policy_logprobs_calculation": not job.has_reference,
                          "ppo.adv_estimator.name": "gae",
