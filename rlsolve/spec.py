@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rlsolve.errors import SpecError
 from rlsolve.frameworks import capabilities
-from rlsolve.frameworks.rules import algorithm_ok, pools_ok
+from rlsolve.frameworks.rules import algorithm_ok
 from rlsolve.linear import parse_linear
 from rlsolve.reader import read_yaml  # noqa: F401  (the one reader; re-exported for callers)
 from rlsolve.resolve import resolve
@@ -303,12 +303,12 @@ def load_spec(source: "str | os.PathLike | dict | Spec") -> Spec:
 
 
 def check_target(spec: Spec) -> None:
-    """The target framework exists in the catalog and runs this job at all (its algorithm; pools of
-    different GPU types); the solver's rules restrict the layouts."""
+    """The target framework exists in the catalog and runs this job at all (its algorithm); the solver's
+    rules restrict the layouts (e.g. every role on one pool where the target runs no heterogeneous pools:
+    solver.rules.one_pool)."""
     caps = capabilities(spec.target.framework, spec.target.version)
     name = spec.target.framework
-    for verdict, field in ((algorithm_ok(caps, spec.rl.algorithm), "rl.algorithm"),
-                           (pools_ok(caps, len(spec.cluster.pool_list()) > 1), "cluster.pools")):
+    for verdict, field in ((algorithm_ok(caps, spec.rl.algorithm), "rl.algorithm"),):
         if not verdict:
             raise SpecError(f"target {name} cannot run this: {verdict.reason}; change {field} or target.framework",
                             field=field)

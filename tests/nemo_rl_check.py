@@ -19,8 +19,15 @@ recorder (no Ray), its Logger and CheckpointManager stand-ins, and it stops wher
 __init__ (nemo_rl/environments/reward_model_environment.py L88-156) runs on the config's env.reward_model:
 its config assertions, then the RayVirtualCluster of the reward model's own GPUs, recorded; it stops there
 (before the tokenizer and the Policy, which load weights).
-Prints one JSON line per export: the validated config and the clusters ({name: GPUs per node bundle list}),
-or the error.
+A PPO export (one with a `ppo` section, for examples/run_ppo.py) goes through the same steps with PPO's own
+classes: `nemo_rl.algorithms.ppo.MasterConfig` (its ValueConfig for the critic, PPOConfig, MseValueLossConfig) and
+`ppo.setup` up to its cluster (ppo.py L187-415: the value model's config assertions, the colocated-generation
+assertion, the reward model's share of the cluster; it stops at CheckpointManager.get_resume_paths, L452). Then
+`nemo_rl.models.value.lm_value.Value.__init__` runs on the config's value section with the policy's cluster (ppo.py
+L484-496 builds the Value workers on it): its backend choice and world-size arithmetic, up to the worker sharding it
+lays out (pp x dp x cp x tp over the cluster's GPUs), recorded; it stops before it makes a Ray queue and workers.
+Prints one JSON line per export: the validated config, the clusters ({name: GPUs per node bundle list}) and, for
+PPO, the value model's sharding ({axis: size}); or the error.
 
 Shims (the least that lets `nemo_rl.algorithms.grpo` import on a CPU-only machine with the other
 frameworks' pins; none is consulted by the config classes):
@@ -85,7 +92,9 @@ def _import_nemo_rl(checkout: Path):
     try:
         import nemo_rl
         from nemo_rl.algorithms.grpo import MasterConfig
+        import nemo_rl.algorithms.ppo  # noqa: F401  (PPO exports: _ppo_setup)
         import nemo_rl.environments.reward_model_environment  # noqa: F401  (run by _reward_model_cluster)
+        import nemo_rl.models.value.lm_value  # noqa: F401  (run by _value_sharding)
         from nemo_rl.utils.config import load_config, register_omegaconf_resolvers
     finally:
         sys.modules["transformers"].__version__ = real
@@ -101,7 +110,8 @@ def check(checkout: Path, exports: list[Path]) -> list[dict]:
     from pydantic import TypeAdapter
 
     MasterConfig, load_config = _import_nemo_rl(checkout)
-    adapter = TypeAdapter(MasterConfig)
+    import nemo_rl.algorithms.ppo as ppo  # imported by _import_nemo_rl
+    adapters = {MasterConfig: TypeAdapter(MasterConfig), ppo.MasterConfig: TypeAdapter(ppo.MasterConfig)}
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -111,13 +121,20 @@ def check(checkout: Path, exports: list[Path]) -> list[dict]:
             shutil.copyfile(export, placed)
             try:
                 config = OmegaConf.to_container(load_config(placed), resolve=True)
-                master = MasterConfig(**config)  # examples/run_grpo.py
-                adapter.validate_python(config)  # tests/unit/test_config_validation.py
+                is_ppo = "ppo" in config
+                Master = ppo.MasterConfig if is_ppo else MasterConfig
+                master = Master(**config)  # examples/run_grpo.py, examples/run_ppo.py
+                adapters[Master].validate_python(config)  # tests/unit/test_config_validation.py
+                row = {"file": str(export), "config": master.model_dump(mode="json")}
                 with contextlib.redirect_stdout(sys.stderr):  # NeMo-RL prints progress; stdout is the JSON lines
-                    clusters = _setup_clusters(MasterConfig(**config))
+                    clusters = _setup_clusters(Master(**config), ppo if is_ppo else None)
+                    if is_ppo:
+                        policy_gpus = sum(clusters["grpo_policy_cluster"])
+                        row["value_sharding"] = _value_sharding(Master(**config).value, policy_gpus)
                     if "reward_model" in (config.get("env") or {}):
                         clusters.update(_reward_model_cluster(config["env"]["reward_model"]))
-                out.append({"file": str(export), "config": master.model_dump(mode="json"), "clusters": clusters})
+                row["clusters"] = clusters
+                out.append(row)
             except Exception as e:  # the framework's verdict, reported to the test
                 out.append({"file": str(export), "error": f"{type(e).__name__}: {e}",
                             "trace": traceback.format_exc(limit=3)})
@@ -142,10 +159,12 @@ class _Recorder:
         return []
 
 
-def _setup_clusters(master) -> dict[str, list[int]]:
-    """grpo.setup up to the clusters it builds (see the module's docstring)."""
+def _setup_clusters(master, algorithm=None) -> dict[str, list[int]]:
+    """grpo.setup (or `algorithm`.setup: ppo) up to the clusters it builds (see the module's docstring)."""
     from unittest import mock
     import nemo_rl.algorithms.grpo as grpo
+
+    grpo = algorithm or grpo
 
     class Checkpoints:
         def __init__(self, cfg):
@@ -167,7 +186,8 @@ def _setup_clusters(master) -> dict[str, list[int]]:
         def log_hyperparams(self, params):
             pass
 
-    prompts = [{"idx": i} for i in range(2 * master.grpo["num_prompts_per_step"])]
+    steps = master.ppo if algorithm is not None else master.grpo
+    prompts = [{"idx": i} for i in range(2 * steps["num_prompts_per_step"])]
     _Recorder.made = {}
     with mock.patch.object(grpo, "RayVirtualCluster", _Recorder), mock.patch.object(grpo, "Logger", Logger), \
             mock.patch.object(grpo, "CheckpointManager", Checkpoints):
@@ -176,6 +196,32 @@ def _setup_clusters(master) -> dict[str, list[int]]:
         except _Stop:
             pass
     return dict(_Recorder.made)
+
+
+def _value_sharding(value_config: dict, world_size: int) -> dict[str, int]:
+    """Value.__init__ on `world_size` GPUs up to the sharding it lays its workers out by (see the module's
+    docstring): {axis: size}."""
+    import copy
+    from unittest import mock
+    import ray.util.queue
+    from nemo_rl.models.value.lm_value import Value
+
+    class Cluster:  # what Value.__init__ asks of the RayVirtualCluster before it makes workers
+        def world_size(self):
+            return world_size
+
+    value = Value.__new__(Value)
+
+    def stop(*a, **k):
+        raise _Stop("value sharding laid out")
+
+    with mock.patch.object(ray.util.queue, "Queue", stop):
+        try:
+            value.__init__(Cluster(), copy.deepcopy(value_config), tokenizer=None)
+        except _Stop:
+            pass
+    sharding = value.sharding_annotations
+    return {name: sharding.get_axis_size(name) for name in sharding.names}
 
 
 def _reward_model_cluster(rm_config: dict) -> dict[str, list[int]]:

@@ -356,8 +356,11 @@ def check_nemo_rl(job, text: str) -> None:
     d = flatten(yaml.safe_load(text))
     t, g, opt = job.t, job.g, job.opt
     rm = job.reward_model is not None and "reward" in job.aux_hosts()  # else warned: NeMo-RL runs it there only
-    assert d["defaults"] == "examples/configs/grpo_" + ("rm_1B" if rm else "math_1B") + ".yaml"
-    assert (d["grpo.num_prompts_per_step"], d["grpo.num_generations_per_prompt"]) == (job.prompts, job.n)
+    ppo = job.algorithm == "ppo"
+    algo = "ppo" if ppo else "grpo"
+    assert d["defaults"] == ("examples/configs/ppo_math_1B.yaml" if ppo else
+                             "examples/configs/grpo_" + ("rm_1B" if rm else "math_1B") + ".yaml")
+    assert (d[algo + ".num_prompts_per_step"], d[algo + ".num_generations_per_prompt"]) == (job.prompts, job.n)
     assert d["policy.train_global_batch_size"] == job.mini_batch_samples
     assert d["policy.train_micro_batch_size"] == t.micro_batch
     assert d["policy.max_total_sequence_length"] == job.max_len
@@ -367,6 +370,9 @@ def check_nemo_rl(job, text: str) -> None:
         m = "policy.megatron_cfg."
         assert (d[m + "tensor_model_parallel_size"], d[m + "pipeline_model_parallel_size"],
                 d[m + "context_parallel_size"], d[m + "expert_model_parallel_size"]) == (t.tp, t.pp, t.cp, t.ep)
+        # NeMo-RL's pad factor for packed sequences (megatron/data.py): 2cp, times tp with sequence parallelism
+        pad = (2 * t.cp if t.cp > 1 else 1) * (t.tp if d[m + "sequence_parallel"] else 1)
+        assert d["policy.make_sequence_length_divisible_by"] % pad == 0
     else:
         assert (d["policy.dtensor_cfg.tensor_parallel_size"], d["policy.dtensor_cfg.context_parallel_size"]) == \
             (t.tp, t.cp) and t.pp == t.ep == 1
@@ -375,7 +381,27 @@ def check_nemo_rl(job, text: str) -> None:
         (g.tp, g.pp, g.ep)
     assert d[v + "gpu_memory_utilization"] == opt.gpu_memory_utilization
     assert d["policy.generation.colocated.enabled"] == job.colocated
-    assert d["grpo.async_grpo.enabled"] == (job.mode == "async")
+    if ppo:  # NeMo-RL's PPO: colocated, the critic's own degrees and batch sizes in value.* (the plan's)
+        c = job.critic_t
+        assert d["ppo.ppo_epochs"] == job.epochs  # colocated: a plan of another mode is warned about
+        assert d["ppo.skip_reference_policy_logprobs_calculation"] == (not job.has_reference)
+        assert d["value.model_name"] == job.model_id("value")
+        assert (d["value.train_global_batch_size"], d["value.train_micro_batch_size"]) == \
+            (job.mini_batch_samples, c.micro_batch)
+        assert d["value.megatron_cfg.enabled"] != d["value.dtensor_cfg.enabled"]
+        if d["value.megatron_cfg.enabled"]:
+            m = "value.megatron_cfg."
+            assert (d[m + "tensor_model_parallel_size"], d[m + "pipeline_model_parallel_size"],
+                    d[m + "context_parallel_size"], d[m + "expert_model_parallel_size"]) == (c.tp, c.pp, c.cp, c.ep)
+            assert d["value.sequence_packing.enabled"] == (c.cp > 1)
+            pad = (2 * c.cp if c.cp > 1 else 1) * (c.tp if d[m + "sequence_parallel"] else 1)
+            assert d["value.make_sequence_length_divisible_by"] % pad == 0
+        else:
+            assert (d["value.dtensor_cfg.tensor_parallel_size"], d["value.dtensor_cfg.context_parallel_size"]) == \
+                (c.tp, c.cp) and c.pp == c.ep == 1
+        assert (d.get("data.env_name") == "reward_model") == rm  # ppo.py setup's reward-model split
+    else:
+        assert d["grpo.async_grpo.enabled"] == (job.mode == "async")
     # NeMo-RL's split (grpo.py setup): on one node the reward model's gpus_per_node, on several its nodes,
     # come out of cluster.*; the engines' resources likewise; training takes the rest
     nodes, per = d["cluster.num_nodes"], d["cluster.gpus_per_node"]

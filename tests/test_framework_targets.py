@@ -63,10 +63,9 @@ def solved(example: Path, framework: str):
     return _plans[key]
 
 
-# examples a target cannot run: the framework's own limits, named in the refusal
-REFUSED = {("grpo-hetero-h20-h800", "nemo-rl"): "cluster.pools",
-           ("ppo-1.5b-8xh100", "nemo-rl"): "rl.algorithm",
-           ("ppo-7b-8xh100", "nemo-rl"): "rl.algorithm"}
+# examples a target cannot run: the framework's own limits, named in the refusal (none today: NeMo-RL runs PPO,
+# and a cluster of several pools on one of them, tests below)
+REFUSED: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("framework", list(FRAMEWORK_EXPORTS))
@@ -245,17 +244,25 @@ def test_nemo_rl_exports_pass_nemo_rl_config_validation(tmp_path, nemo_rl_checko
     for job, row in zip(jobs, rows):
         assert "error" not in row, (row["file"], row.get("error"), row.get("trace"))
         config = row["config"]
-        base = "examples/configs/grpo_" + ("rm_1B" if rm_cluster(job) else "math_1B") + ".yaml"
+        base = "examples/configs/" + ("ppo_math_1B" if job.algorithm == "ppo" else
+                                      "grpo_" + ("rm_1B" if rm_cluster(job) else "math_1B")) + ".yaml"
         check_nemo_rl(job, yaml.safe_dump({"defaults": base, **config}))
         assert config["policy"]["logprob_batch_size"] == config["policy"]["train_micro_batch_size"]  # TP>=4 rule
-        # the clusters NeMo-RL's own grpo.setup (and RewardModelEnvironment) built from the export: the plan's GPUs
+        # the clusters NeMo-RL's own grpo.setup / ppo.setup (and RewardModelEnvironment) built from the export:
+        # the plan's GPUs
         made = {name: sum(bundles) for name, bundles in row["clusters"].items()}
-        if job.colocated:
+        if job.algorithm == "ppo":  # colocated; the value model's workers on the policy's GPUs, the plan's degrees
+            c = job.critic_t
+            assert job.colocated and made == {"grpo_policy_cluster": job.train.gpus, **rm_cluster(job)}
+            assert row["value_sharding"] == {"pipeline_parallel": c.pp, "data_parallel": c.dp,
+                                             "context_parallel": c.cp, "tensor_parallel": c.tp}
+        elif job.colocated:
             assert made == {"grpo_policy_cluster": job.train.gpus, **rm_cluster(job)}, (row["file"], made)
         else:
             assert made == {"grpo_train_cluster": job.train.gpus, "grpo_inference_cluster": job.gen.gpus,
                             **rm_cluster(job)}, (row["file"], made)
     assert any("grpo_reward_model_cluster" in row["clusters"] for row in rows[:-1])  # the 70B reward model's case
+    assert any("value_sharding" in row for row in rows[:-1])  # the PPO examples' (ppo.setup and Value ran)
     assert "train_micro_batch_size" in rows[-1]["error"]
 
 
@@ -271,17 +278,22 @@ RM_VARIANTS = {"one-node-colocated": (1, {"modes": ["colocated"]}),
                "one-node-sync": (1, {"modes": ["sync"]}),
                "policy-node-and-reward-node": (2, {"modes": ["sync"], "training": {"gpus": [4]},
                                                    "generation": {"gpus": [4]}}),
-               "colocated-node-and-reward-node": (2, {"modes": ["colocated"], "training": {"gpus": [8]}})}
+               "colocated-node-and-reward-node": (2, {"modes": ["colocated"], "training": {"gpus": [8]}}),
+               # PPO (ppo.py setup L376-406 splits the same way once data.env_name is reward_model; colocated only)
+               "ppo-one-node": (1, {"modes": ["colocated"]}),
+               "ppo-colocated-node-and-reward-node": (2, {"modes": ["colocated"], "training": {"gpus": [8]}})}
 
 
 def test_nemo_rl_reward_model_exports_split_the_cluster_as_planned(tmp_path, nemo_rl_checkout):
-    """A reward model on GPUs of its own (env.reward_model): NeMo-RL's own grpo.setup splits the exported
+    """A reward model on GPUs of its own (env.reward_model): NeMo-RL's own grpo.setup (ppo.setup for PPO) splits the exported
     cluster into the plan's training and generation GPUs, and RewardModelEnvironment accepts the reward
     model's config and asks for the plan's auxiliary GPUs, in every branch of the split."""
     jobs, files = [], []
     for name, (nodes, cons) in RM_VARIANTS.items():
         spec = yaml.safe_load(yaml.safe_dump(RM_BASE))
         spec["cluster"]["nodes"], spec["constraints"] = nodes, cons
+        if name.startswith("ppo"):
+            spec["rl"]["algorithm"], spec["model"]["value"] = "ppo", "policy"
         plan = rlsolve.solve(spec).model_dump(mode="json")
         assert plan["placement"]["reward"] == "auxiliary", name
         res = export_plan(plan, spec, "nemo-rl")
@@ -504,8 +516,12 @@ def test_cli_framework_flag(tmp_path):
                                   "--format", "yaml", "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert yaml.safe_load(out.read_text())["parallelism"]["generation"]["pp"] == 1
-    r = CliRunner().invoke(main, ["solve", str(ROOT / "examples/grpo-hetero-h20-h800.yaml"), "--framework", "nemo-rl"])
-    assert r.exit_code == 2 and "cluster.pools" in r.output and "Traceback" not in r.output
+    spec = yaml.safe_load((ROOT / "examples/grpo-hetero-h20-h800.yaml").read_text())
+    spec["target"] = {"framework": "nemo-rl", "version": "0.5.0"}
+    bad = tmp_path / "old-nemo-rl.yaml"
+    bad.write_text(yaml.safe_dump(spec))
+    r = CliRunner().invoke(main, ["solve", str(bad)])
+    assert r.exit_code == 2 and "target.version" in r.output and "Traceback" not in r.output
 
 
 def test_docs_capability_tables_are_the_catalog():
@@ -643,3 +659,118 @@ def test_nemo_rl_rollout_pipeline_exports_the_async_engine_with_the_plans_cap(tm
     row = json.loads(out.stdout.splitlines()[0])
     assert "error" not in row, (row.get("error"), row.get("trace"))
     assert row["config"]["policy"]["generation"]["vllm_kwargs"]["max_num_seqs"] == job.max_num_seqs()
+
+
+def test_nemo_rl_ppo_runs_colocated_with_the_critics_own_backend_and_nemo_rl_refuses_what_it_cannot_run(
+        tmp_path, nemo_rl_checkout):
+    """NeMo-RL 0.7 PPO (ppo.py): the plan for the 1.5B PPO example is colocated with the critic on the policy's
+    GPUs; a critic on Megatron with pp=2 cp=2 beside an FSDP policy is a legal plan (the value backend is its own,
+    capabilities.yaml critic_training) and exports value.megatron_cfg with packed sequences, whose Value workers
+    NeMo-RL lays out as planned. A DTensor critic with cp=2 is not legal (the export refuses the plan), and
+    NeMo-RL's own ppo.setup refuses it written by hand; so does it non-colocated generation and a value tp that
+    does not divide the policy's GPUs."""
+    from rlsolve import load_spec
+    from rlsolve.plan import Plan
+    from rlsolve.resolve import resolve
+    from rlsolve.solver.validate import plan_violations
+    spec = yaml.safe_load((ROOT / "examples/ppo-1.5b-8xh100.yaml").read_text())
+    spec["target"] = {"framework": "nemo-rl"}
+    plan = rlsolve.solve(spec).model_dump(mode="json")
+    assert (plan["pipeline"]["mode"], plan["placement"]["value"]) == ("colocated", "training")
+    n = plan["resource_allocation"]["training"]["gpus"]
+    problem = resolve(load_spec(spec))
+    mega = yaml.safe_load(yaml.safe_dump(plan))
+    mega["parallelism"]["training"].update(zero_stage=3, pp=1, tp=1, ep=1)  # the policy on FSDP
+    mega["parallelism"]["critic"].update(tp=1, pp=2, cp=2, dp=n // 4, zero_stage=1, recompute="selective",
+                                         micro_batch=1, grad_accum=problem.workload.global_batch // (n // 4))
+    assert not [v for v in plan_violations(problem, Plan.model_validate(mega)) if "critic" in v]
+    dtensor_cp = yaml.safe_load(yaml.safe_dump(mega))
+    dtensor_cp["parallelism"]["critic"].update(pp=1, cp=2, dp=n // 2, zero_stage=3, recompute="none",
+                                               grad_accum=problem.workload.global_batch // (n // 2))
+    assert any("no critic training strategy" in v for v in plan_violations(problem, Plan.model_validate(dtensor_cp)))
+    files, jobs = [], []
+    for name, p in (("plan", plan), ("megatron-critic", mega)):
+        res = export_plan(p, spec, "nemo-rl")
+        assert res.warnings == [], (name, res.warnings)
+        job = prepare(p, spec)
+        CHECKS["nemo-rl"](job, res)
+        files.append(tmp_path / f"{name}.yaml")
+        files[-1].write_text(res.text)
+        jobs.append(job)
+    assert yaml.safe_load(files[1].read_text())["value"]["megatron_cfg"]["enabled"] is True
+    with pytest.raises(SpecError) as err:  # a plan for the target is checked against its rules before export
+        export_plan(dtensor_cp, spec, "nemo-rl")
+    assert err.value.field == "layout.parallelism.critic"
+    doc = yaml.safe_load(files[0].read_text())  # written by hand, NeMo-RL's own setup refuses it too
+    doc["value"]["dtensor_cfg"]["context_parallel_size"] = 2
+    files.append(tmp_path / "dtensor-cp.yaml")
+    files[-1].write_text(yaml.safe_dump(doc))
+    doc = yaml.safe_load(files[0].read_text())
+    doc["policy"]["generation"]["colocated"]["enabled"] = False
+    files.append(tmp_path / "sync.yaml")
+    files[-1].write_text(yaml.safe_dump(doc))
+    doc = yaml.safe_load(files[0].read_text())
+    doc["value"]["dtensor_cfg"]["tensor_parallel_size"] = 3
+    files.append(tmp_path / "value-tp3.yaml")
+    files[-1].write_text(yaml.safe_dump(doc))
+    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(nemo_rl_checkout), *map(str, files)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    for job, row in zip(jobs, rows):
+        assert "error" not in row, (row["file"], row.get("error"), row.get("trace"))
+        c = job.critic_t
+        assert row["value_sharding"] == {"pipeline_parallel": c.pp, "data_parallel": c.dp, "context_parallel": c.cp,
+                                         "tensor_parallel": c.tp}
+        assert {k: sum(b) for k, b in row["clusters"].items()} == {"grpo_policy_cluster": job.train.gpus,
+                                                                   **rm_cluster(job)}
+    assert "Context parallelism (CP>1) is currently not supported for the DTensor PPO value" in rows[2]["error"]
+    assert "PPO currently requires colocated generation" in rows[3]["error"]
+    assert "must be divisible by PP * CP * TP (3)" in rows[4]["error"]
+
+
+def test_nemo_rl_on_a_cluster_of_two_gpu_types_plans_one_pool_and_says_the_other_is_idle(tmp_path, nemo_rl_checkout):
+    """NeMo-RL 0.7 cannot pin a role to a GPU type (its placement-group bundles ask for any GPU:
+    virtual_cluster.py), so on H20 + H800 pools the plan puts every role on one pool, whose nodes form the Ray
+    cluster, and says the other is idle (plan explanation, export note); the GPUs counted are that pool's.
+    NeMo-RL's own grpo.setup builds its clusters from the export with exactly those GPUs. A layout with roles on
+    both pools is refused for this target, naming the source; verl (which pins pools) may use both."""
+    from rlsolve import load_spec
+    from rlsolve.plan import Plan
+    from rlsolve.resolve import resolve
+    from rlsolve.solver.validate import plan_violations
+    got = solved(ROOT / "examples/grpo-hetero-h20-h800.yaml", "nemo-rl")
+    assert not isinstance(got, SpecError), got
+    spec, plan = got
+    ra = plan["resource_allocation"]
+    pools = {ra["generation"]["pool"], ra["training"]["pool"]} | ({ra["auxiliary"]["pool"]} if ra["auxiliary"] else set())
+    assert len(pools) == 1
+    (used,) = pools
+    idle = [p for p in spec["cluster"]["pools"] if p["name"] != used]
+    text = " ".join(plan["explanation"])
+    assert "one pool" in text and all(f"{p['name']!r}" in text and "left idle" in text for p in idle)
+    pool_gpus = next(p["nodes"] * 8 for p in spec["cluster"]["pools"] if p["name"] == used)
+    gpus = ra["training"]["gpus"] if plan["pipeline"]["mode"] == "colocated" else \
+        ra["training"]["gpus"] + ra["generation"]["gpus"]
+    assert gpus <= pool_gpus
+    res = export_plan(plan, spec, "nemo-rl")
+    assert res.warnings == [] and f"start the Ray cluster on pool {used!r}'s nodes only" in res.text
+    path = tmp_path / "hetero.yaml"
+    path.write_text(res.text)
+    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(nemo_rl_checkout), str(path)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads(out.stdout.splitlines()[0])
+    assert "error" not in row, (row.get("error"), row.get("trace"))
+    assert sum(sum(b) for b in row["clusters"].values()) == gpus  # NeMo-RL asks Ray for the plan's GPUs only
+    problem = resolve(load_spec(spec))
+    split = yaml.safe_load(yaml.safe_dump(plan))
+    other = idle[0]["name"]
+    if split["pipeline"]["mode"] == "colocated":  # the same step on two pools: engines on one, trainers on the other
+        split["pipeline"]["mode"] = "sync"
+    split["resource_allocation"]["generation"]["pool"] = other
+    bad = [v for v in plan_violations(problem, Plan.model_validate(split)) if "one pool" in v]
+    assert bad and "virtual_cluster.py" in bad[0]
+    spec_verl = {**spec, "target": {"framework": "verl"}}
+    assert not [v for v in plan_violations(resolve(load_spec(spec_verl)), Plan.model_validate(split))
+                if "one pool" in v]

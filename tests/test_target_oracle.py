@@ -89,11 +89,12 @@ def _ppo_job(target: str = "any") -> dict:
             "target": {"framework": target}, "solver": {"top_k": 0}}
 
 
-@pytest.mark.parametrize("target", ["any", "verl", "openrlhf"])
+@pytest.mark.parametrize("target", ["any", "verl", "openrlhf", "nemo-rl"])
 def test_the_critics_layout_is_searched_and_equals_the_oracle(target):
-    """The critic's own degrees on the training GPUs are part of the search (verl: its own; OpenRLHF:
-    the actor's), and the optimum equals the exhaustive oracle's, which tries every critic layout
-    the rule table allows beside every trainer."""
+    """The critic's own degrees on the training GPUs are part of the search (verl and NeMo-RL: its own;
+    OpenRLHF: the actor's), and the optimum equals the exhaustive oracle's, which tries every critic layout
+    the rule table allows beside every trainer. NeMo-RL 0.7 runs PPO colocated only, the critic on the
+    policy's GPUs, with its value backend's own limits (capabilities.yaml critic_training)."""
     spec = _ppo_job(target)
     if target == "verl":  # colocated (the critic shares the trainers' GPUs; async, a 1-GPU trainer is best),
         spec["constraints"] = {"modes": ["colocated"]}  # 8 layers: the critic's own degrees win here
@@ -108,6 +109,9 @@ def test_the_critics_layout_is_searched_and_equals_the_oracle(target):
     if target == "openrlhf":
         assert (c.tp, c.pp, c.cp, c.dp, c.zero_stage, c.micro_batch) == (t.tp, t.pp, t.cp, t.dp, t.zero_stage,
                                                                           t.micro_batch)
+    if target == "nemo-rl":
+        assert plan.pipeline.mode == "colocated" and plan.placement.value == "training"
+        assert c.cp == 1 or c.zero_stage < 3  # DTensor's value model runs no context parallelism
 
 
 def test_a_written_critic_layout_is_checked_and_scored():
@@ -182,3 +186,29 @@ def test_openrlhf_critic_on_a_group_of_its_own_equals_the_oracle(modes, reward, 
         assert (c.tp, c.cp, c.zero_stage, c.micro_batch) == (t.tp, t.cp, t.zero_stage, t.micro_batch)  # one --ds.*
         used = ra.generation.gpus + ra.training.gpus + ra.critic.gpus + (ra.auxiliary.gpus if ra.auxiliary else 0)
         assert used <= 4 * nodes and plan.throughput is not None
+
+
+@pytest.mark.parametrize("reward", ["rule", "policy"])
+def test_nemo_rl_on_two_pools_plans_one_and_equals_the_oracle(reward):
+    """NeMo-RL 0.7 runs every role on one pool (capabilities.yaml heterogeneous_pools: its bundles ask for any
+    GPU): on an A100 pool and an H100 pool the plan's engines, trainers and reward group share one pool, and the
+    optimum equals the exhaustive oracle's, which keeps only combinations on one pool; verl, which pins pools,
+    is not held to it (its optimum here spreads over both)."""
+    spec = _one_pool_reward_job("nemo-rl", ["colocated", "sync", "async"])
+    spec["cluster"] = {"pools": [{"name": "a", "gpu": "A100-SXM-40GB", "nodes": 1, "gpus_per_node": 4,
+                                  "network": "IB-NDR-400"},
+                                 {"name": "h", "gpu": "H100-SXM-80GB", "nodes": 1, "gpus_per_node": 4,
+                                  "network": "IB-NDR-400"}]}
+    spec["model"]["reward"] = reward
+    plan = rlsolve.solve(spec)
+    ra = plan.resource_allocation
+    assert len({ra.generation.pool, ra.training.pool} | ({ra.auxiliary.pool} if ra.auxiliary else set())) == 1
+    assert any("left idle" in line and "one pool" in line for line in plan.explanation)
+    problem = resolve(load_spec(spec))
+    assert not plan_violations(problem, plan)
+    assert _solver_value(problem) == oracle(problem)
+    spec["target"] = {"framework": "verl"}
+    spread = rlsolve.solve(spec).resource_allocation
+    assert spread.generation.pool != spread.training.pool
+    problem = resolve(load_spec(spec))
+    assert _solver_value(problem) == oracle(problem)

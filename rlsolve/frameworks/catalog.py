@@ -62,6 +62,11 @@ class Training(_Sourced):
     value: dict[Literal["fsdp", "megatron", "deepspeed"], Strategy]
 
 
+class CriticTraining(Training):
+    own_engine: bool = Field(description="The critic's training backend is chosen apart from the policy's (each "
+                             "may run on a strategy the other does not use).")
+
+
 class Modes(_Sourced):
     value: list[Mode]
 
@@ -117,6 +122,9 @@ class FrameworkCaps(_Strict):
     critic_group_concurrent: Flag = Field(description="A critic on GPUs of its own (placements value: "
                                           "auxiliary) trains while the actor trains, so the training term is the "
                                           "longer of the two; false: one after the other.")
+    critic_training: CriticTraining | None = Field(None, description="The strategies that train the critic (PPO's "
+                                             "value model) with its degrees, where they differ from the "
+                                             "policy's (`training`); absent: the policy's.")
     lora: Flag
     algorithms: Algorithms
     shapes: Shapes

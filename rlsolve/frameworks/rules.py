@@ -40,10 +40,13 @@ def algorithm_ok(caps: FrameworkCaps | None, algorithm: str) -> Verdict:
     return _no(caps, f"algorithm {algorithm} is not run", caps.algorithms.source)
 
 
-def pools_ok(caps: FrameworkCaps | None, heterogeneous: bool) -> Verdict:
-    if caps is None or not heterogeneous or caps.heterogeneous_pools.value:
+def pools_ok(caps: FrameworkCaps | None, pools_used: int) -> Verdict:
+    """The roles of a plan on `pools_used` pools: a target without heterogeneous pools runs them all on
+    one (the cluster's other pools left idle)."""
+    if caps is None or pools_used <= 1 or caps.heterogeneous_pools.value:
         return ALLOWED
-    return _no(caps, "roles on pools of different GPU types cannot be expressed", caps.heterogeneous_pools.source)
+    return _no(caps, f"roles on {pools_used} pools cannot be expressed: every role runs on one pool, the others "
+                     f"left idle", caps.heterogeneous_pools.source)
 
 
 def generation_ok(caps: FrameworkCaps | None, engine: str, tp: int, pp: int, dp: int, ep: int = 1,
@@ -74,14 +77,18 @@ def generation_ok(caps: FrameworkCaps | None, engine: str, tp: int, pp: int, dp:
     return ALLOWED
 
 
+def _training(caps: FrameworkCaps, critic: bool):
+    return caps.critic_training if critic and caps.critic_training is not None else caps.training
+
+
 def strategies(caps: FrameworkCaps | None, tp: int, pp: int, cp: int, ep: int, vp: int, zero_stage: int,
-               recompute: str) -> list[str]:
+               recompute: str, *, critic: bool = False) -> list[str]:
     """The target's training strategies (fsdp, megatron, deepspeed) that run this layout, in the
-    catalog's order."""
+    catalog's order; `critic`: that train the critic (PPO's value model) with it."""
     if caps is None:
         return ["megatron", "fsdp", "deepspeed"]
     out = []
-    for name, s in caps.training.value.items():
+    for name, s in _training(caps, critic).value.items():
         if ((tp == 1 or s.tp) and (pp == 1 or s.pp) and (cp == 1 or s.cp) and (ep == 1 or s.ep) and (vp == 1 or s.vp)
                 and zero_stage in s.zero_stages and recompute in s.recompute):
             out.append(name)
@@ -89,18 +96,19 @@ def strategies(caps: FrameworkCaps | None, tp: int, pp: int, cp: int, ep: int, v
 
 
 def training_ok(caps: FrameworkCaps | None, tp: int, pp: int, cp: int, ep: int, vp: int, zero_stage: int,
-                recompute: str) -> Verdict:
-    if caps is None or strategies(caps, tp, pp, cp, ep, vp, zero_stage, recompute):
+                recompute: str, *, critic: bool = False) -> Verdict:
+    if caps is None or strategies(caps, tp, pp, cp, ep, vp, zero_stage, recompute, critic=critic):
         return ALLOWED
-    return _no(caps, f"no training strategy of {sorted(caps.training.value)} runs tp={tp} pp={pp} cp={cp} ep={ep} "
-                     f"vp={vp} ZeRO-{zero_stage} recompute={recompute}", caps.training.source)
+    entry = _training(caps, critic)
+    return _no(caps, f"no {'critic ' if critic else ''}training strategy of {sorted(entry.value)} runs tp={tp} pp={pp} "
+                     f"cp={cp} ep={ep} vp={vp} ZeRO-{zero_stage} recompute={recompute}", entry.source)
 
 
 def strategy_for(caps: FrameworkCaps | None, preferred: str, tp: int, pp: int, cp: int, ep: int, vp: int,
-                 zero_stage: int, recompute: str) -> str:
+                 zero_stage: int, recompute: str, *, critic: bool = False) -> str:
     """The strategy an export uses: the plan's own when the target runs it, else the first that does
     (e.g. a ZeRO-2 layout without model parallelism runs on verl's FSDP engine)."""
-    found = strategies(caps, tp, pp, cp, ep, vp, zero_stage, recompute)
+    found = strategies(caps, tp, pp, cp, ep, vp, zero_stage, recompute, critic=critic)
     if preferred in found or not found:
         return preferred
     return found[0]

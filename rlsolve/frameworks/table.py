@@ -25,6 +25,11 @@ def rows(caps: FrameworkCaps) -> list[tuple[str, str, str]]:
         out.append((f"rollout engine {name}", _cell(eng), caps.engines.source))
     for name, st in caps.training.value.items():
         out.append((f"training {name}", _cell(st), caps.training.source))
+    if caps.critic_training is not None:
+        for name, st in caps.critic_training.value.items():
+            out.append((f"critic training {name}", _cell(st), caps.critic_training.source))
+        out.append(("critic training engine of its own", _cell(caps.critic_training.own_engine),
+                    caps.critic_training.source))
     for field in ("reward_quantization", "reference_offload", "train_offload_during_rollout", "auxiliary_models",
                   "heterogeneous_pools", "refit", "critic_group_concurrent", "lora", "algorithms", "shapes"):
         entry = getattr(caps, field)

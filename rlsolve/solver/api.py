@@ -22,7 +22,7 @@ from rlsolve.solver.estimate import evaluate_layout
 from rlsolve.solver.program import Program, run
 from rlsolve.solver.report import build_plan
 from rlsolve.frameworks.rules import strategy_for
-from rlsolve.solver.rules import aux_models, modes_allowed, target_caps
+from rlsolve.solver.rules import aux_models, modes_allowed, one_pool, target_caps
 from rlsolve.spec import Spec, load_spec
 
 SOLVER_KEYS = {"time_limit_s", "workers", "deterministic", "top_k"}
@@ -46,7 +46,7 @@ def make_program(problem: Problem, cands: Candidates, modes: list[str], objectiv
         linear = [parse_linear(t) for t in problem.spec.constraints.linear]
     prog = Program(cands, modes, [p.n_gpus for p in problem.pools], aux_models(problem),
                    [round(p.price_per_gpu_hour_usd * 1000) for p in problem.pools],
-                   None if budget is None else int(budget * 1000), linear)
+                   None if budget is None else int(budget * 1000), linear, one_pool=one_pool(problem))
     if objective == "cost":
         prog.minimize_cost()
     else:

@@ -798,7 +798,8 @@ def _critic_options(problem: Problem, pool: PoolHW, n: int, cache: dict) -> list
         if critic_violations(problem, pool, n, lay) or critic_memory(problem, lay, cache).total > cap:
             continue  # against the rules, or no room for it even alone
         t, states, peak = critic_pass(problem, pool, lay, cache)
-        engines = frozenset(strategies(caps, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.recompute))
+        engines = frozenset(strategies(caps, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.recompute,
+                                       critic=True))
         scored.append((time_units(t), states, peak, engines, lay))
     scored.sort(key=lambda x: (x[0], x[1], x[2], x[4].zero_stage, x[4].micro_batch))
     fronts: dict[frozenset, list] = {}

@@ -25,7 +25,7 @@ from rlsolve.resolve import Problem
 from rlsolve.solver.rules import (aux_group_pools, aux_models, aux_shares_actor_degrees, critic_pair_violations,
                                   critic_places,
                                   critic_universe, critic_violations, engine_cap_violations, gen_universe,
-                                  gen_violations, modes_allowed, role_counts, target_caps,
+                                  gen_violations, modes_allowed, one_pool, role_counts, target_caps,
                                   target_placement_violations, train_shapes, train_universe, train_violations)
 from rlsolve.solver.scale import mem_units_up, time_units
 
@@ -174,7 +174,7 @@ def _critics(problem: Problem, p: int, n: int, policy, cache: dict) -> list:
             if not critic_violations(problem, pool, n, c):
                 t, states, peak = critic_pass(problem, pool, c, cache)
                 scored.append((t, states, peak, frozenset(strategies(caps, c.tp, c.pp, c.cp, c.ep, c.vp, c.zero_stage,
-                                                                     c.recompute)), c))
+                                                                     c.recompute, critic=True)), c))
         # A critic no faster, keeping no less and peaking no higher than another that the same
         # engines run can be swapped for it in any plan (every constraint is monotone in the
         # three): keep the others. Where the target has no critic layout of its own, the critic
@@ -271,6 +271,7 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
     budget = problem.spec.constraints.max_price_per_hour_usd
     budget_milli = None if budget is None else int(budget * 1000)
     auxes = _aux_sides(problem)
+    single = one_pool(problem)  # the target runs every role on one pool: the roles' pools are all one
     best = math.inf
 
     def homed(*hosts: frozenset) -> bool:
@@ -290,6 +291,8 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
         for t in _train_sides(problem, colocated=True):
             for a in auxes:
                 if not homed(t.hosts, a.hosts if a else frozenset()) or not _pairs(t, a):
+                    continue
+                if single and a is not None and a.pool != t.pool:
                     continue
                 if not _target_runs(problem, "colocated", t, None, a):
                     continue
@@ -321,6 +324,10 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
                     + (a.gpus if a and a.pool == q else 0) for q in range(len(sizes))]
             ok = homed & np.logical_and.reduce([u <= size for u, size in zip(used, sizes)])
             ok &= np.array([_pairs(x, a) for x in trains])[:, None]
+            if single:
+                ok &= g["pool"][None, :] == t["pool"][:, None]
+                if a is not None:
+                    ok &= (t["pool"] == a.pool)[:, None]
             rate = sum(u * pr for u, pr in zip(used, price))
             if budget_milli is not None:
                 ok &= rate <= budget_milli

@@ -67,8 +67,9 @@ class Program:
 
     def __init__(self, cands: Candidates, modes: list[str], pool_gpus: list[int], aux_models: list[str],
                  pool_price_milli: list[int] | None = None, budget_milli: int | None = None,
-                 linear: list | None = None):
+                 linear: list | None = None, one_pool: bool = False):
         self.cands, self.modes, self.aux_models = cands, modes, aux_models
+        self.one_pool = one_pool  # every chosen role on one pool (rules.one_pool)
         self.pool_gpus = pool_gpus
         self.n_gpus = sum(pool_gpus)
         self.price = pool_price_milli or [1] * len(pool_gpus)
@@ -116,6 +117,12 @@ class Program:
                       sum(v.train[x.id] for x in c.train if x.mode == "colocated" and x.pool == p and x.gpus == count))
             m.add(self._gpus(p) <= n)
         m.add(v.gpus_used == sum(self._gpus(p) for p in range(len(self.pool_gpus))))
+        if self.one_pool:  # the target runs every role on one pool (rules.one_pool)
+            on = [m.new_bool_var(f"pool[{p}]") for p in range(len(self.pool_gpus))]
+            m.add_exactly_one(on)
+            for side, cands in ((v.gen, c.gen), (v.train, c.train), (v.aux, c.aux)):
+                for x in cands:
+                    m.add_implication(side[x.id], on[x.pool])
 
     def _modes(self) -> None:
         """A chosen candidate implies a mode the target runs what it hosts in (its `modes`)."""

@@ -8,6 +8,7 @@ from rlsolve.perf.step import StepEstimate, rollout_steps_in_flight, step_flops
 from rlsolve.plan import (GenMemory, Layout, Metrics, MemorySection, Objective, Plan, SolverInfo, Throughput,
                           TimeSection, TrainMemory)
 from rlsolve.resolve import Problem
+from rlsolve.solver.rules import one_pool, target_caps
 
 
 def _gb(x: float) -> float:
@@ -162,9 +163,19 @@ def explain(problem: Problem, est: StepEstimate, usd_per_mtok: float) -> list[st
                    f"{'colocated' if est.mode == 'colocated' else 'engine and training'} GPUs")
     out.append(f"training memory {t.total / GB:.1f} of {cap_t:g} GB per GPU "
                f"({head_t:.0%} headroom); generation {g.total / GB:.1f} GB")
-    if est.n_gpus_used < est.n_gpus_total:
-        out.append(f"{est.n_gpus_total - est.n_gpus_used} of {est.n_gpus_total} GPUs left idle: more would not "
-                   f"shorten the step under the divisibility and node rules")
+    idle_pools = []
+    if one_pool(problem):  # the target runs every role on one pool: the others are idle by its rule
+        used = est.pool_train.name
+        idle_pools = [p for p in problem.pools if p.name != used]
+        caps = target_caps(problem)
+        out.append(f"one pool: {problem.spec.target.framework} runs every role on one pool, here {used!r} "
+                   f"({est.pool_train.n_gpus} {est.pool_train.gpu.name}, whose nodes form its Ray cluster); "
+                   + ", ".join(f"{p.name!r} ({p.n_gpus} {p.gpu.name})" for p in idle_pools)
+                   + f" left idle (source: {caps.heterogeneous_pools.source})")
+    total = est.n_gpus_total - sum(p.n_gpus for p in idle_pools)
+    if est.n_gpus_used < total:
+        out.append(f"{total - est.n_gpus_used} of {total} GPUs{' of that pool' if idle_pools else ''} left idle: "
+                   f"more would not shorten the step under the divisibility and node rules")
     out.append(f"cost: {usd_per_mtok:,.2f} USD per million trained tokens ({est.usd_per_hour:,.2f} USD/hour for "
                f"{est.n_gpus_used} GPUs)")
     return out

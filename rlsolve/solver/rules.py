@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator
 from rlsolve.errors import SpecError
 from rlsolve.frameworks import (FrameworkCaps, capabilities, generation_ok, hosting_ok, mode_ok, placement_ok,
                                 training_ok)
-from rlsolve.frameworks.rules import strategies
+from rlsolve.frameworks.rules import pools_ok, strategies
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
@@ -55,6 +55,14 @@ def target_caps(problem: Problem) -> FrameworkCaps | None:
     """The target framework's capabilities (None: target any, no restriction)."""
     t = problem.spec.target
     return capabilities(t.framework, t.version)
+
+
+def one_pool(problem: Problem) -> bool:
+    """Every role of the plan on one pool of a cluster of several: the target runs no roles on pools
+    of different GPU types (capabilities.yaml heterogeneous_pools: NeMo-RL places its GPU bundles on
+    any node of its Ray cluster), so the plan runs on one pool, whose nodes form the Ray cluster, and
+    leaves the others idle."""
+    return len(problem.pools) > 1 and not pools_ok(target_caps(problem), len(problem.pools))
 
 
 def aux_group_pools(problem: Problem) -> list[int]:
@@ -428,7 +436,7 @@ def critic_violations(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout) 
         out.append(Violation("rl.batch", f + ".micro_batch", f"the global batch of {gb} sequences is not divisible "
                              f"by the critic's dp*micro_batch = {lay.dp * lay.micro_batch}"))
     out += _target(training_ok(target_caps(problem), lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage,
-                               lay.recompute), f)
+                               lay.recompute, critic=True), f)
     return out
 
 
@@ -437,7 +445,7 @@ def critic_pair_violations(problem: Problem, policy: TrainLayout, critic: TrainL
     """The target trains the critic beside this policy layout: with degrees of its own only where
     the framework has them (`shapes.critic_own_layout`; `group`: on GPUs of its own, so with its own
     data-parallel degree), and on an engine that runs both (verl picks one engine for the actor and
-    the critic)."""
+    the critic) unless the critic's backend is its own (`critic_training.own_engine`)."""
     caps = target_caps(problem)
     if caps is None:
         return []
@@ -448,7 +456,10 @@ def critic_pair_violations(problem: Problem, policy: TrainLayout, critic: TrainL
     if not caps.shapes.value.critic_own_layout and critic != like:
         return [Violation("target", f, f"{problem.spec.target.framework} trains the critic with the actor's degrees "
                           f"(source: {caps.shapes.source})")]
-    both = set(strategies(caps, *_strategy_args(policy))) & set(strategies(caps, *_strategy_args(critic)))
+    if caps.critic_training is not None and caps.critic_training.own_engine:
+        return []  # NeMo-RL: the value model's backend is its own (capabilities.yaml critic_training)
+    both = set(strategies(caps, *_strategy_args(policy))) & set(strategies(caps, *_strategy_args(critic),
+                                                                           critic=True))
     if not both:
         return [Violation("target", f, f"no training engine of {problem.spec.target.framework} runs both the actor's "
                           f"and the critic's degrees (source: {caps.training.source})")]
@@ -667,6 +678,8 @@ def layout_violations(problem: Problem, lay, *, user: bool = True) -> list[Viola
         if user:
             out += critic_pair_violations(problem, t, critic)
     out += pool_use_violations(problem, mode, uses)
+    if user:
+        out += _target(pools_ok(target_caps(problem), len({pool.name for _, pool, _ in uses})), "resource_allocation")
     return out
 
 
