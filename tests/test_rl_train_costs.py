@@ -8,7 +8,7 @@ import pytest
 from rlsolve.frameworks.runtime import framework_costs, runtime
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import train_aux, train_core
-from rlsolve.perf.train import (LOGIT_FP32_BYTES_FWD, TrainLayout, forward_time, logit_extra_fwd,
+from rlsolve.perf.train import (LOGIT_FP32_BYTES_FWD, TrainLayout, forward_time, logit_extra_bwd, logit_extra_fwd,
                                 micro_batch_seq_len, packed_pad_factor, stage_times)
 from rlsolve.resolve import resolve
 from rlsolve.spec import load_spec
@@ -211,3 +211,34 @@ def test_a_fact_that_holds_until_a_release_applies_to_rows_of_earlier_releases_o
     assert framework_costs("nemo-rl").fsdp_elementwise_bytes is None
     assert framework_costs("verl").fsdp_elementwise_bytes == framework_costs("verl", "0.3.0").fsdp_elementwise_bytes
     assert framework_costs("any", "0.3.0").fsdp_elementwise_bytes is None  # OpenRLHF's was not read
+
+
+def test_nemo_rl_v030_loss_backward_and_per_sequence_slices_are_charged_per_logit():
+    """NeMo-RL v0.3.0's vocab-parallel log-prob backward builds an int64 one-hot over the vocabulary
+    (62 bytes per fp32 logit with the cast back, against the model's own 2 x 12); v0.3.1 dropped it.
+    Its loss runs once per packed sequence on a slice of the micro-batch's bf16 logits: with k
+    sequences, k zeroed full-size gradients (2 B each), the slices' copies (2 + 2 B) and k - 1 sums
+    (2 + 2 read, 2 written) per logit."""
+    assert framework_costs("nemo-rl", "0.3.0").logit_fp32_bytes_backward == 62.0
+    assert framework_costs("nemo-rl", "0.3.1").logit_fp32_bytes_backward is None
+    assert framework_costs("nemo-rl").loss_per_packed_sequence is True
+    assert framework_costs("verl").loss_per_packed_sequence is False
+    assert framework_costs("any", "0.3.0").logit_fp32_bytes_backward is None
+    p = _problem()
+    dev = device(p.pool)
+    lay = TrainLayout(tp=2, dp=4, micro_batch=4)
+    logits = 4 * 1000 * p.policy.vocab / 2
+    assert logit_extra_bwd(p.policy, dev, lay, 1000, None, False) == 0.0
+    assert logit_extra_bwd(p.policy, dev, lay, 1000, 62, False) == pytest.approx(dev.stream_time(logits * (62 - 24)))
+    slices = 4 * 2 + 4 + 3 * 6  # 4 zero fills, one copy, 3 sums
+    assert logit_extra_bwd(p.policy, dev, lay, 1000, None, True) == pytest.approx(dev.stream_time(logits * slices))
+    # the training step pays it once per micro-batch; a v0.3.1 row only the slices
+    wl030 = _with_costs(_problem("nemo-rl"), logit_fp32_bytes_backward=62.0, loss_per_packed_sequence=False)
+    wl031 = _with_costs(_problem("nemo-rl"), logit_fp32_bytes_backward=None, loss_per_packed_sequence=False)
+    megatron = TrainLayout(tp=1, dp=8, micro_batch=4)
+    t030 = train_core(wl030, wl030.pool, megatron)[0].total
+    t031 = train_core(wl031, wl031.pool, megatron)[0].total
+    assert t030 > t031
+    # the FSDP path without TP takes torch's log_softmax: not charged the vocab-parallel backward
+    fsdp = TrainLayout(tp=1, dp=8, micro_batch=4, zero_stage=3)
+    assert train_core(wl030, wl030.pool, fsdp)[0].total == pytest.approx(train_core(wl031, wl031.pool, fsdp)[0].total)

@@ -555,6 +555,27 @@ def logit_extra_fwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: 
     return dev.stream_time(tokens * arch.vocab / lay.tp * (logit_bytes_fwd - LOGIT_FP32_BYTES_FWD))
 
 
+def logit_extra_bwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float,
+                    logit_bytes_bwd: float | None, per_packed_sequence: bool) -> float:
+    """Seconds one training micro-batch's backward spends on its log-probs beyond the model's own
+    count (twice the forward's LOGIT_FP32_BYTES_FWD): the framework's log-prob backward moving
+    `logit_bytes_bwd` bytes per fp32 logit (None: the model's count), and, where its loss runs
+    sequence by sequence over a packed micro-batch of `lay.micro_batch` sequences
+    (`per_packed_sequence`), each sequence's slice of the 16-bit logits back-propagating into a
+    zeroed gradient of the whole micro-batch (written once per sequence), its own slice copied in,
+    and autograd summing the micro_batch gradients (read two, write one, micro_batch - 1 times)."""
+    per_logit = 0.0
+    if logit_bytes_bwd is not None and logit_bytes_bwd > 2 * LOGIT_FP32_BYTES_FWD:
+        per_logit += logit_bytes_bwd - 2 * LOGIT_FP32_BYTES_FWD
+    if per_packed_sequence:
+        k = max(1.0, lay.micro_batch)
+        per_logit += BF16 * k + 2 * BF16 + 3 * BF16 * (k - 1)
+    if per_logit == 0.0:
+        return 0.0
+    tokens = lay.micro_batch * seq_len / lay.cp
+    return dev.stream_time(tokens * arch.vocab / lay.tp * per_logit)
+
+
 @lru_cache(maxsize=256)
 def packed_bins(sequences: int, prompt_len: float, response_mean: float, response_max: float,
                 clip: float | None, budget: int) -> tuple[np.ndarray, float]:
@@ -735,17 +756,20 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
                *, optimizer_steps: int = 1, lora_rank: int = 0, overlap_grad_reduce: bool = True,
                st: dict | None = None, memo: dict | None = None, logit_bytes_fwd: float | None = None,
                fsdp_reduce_bytes: float | None = None,
-               unfused_elementwise: tuple[float, float, float] | None = None) -> TrainTime:
+               unfused_elementwise: tuple[float, float, float] | None = None,
+               logit_bytes_bwd: float | None = None, loss_per_packed_sequence: bool = False) -> TrainTime:
     """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens.
     `memo` (optional, the caller's) keeps the gradient collectives and the optimizer step,
     which depend on neither the micro-batch, vp nor recompute. `logit_bytes_fwd`: the
     framework's log-prob traffic per fp32 logit, see logit_extra_fwd; `fsdp_reduce_bytes`: bytes
     per parameter the framework's FSDP reduce-scatters gradients in, None: the parameters' 16
     bits; `unfused_elementwise`: see unfused_elementwise_fwd, its backward moving twice the
-    forward's bytes as the fused count does."""
+    forward's bytes as the fused count does; `logit_bytes_bwd`, `loss_per_packed_sequence`: the
+    framework's log-prob backward, see logit_extra_bwd."""
     st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
     logits = logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
+    logits += logit_extra_bwd(arch, dev, lay, seq_len, logit_bytes_bwd, loss_per_packed_sequence)
     eager = unfused_elementwise_fwd(arch, dev, lay, seq_len, unfused_elementwise)
     logits += eager * (3.0 + recomputed_share(lay, math.ceil(arch.layers / lay.pp)))
     per_mb = st["fwd"] + st["bwd"]
