@@ -8,8 +8,8 @@ import pytest
 from rlsolve.frameworks.runtime import framework_costs, runtime
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import train_aux, train_core
-from rlsolve.perf.train import (LOGIT_FP32_BYTES_FWD, TrainLayout, forward_time, logit_extra_bwd, logit_extra_fwd,
-                                micro_batch_seq_len, packed_pad_factor, stage_times)
+from rlsolve.perf.train import (LOGIT_FP32_BYTES_FWD, TrainLayout, forward_time, fsdp_copy_time, logit_extra_bwd,
+                                logit_extra_fwd, micro_batch_seq_len, packed_pad_factor, stage_times)
 from rlsolve.resolve import resolve
 from rlsolve.spec import load_spec
 
@@ -242,3 +242,26 @@ def test_nemo_rl_v030_loss_backward_and_per_sequence_slices_are_charged_per_logi
     # the FSDP path without TP takes torch's log_softmax: not charged the vocab-parallel backward
     fsdp = TrainLayout(tp=1, dp=8, micro_batch=4, zero_stage=3)
     assert train_core(wl030, wl030.pool, fsdp)[0].total == pytest.approx(train_core(wl031, wl031.pool, fsdp)[0].total)
+
+
+def test_nemo_rl_fsdp2_copies_on_the_compute_stream_are_charged_per_parameter():
+    """FSDP2 copies each gathered 16-bit buffer out into the parameters (2 read + 2 written per
+    parameter) at every unshard, a forward's and the backward's re-gather, and copies the bf16
+    gradients into the fp32 reduce-scatter buffer (2 read + 4 written), all on the compute stream."""
+    assert framework_costs("nemo-rl").fsdp_copy_bytes == (4.0, 10.0)
+    assert framework_costs("verl").fsdp_copy_bytes is None  # verl's FSDP (v1) path was not read for it
+    p = _problem()
+    dev = device(p.pool)
+    assert fsdp_copy_time(dev, 1e9, 1e9, None, backward=True) == 0.0
+    assert fsdp_copy_time(dev, 1e9, 1e9, (4.0, 10.0), backward=False) == pytest.approx(dev.stream_time(4e9))
+    # a training micro-batch: two copy-outs of every parameter, one gradient copy-in of the trained ones
+    assert fsdp_copy_time(dev, 1e9, 1e9, (4.0, 10.0), backward=True) == pytest.approx(dev.stream_time(14e9))
+    assert fsdp_copy_time(dev, 1e9, 1e7, (4.0, 10.0), backward=True) == pytest.approx(dev.stream_time(8e9 + 6e7))
+    # charged on FSDP layouts only, in the update and in the log-prob pass
+    with_ = _with_costs(_problem("nemo-rl"), fsdp_copy_bytes=(4.0, 10.0))
+    without = _with_costs(_problem("nemo-rl"), fsdp_copy_bytes=None)
+    fsdp, megatron = TrainLayout(tp=1, dp=8, micro_batch=4, zero_stage=3), TrainLayout(tp=1, dp=8, micro_batch=4)
+    a, b = train_core(with_, with_.pool, fsdp), train_core(without, without.pool, fsdp)
+    assert a[0].total > b[0].total and a[2] > b[2]
+    assert train_core(with_, with_.pool, megatron)[0].total == pytest.approx(
+        train_core(without, without.pool, megatron)[0].total)

@@ -48,6 +48,10 @@ class _FloatUntil(_Float):
     until_version: str | None = Field(None, pattern=r"^\d+\.\d+(\.\d+)?$")
 
 
+class _FsdpCopyBytes(_Sourced):
+    value: dict[Literal["forward", "backward"], float]
+
+
 class _ElementwiseBytes(_Sourced):
     value: dict[Literal["rms_norm", "rotary", "gated_activation"], float]
     # the fact holds for the framework's releases before this one (None: every release read)
@@ -80,6 +84,7 @@ class FrameworkRuntime(_Strict):
     fsdp_grad_reduce_bytes_per_param: _Float | None = None
     logit_fp32_bytes_backward: _FloatUntil | None = None
     loss_per_packed_sequence: _Bool | None = None
+    fsdp_copy_bytes_per_param: _FsdpCopyBytes | None = None
     fsdp_model_elementwise_bytes: _ElementwiseBytes | None = None
 
 
@@ -116,7 +121,9 @@ class FrameworkCosts:
     per element of (RMSNorm, rotary, gated activation) of the modeling code its FSDP path trains
     (None: the model's fused count); the bytes per fp32 logit its training loss's vocab-parallel
     log-prob backward moves (None: the model's count), and whether that loss runs sequence by
-    sequence over a packed micro-batch (each sequence's logits a slice of the micro-batch's)."""
+    sequence over a packed micro-batch (each sequence's logits a slice of the micro-batch's); the
+    bytes per parameter its FSDP copies on the compute stream in a forward and a backward (None:
+    not read, none charged)."""
 
     orchestration_s: float
     rollout_logprobs: bool
@@ -127,6 +134,7 @@ class FrameworkCosts:
     fsdp_elementwise_bytes: tuple[float, float, float] | None = None
     logit_fp32_bytes_backward: float | None = None
     loss_per_packed_sequence: bool = False
+    fsdp_copy_bytes: tuple[float, float] | None = None
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -156,6 +164,7 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
     reduce = [f.fsdp_grad_reduce_bytes_per_param for f in chosen]
     eager = [_holds(f.fsdp_model_elementwise_bytes, version) for f in chosen]
     logit_bwd = [_holds(f.logit_fp32_bytes_backward, version) for f in chosen]
+    copies = [f.fsdp_copy_bytes_per_param for f in chosen]
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
                           rollout_logprobs=all(f.rollout_logprobs.value for f in chosen),
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
@@ -168,4 +177,6 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
                               min(x.value[k] for x in eager) for k in ("rms_norm", "rotary", "gated_activation")),
                           logit_fp32_bytes_backward=None if None in logit_bwd else min(x.value for x in logit_bwd),
                           loss_per_packed_sequence=all(f.loss_per_packed_sequence is not None
-                                                       and f.loss_per_packed_sequence.value for f in chosen))
+                                                       and f.loss_per_packed_sequence.value for f in chosen),
+                          fsdp_copy_bytes=None if None in copies else tuple(
+                              min(x.value[k] for x in copies) for k in ("forward", "backward")))

@@ -757,7 +757,8 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
                st: dict | None = None, memo: dict | None = None, logit_bytes_fwd: float | None = None,
                fsdp_reduce_bytes: float | None = None,
                unfused_elementwise: tuple[float, float, float] | None = None,
-               logit_bytes_bwd: float | None = None, loss_per_packed_sequence: bool = False) -> TrainTime:
+               logit_bytes_bwd: float | None = None, loss_per_packed_sequence: bool = False,
+               fsdp_copy_bytes: tuple[float, float] | None = None) -> TrainTime:
     """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens.
     `memo` (optional, the caller's) keeps the gradient collectives and the optimizer step,
     which depend on neither the micro-batch, vp nor recompute. `logit_bytes_fwd`: the
@@ -765,7 +766,7 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
     per parameter the framework's FSDP reduce-scatters gradients in, None: the parameters' 16
     bits; `unfused_elementwise`: see unfused_elementwise_fwd, its backward moving twice the
     forward's bytes as the fused count does; `logit_bytes_bwd`, `loss_per_packed_sequence`: the
-    framework's log-prob backward, see logit_extra_bwd."""
+    framework's log-prob backward, see logit_extra_bwd; `fsdp_copy_bytes`: see fsdp_copy_time."""
     st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
     logits = logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
@@ -793,6 +794,7 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
             grad_bytes = tuple(fsdp_reduce_bytes * x for x in (dense, expert))
         dp_exposed = m * zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp),
                                        (BF16 * base_dense, BF16 * base_expert), grad_bytes)
+        logits += fsdp_copy_time(dev, base_dense + base_expert, dense + expert, fsdp_copy_bytes, backward=True)
     else:
         dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
     t = TrainTime(
@@ -855,9 +857,25 @@ def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_b
     return gather + layers * (max(0.0, gather - fwd_layer) + max(0.0, gather + scatter - bwd_layer))
 
 
+def fsdp_copy_time(dev: Device, params: float, trained: float, copy_bytes: tuple[float, float] | None,
+                   backward: bool) -> float:
+    """Seconds one micro-batch's pass spends on the copies its FSDP runs on the compute stream, where
+    the framework's FSDP makes them (frameworks/runtime.yaml fsdp_copy_bytes_per_param, (forward,
+    backward) bytes per parameter; None: none): each unshard copies the gathered 16-bit buffer out
+    into the `params` parameters (the forward's bytes, again in a backward that gathers anew), and a
+    backward copies the `trained` parameters' gradients into the reduce-scatter buffer (the rest of
+    the backward's bytes)."""
+    if not copy_bytes:
+        return 0.0
+    fwd, bwd = copy_bytes
+    nbytes = fwd * params + (fwd * params + (bwd - fwd) * trained if backward else 0.0)
+    return dev.stream_time(nbytes)
+
+
 def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float,
                  st: dict | None = None, logit_bytes_fwd: float | None = None,
-                 unfused_elementwise: tuple[float, float, float] | None = None) -> float:
+                 unfused_elementwise: tuple[float, float, float] | None = None,
+                 fsdp_copy_bytes: tuple[float, float] | None = None) -> float:
     """Forward-only pass (log-probs, reference, reward, value) over `sequences`."""
     st = st or stage_times(arch, dev, lay, seq_len)
     m = max(1.0, sequences / (lay.dp * lay.micro_batch))
@@ -866,6 +884,7 @@ def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: i
     if lay.zero_stage >= 3:  # sharded weights are gathered layer by layer in every pass
         dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
         per_mb += zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp), (BF16 * dense, BF16 * expert), None)
+        per_mb += fsdp_copy_time(dev, dense + expert, 0.0, fsdp_copy_bytes, backward=False)
     return (m + lay.pp - 1) * per_mb / dev.logprob_efficiency
 
 
