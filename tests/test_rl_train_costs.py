@@ -9,7 +9,8 @@ from rlsolve.frameworks.runtime import framework_costs, runtime
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import train_aux, train_core
 from rlsolve.perf.train import (LOGIT_FP32_BYTES_FWD, TrainLayout, forward_time, fsdp_copy_time, logit_extra_bwd,
-                                logit_extra_fwd, micro_batch_seq_len, packed_pad_factor, stage_times)
+                                logit_extra_fwd, micro_batch_seq_len, packed_busiest_share, packed_pad_factor,
+                                stage_times)
 from rlsolve.resolve import resolve
 from rlsolve.spec import load_spec
 
@@ -65,11 +66,16 @@ def test_packing_pads_every_bin_to_the_longest_and_the_busiest_rank_sets_the_pac
     assert packed_pad_factor(8, 0, 100, 100, None, 201, 3) == pytest.approx(400 / (800 / 3))
     # an even deal with full bins pads nothing
     assert packed_pad_factor(8, 0, 100, 100, None, 200, 4) == pytest.approx(1.0)
-    # only pipeline-parallel layouts of a framework that pads them
+    # pipeline-parallel layouts of a framework that pads them pay the padding; the others pace at
+    # the busiest rank's real tokens, here (equal bins) the same 400 over 800/3
     kw = dict(packed_tokens=201, global_batch=8, prompt_len=0, response_mean=100, response_max=100, clip=None)
     assert micro_batch_seq_len(100, 2, 3, pads_packed=True, **kw) == pytest.approx(150)
-    assert micro_batch_seq_len(100, 1, 3, pads_packed=True, **kw) == 100
-    assert micro_batch_seq_len(100, 2, 3, pads_packed=False, **kw) == 100
+    assert micro_batch_seq_len(100, 1, 3, pads_packed=True, **kw) == pytest.approx(150)
+    assert micro_batch_seq_len(100, 2, 3, pads_packed=False, **kw) == pytest.approx(150)
+    # unequal bins: padded to the longest (2 x 200) against the busiest's real 200 + 100 over 500/2
+    uneven = dict(kw, global_batch=5)
+    assert micro_batch_seq_len(100, 2, 2, pads_packed=True, **uneven) == pytest.approx(100 * 400 / 250)
+    assert micro_batch_seq_len(100, 1, 2, pads_packed=True, **uneven) == pytest.approx(100 * 300 / 250)
     assert micro_batch_seq_len(100, 2, 3, pads_packed=True, **{**kw, "packed_tokens": None}) == 100
 
 
@@ -265,3 +271,15 @@ def test_nemo_rl_fsdp2_copies_on_the_compute_stream_are_charged_per_parameter():
     assert a[0].total > b[0].total and a[2] > b[2]
     assert train_core(with_, with_.pool, megatron)[0].total == pytest.approx(
         train_core(without, without.pool, megatron)[0].total)
+
+
+def test_unpadded_packed_bins_pace_at_the_busiest_ranks_tokens():
+    """Without pipeline padding the bins keep their own lengths, but the ranks meet at the end of the
+    pass: 6 sequences of 100 tokens in bins of 201 make 3 bins of 200, dealt to 2 ranks: one computes
+    400 tokens where the mean is 300."""
+    assert packed_busiest_share(6, 0, 100, 100, None, 201, 2) == pytest.approx(400 / 300)
+    assert packed_busiest_share(8, 0, 100, 100, None, 201, 4) == pytest.approx(1.0)
+    kw = dict(packed_tokens=201, global_batch=6, prompt_len=0, response_mean=100, response_max=100, clip=None)
+    assert micro_batch_seq_len(100, 1, 2, pads_packed=False, **kw) == pytest.approx(100 * 4 / 3)
+    assert micro_batch_seq_len(100, 1, 1, pads_packed=False, **kw) == pytest.approx(100)  # one rank: no wait
+    assert micro_batch_seq_len(100, 1, 2, pads_packed=False, **{**kw, "packed_tokens": None}) == 100

@@ -618,6 +618,18 @@ def packed_pad_factor(sequences: int, prompt_len: float, response_mean: float, r
     return float(busiest * dp / total)
 
 
+def packed_busiest_share(sequences: int, prompt_len: float, response_mean: float, response_max: float,
+                         clip: float | None, budget: int, dp: int) -> float:
+    """Real tokens of the busiest rank over the ranks' mean when the bins of a packed batch are dealt
+    round-robin to the `dp` ranks without padding (packed_pad_factor's dealing: the longest-first bins
+    go to the first ranks). The ranks meet at the end of the pass (the gradient reduction of the
+    optimizer step; NeMo-RL v0.3.0's DTensor worker also runs dummy micro-batches up to the most any
+    rank has, dtensor_policy_worker.py train, dummy_batch_ct), so the busiest rank sets the pace."""
+    bins, total = packed_bins(int(sequences), prompt_len, response_mean, response_max, clip, int(budget))
+    busiest = max(float(bins[r::dp].sum()) for r in range(min(dp, len(bins))))
+    return busiest * dp / total
+
+
 # The model's own elementwise bytes per element (fused kernels, bf16): an RMSNorm reads and writes
 # its input, rotary embedding reads and writes q and k, a gated activation reads two and writes one.
 FUSED_ELEMENTWISE_BYTES = {"rms_norm": 4.0, "rotary": 4.0, "gated_activation": 6.0}
@@ -677,13 +689,17 @@ def micro_batch_seq_len(seq_mean: float, pp: int, dp: int, *, packed_tokens: int
     """Tokens per sequence the training and log-prob micro-batches compute: the mean sequence,
     stretched by the padding of packed micro-batches where the framework pads them (pipeline
     parallelism: every micro-batch must have one shape), or by the padding of NeMo-RL's dynamic
-    batches (`dynamic_round`: its sequence_length_round; `dynamic_batches`)."""
+    batches (`dynamic_round`: its sequence_length_round; `dynamic_batches`); unpadded packed
+    micro-batches by the busiest rank's share of the bins (`packed_busiest_share`)."""
     if dynamic_round and packed_tokens:
         return seq_mean * dynamic_batches(global_batch, prompt_len, response_mean, response_max, clip,
                                           int(packed_tokens), dp, int(dynamic_round))[1]
     if pads_packed and packed_tokens and pp > 1:
         return seq_mean * max(1.0, packed_pad_factor(global_batch, prompt_len, response_mean, response_max,
                                                       clip, int(packed_tokens), dp))
+    if packed_tokens and dp > 1:
+        return seq_mean * max(1.0, packed_busiest_share(global_batch, prompt_len, response_mean, response_max,
+                                                         clip, int(packed_tokens), dp))
     return seq_mean
 
 
