@@ -8,8 +8,9 @@ import pytest
 from rlsolve.frameworks.runtime import framework_costs, runtime
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import train_aux, train_core
-from rlsolve.perf.train import (LOGIT_FP32_BYTES_FWD, TrainLayout, forward_time, logit_extra_fwd,
-                                micro_batch_seq_len, packed_pad_factor, stage_times)
+from rlsolve.perf.train import (LOGIT_FP32_BYTES_FWD, TrainLayout, forward_time, fsdp_copy_time, logit_extra_bwd,
+                                logit_extra_fwd, micro_batch_seq_len, packed_busiest_share, packed_pad_factor,
+                                stage_times)
 from rlsolve.resolve import resolve
 from rlsolve.spec import load_spec
 
@@ -65,11 +66,16 @@ def test_packing_pads_every_bin_to_the_longest_and_the_busiest_rank_sets_the_pac
     assert packed_pad_factor(8, 0, 100, 100, None, 201, 3) == pytest.approx(400 / (800 / 3))
     # an even deal with full bins pads nothing
     assert packed_pad_factor(8, 0, 100, 100, None, 200, 4) == pytest.approx(1.0)
-    # only pipeline-parallel layouts of a framework that pads them
+    # pipeline-parallel layouts of a framework that pads them pay the padding; the others pace at
+    # the busiest rank's real tokens, here (equal bins) the same 400 over 800/3
     kw = dict(packed_tokens=201, global_batch=8, prompt_len=0, response_mean=100, response_max=100, clip=None)
     assert micro_batch_seq_len(100, 2, 3, pads_packed=True, **kw) == pytest.approx(150)
-    assert micro_batch_seq_len(100, 1, 3, pads_packed=True, **kw) == 100
-    assert micro_batch_seq_len(100, 2, 3, pads_packed=False, **kw) == 100
+    assert micro_batch_seq_len(100, 1, 3, pads_packed=True, **kw) == pytest.approx(150)
+    assert micro_batch_seq_len(100, 2, 3, pads_packed=False, **kw) == pytest.approx(150)
+    # unequal bins: padded to the longest (2 x 200) against the busiest's real 200 + 100 over 500/2
+    uneven = dict(kw, global_batch=5)
+    assert micro_batch_seq_len(100, 2, 2, pads_packed=True, **uneven) == pytest.approx(100 * 400 / 250)
+    assert micro_batch_seq_len(100, 1, 2, pads_packed=True, **uneven) == pytest.approx(100 * 300 / 250)
     assert micro_batch_seq_len(100, 2, 3, pads_packed=True, **{**kw, "packed_tokens": None}) == 100
 
 
@@ -211,3 +217,69 @@ def test_a_fact_that_holds_until_a_release_applies_to_rows_of_earlier_releases_o
     assert framework_costs("nemo-rl").fsdp_elementwise_bytes is None
     assert framework_costs("verl").fsdp_elementwise_bytes == framework_costs("verl", "0.3.0").fsdp_elementwise_bytes
     assert framework_costs("any", "0.3.0").fsdp_elementwise_bytes is None  # OpenRLHF's was not read
+
+
+def test_nemo_rl_v030_loss_backward_and_per_sequence_slices_are_charged_per_logit():
+    """NeMo-RL v0.3.0's vocab-parallel log-prob backward builds an int64 one-hot over the vocabulary
+    (62 bytes per fp32 logit with the cast back, against the model's own 2 x 12); v0.3.1 dropped it.
+    Its loss runs once per packed sequence on a slice of the micro-batch's bf16 logits: with k
+    sequences, k zeroed full-size gradients (2 B each), the slices' copies (2 + 2 B) and k - 1 sums
+    (2 + 2 read, 2 written) per logit."""
+    assert framework_costs("nemo-rl", "0.3.0").logit_fp32_bytes_backward == 62.0
+    assert framework_costs("nemo-rl", "0.3.1").logit_fp32_bytes_backward is None
+    assert framework_costs("nemo-rl").loss_per_packed_sequence is True
+    assert framework_costs("verl").loss_per_packed_sequence is False
+    assert framework_costs("any", "0.3.0").logit_fp32_bytes_backward is None
+    p = _problem()
+    dev = device(p.pool)
+    lay = TrainLayout(tp=2, dp=4, micro_batch=4)
+    logits = 4 * 1000 * p.policy.vocab / 2
+    assert logit_extra_bwd(p.policy, dev, lay, 1000, None, False) == 0.0
+    assert logit_extra_bwd(p.policy, dev, lay, 1000, 62, False) == pytest.approx(dev.stream_time(logits * (62 - 24)))
+    slices = 4 * 2 + 4 + 3 * 6  # 4 zero fills, one copy, 3 sums
+    assert logit_extra_bwd(p.policy, dev, lay, 1000, None, True) == pytest.approx(dev.stream_time(logits * slices))
+    # the training step pays it once per micro-batch; a v0.3.1 row only the slices
+    wl030 = _with_costs(_problem("nemo-rl"), logit_fp32_bytes_backward=62.0, loss_per_packed_sequence=False)
+    wl031 = _with_costs(_problem("nemo-rl"), logit_fp32_bytes_backward=None, loss_per_packed_sequence=False)
+    megatron = TrainLayout(tp=1, dp=8, micro_batch=4)
+    t030 = train_core(wl030, wl030.pool, megatron)[0].total
+    t031 = train_core(wl031, wl031.pool, megatron)[0].total
+    assert t030 > t031
+    # the FSDP path without TP takes torch's log_softmax: not charged the vocab-parallel backward
+    fsdp = TrainLayout(tp=1, dp=8, micro_batch=4, zero_stage=3)
+    assert train_core(wl030, wl030.pool, fsdp)[0].total == pytest.approx(train_core(wl031, wl031.pool, fsdp)[0].total)
+
+
+def test_nemo_rl_fsdp2_copies_on_the_compute_stream_are_charged_per_parameter():
+    """FSDP2 copies each gathered 16-bit buffer out into the parameters (2 read + 2 written per
+    parameter) at every unshard, a forward's and the backward's re-gather, and copies the bf16
+    gradients into the fp32 reduce-scatter buffer (2 read + 4 written), all on the compute stream."""
+    assert framework_costs("nemo-rl").fsdp_copy_bytes == (4.0, 10.0)
+    assert framework_costs("verl").fsdp_copy_bytes is None  # verl's FSDP (v1) path was not read for it
+    p = _problem()
+    dev = device(p.pool)
+    assert fsdp_copy_time(dev, 1e9, 1e9, None, backward=True) == 0.0
+    assert fsdp_copy_time(dev, 1e9, 1e9, (4.0, 10.0), backward=False) == pytest.approx(dev.stream_time(4e9))
+    # a training micro-batch: two copy-outs of every parameter, one gradient copy-in of the trained ones
+    assert fsdp_copy_time(dev, 1e9, 1e9, (4.0, 10.0), backward=True) == pytest.approx(dev.stream_time(14e9))
+    assert fsdp_copy_time(dev, 1e9, 1e7, (4.0, 10.0), backward=True) == pytest.approx(dev.stream_time(8e9 + 6e7))
+    # charged on FSDP layouts only, in the update and in the log-prob pass
+    with_ = _with_costs(_problem("nemo-rl"), fsdp_copy_bytes=(4.0, 10.0))
+    without = _with_costs(_problem("nemo-rl"), fsdp_copy_bytes=None)
+    fsdp, megatron = TrainLayout(tp=1, dp=8, micro_batch=4, zero_stage=3), TrainLayout(tp=1, dp=8, micro_batch=4)
+    a, b = train_core(with_, with_.pool, fsdp), train_core(without, without.pool, fsdp)
+    assert a[0].total > b[0].total and a[2] > b[2]
+    assert train_core(with_, with_.pool, megatron)[0].total == pytest.approx(
+        train_core(without, without.pool, megatron)[0].total)
+
+
+def test_unpadded_packed_bins_pace_at_the_busiest_ranks_tokens():
+    """Without pipeline padding the bins keep their own lengths, but the ranks meet at the end of the
+    pass: 6 sequences of 100 tokens in bins of 201 make 3 bins of 200, dealt to 2 ranks: one computes
+    400 tokens where the mean is 300."""
+    assert packed_busiest_share(6, 0, 100, 100, None, 201, 2) == pytest.approx(400 / 300)
+    assert packed_busiest_share(8, 0, 100, 100, None, 201, 4) == pytest.approx(1.0)
+    kw = dict(packed_tokens=201, global_batch=6, prompt_len=0, response_mean=100, response_max=100, clip=None)
+    assert micro_batch_seq_len(100, 1, 2, pads_packed=False, **kw) == pytest.approx(100 * 4 / 3)
+    assert micro_batch_seq_len(100, 1, 1, pads_packed=False, **kw) == pytest.approx(100)  # one rank: no wait
+    assert micro_batch_seq_len(100, 1, 2, pads_packed=False, **{**kw, "packed_tokens": None}) == 100

@@ -43,6 +43,15 @@ class _Float(_Sourced):
     value: float
 
 
+class _FloatUntil(_Float):
+    # the fact holds for the framework's releases before this one (None: every release read)
+    until_version: str | None = Field(None, pattern=r"^\d+\.\d+(\.\d+)?$")
+
+
+class _FsdpCopyBytes(_Sourced):
+    value: dict[Literal["forward", "backward"], float]
+
+
 class _ElementwiseBytes(_Sourced):
     value: dict[Literal["rms_norm", "rotary", "gated_activation"], float]
     # the fact holds for the framework's releases before this one (None: every release read)
@@ -73,6 +82,9 @@ class FrameworkRuntime(_Strict):
     logit_fp32_bytes_forward: _Float | None = None
     pipeline_pads_packed_micro_batches: _Bool | None = None
     fsdp_grad_reduce_bytes_per_param: _Float | None = None
+    logit_fp32_bytes_backward: _FloatUntil | None = None
+    loss_per_packed_sequence: _Bool | None = None
+    fsdp_copy_bytes_per_param: _FsdpCopyBytes | None = None
     fsdp_model_elementwise_bytes: _ElementwiseBytes | None = None
 
 
@@ -107,7 +119,11 @@ class FrameworkCosts:
     pipeline-parallel training pads every packed micro-batch to the longest, and the bytes per
     parameter its FSDP reduce-scatters gradients in (None: the parameters' 16 bits), and the bytes
     per element of (RMSNorm, rotary, gated activation) of the modeling code its FSDP path trains
-    (None: the model's fused count)."""
+    (None: the model's fused count); the bytes per fp32 logit its training loss's vocab-parallel
+    log-prob backward moves (None: the model's count), and whether that loss runs sequence by
+    sequence over a packed micro-batch (each sequence's logits a slice of the micro-batch's); the
+    bytes per parameter its FSDP copies on the compute stream in a forward and a backward (None:
+    not read, none charged)."""
 
     orchestration_s: float
     rollout_logprobs: bool
@@ -116,6 +132,9 @@ class FrameworkCosts:
     pipeline_pads_packed: bool = False
     fsdp_grad_reduce_bytes: float | None = None
     fsdp_elementwise_bytes: tuple[float, float, float] | None = None
+    logit_fp32_bytes_backward: float | None = None
+    loss_per_packed_sequence: bool = False
+    fsdp_copy_bytes: tuple[float, float] | None = None
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -144,6 +163,8 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
     logit = [f.logit_fp32_bytes_forward for f in chosen]
     reduce = [f.fsdp_grad_reduce_bytes_per_param for f in chosen]
     eager = [_holds(f.fsdp_model_elementwise_bytes, version) for f in chosen]
+    logit_bwd = [_holds(f.logit_fp32_bytes_backward, version) for f in chosen]
+    copies = [f.fsdp_copy_bytes_per_param for f in chosen]
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
                           rollout_logprobs=all(f.rollout_logprobs.value for f in chosen),
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
@@ -153,4 +174,9 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
                                                    and f.pipeline_pads_packed_micro_batches.value for f in chosen),
                           fsdp_grad_reduce_bytes=None if None in reduce else min(x.value for x in reduce),
                           fsdp_elementwise_bytes=None if None in eager else tuple(
-                              min(x.value[k] for x in eager) for k in ("rms_norm", "rotary", "gated_activation")))
+                              min(x.value[k] for x in eager) for k in ("rms_norm", "rotary", "gated_activation")),
+                          logit_fp32_bytes_backward=None if None in logit_bwd else min(x.value for x in logit_bwd),
+                          loss_per_packed_sequence=all(f.loss_per_packed_sequence is not None
+                                                       and f.loss_per_packed_sequence.value for f in chosen),
+                          fsdp_copy_bytes=None if None in copies else tuple(
+                              min(x.value[k] for x in copies) for k in ("forward", "backward")))

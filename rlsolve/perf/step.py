@@ -213,13 +213,19 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     seq = _pass_seq_len(wl, lay)
     st = cached_stage_times(arch, dev, lay, seq, lora > 0, cache)
     eager = _fsdp_elementwise(wl, lay)
+    # the vocab-parallel log-prob backward runs in Megatron at every TP and in the FSDP path's
+    # DTensor logits only with TP (without, the loss takes torch's log_softmax: the model's count)
+    logit_bwd = wl.framework.logit_fp32_bytes_backward if lay.zero_stage < 3 or lay.tp > 1 else None
     t = train_time(arch, dev, lay, gb, seq, optimizer_steps=steps, lora_rank=lora, st=st, memo=cache,
                    logit_bytes_fwd=logits, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
-                   unfused_elementwise=eager)
+                   unfused_elementwise=eager, logit_bytes_bwd=logit_bwd,
+                   loss_per_packed_sequence=wl.framework.loss_per_packed_sequence and wl.packed_micro_batch is not None,
+                   fsdp_copy_bytes=wl.framework.fsdp_copy_bytes)
     lp, lp_seq = _logprob_pass(wl, lay)
     if lora or lp is not lay:  # the old log-prob pass is a plain forward, on its own micro-batches
         st = cached_stage_times(arch, dev, lp, lp_seq, False, cache)
-    old = forward_time(arch, dev, lp, wl.samples, lp_seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager)
+    old = forward_time(arch, dev, lp, wl.samples, lp_seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager,
+                       fsdp_copy_bytes=wl.framework.fsdp_copy_bytes)
     return t, mem or policy_memory(problem, planned), old
 
 
@@ -360,7 +366,7 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
                 seq, logits = seq_mean, None
             st = cached_stage_times(a, dev, al, seq, False, cache)
             cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
-                                       unfused_elementwise=eager),
+                                       unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes),
                           train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
         return cache[key]
 

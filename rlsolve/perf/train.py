@@ -555,6 +555,27 @@ def logit_extra_fwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: 
     return dev.stream_time(tokens * arch.vocab / lay.tp * (logit_bytes_fwd - LOGIT_FP32_BYTES_FWD))
 
 
+def logit_extra_bwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float,
+                    logit_bytes_bwd: float | None, per_packed_sequence: bool) -> float:
+    """Seconds one training micro-batch's backward spends on its log-probs beyond the model's own
+    count (twice the forward's LOGIT_FP32_BYTES_FWD): the framework's log-prob backward moving
+    `logit_bytes_bwd` bytes per fp32 logit (None: the model's count), and, where its loss runs
+    sequence by sequence over a packed micro-batch of `lay.micro_batch` sequences
+    (`per_packed_sequence`), each sequence's slice of the 16-bit logits back-propagating into a
+    zeroed gradient of the whole micro-batch (written once per sequence), its own slice copied in,
+    and autograd summing the micro_batch gradients (read two, write one, micro_batch - 1 times)."""
+    per_logit = 0.0
+    if logit_bytes_bwd is not None and logit_bytes_bwd > 2 * LOGIT_FP32_BYTES_FWD:
+        per_logit += logit_bytes_bwd - 2 * LOGIT_FP32_BYTES_FWD
+    if per_packed_sequence:
+        k = max(1.0, lay.micro_batch)
+        per_logit += BF16 * k + 2 * BF16 + 3 * BF16 * (k - 1)
+    if per_logit == 0.0:
+        return 0.0
+    tokens = lay.micro_batch * seq_len / lay.cp
+    return dev.stream_time(tokens * arch.vocab / lay.tp * per_logit)
+
+
 @lru_cache(maxsize=256)
 def packed_bins(sequences: int, prompt_len: float, response_mean: float, response_max: float,
                 clip: float | None, budget: int) -> tuple[np.ndarray, float]:
@@ -595,6 +616,18 @@ def packed_pad_factor(sequences: int, prompt_len: float, response_mean: float, r
     bins, total = packed_bins(int(sequences), prompt_len, response_mean, response_max, clip, int(budget))
     busiest = math.ceil(len(bins) / dp) * bins.max()
     return float(busiest * dp / total)
+
+
+def packed_busiest_share(sequences: int, prompt_len: float, response_mean: float, response_max: float,
+                         clip: float | None, budget: int, dp: int) -> float:
+    """Real tokens of the busiest rank over the ranks' mean when the bins of a packed batch are dealt
+    round-robin to the `dp` ranks without padding (packed_pad_factor's dealing: the longest-first bins
+    go to the first ranks). The ranks meet at the end of the pass (the gradient reduction of the
+    optimizer step; NeMo-RL v0.3.0's DTensor worker also runs dummy micro-batches up to the most any
+    rank has, dtensor_policy_worker.py train, dummy_batch_ct), so the busiest rank sets the pace."""
+    bins, total = packed_bins(int(sequences), prompt_len, response_mean, response_max, clip, int(budget))
+    busiest = max(float(bins[r::dp].sum()) for r in range(min(dp, len(bins))))
+    return busiest * dp / total
 
 
 # The model's own elementwise bytes per element (fused kernels, bf16): an RMSNorm reads and writes
@@ -656,13 +689,17 @@ def micro_batch_seq_len(seq_mean: float, pp: int, dp: int, *, packed_tokens: int
     """Tokens per sequence the training and log-prob micro-batches compute: the mean sequence,
     stretched by the padding of packed micro-batches where the framework pads them (pipeline
     parallelism: every micro-batch must have one shape), or by the padding of NeMo-RL's dynamic
-    batches (`dynamic_round`: its sequence_length_round; `dynamic_batches`)."""
+    batches (`dynamic_round`: its sequence_length_round; `dynamic_batches`); unpadded packed
+    micro-batches by the busiest rank's share of the bins (`packed_busiest_share`)."""
     if dynamic_round and packed_tokens:
         return seq_mean * dynamic_batches(global_batch, prompt_len, response_mean, response_max, clip,
                                           int(packed_tokens), dp, int(dynamic_round))[1]
     if pads_packed and packed_tokens and pp > 1:
         return seq_mean * max(1.0, packed_pad_factor(global_batch, prompt_len, response_mean, response_max,
                                                       clip, int(packed_tokens), dp))
+    if packed_tokens and dp > 1:
+        return seq_mean * max(1.0, packed_busiest_share(global_batch, prompt_len, response_mean, response_max,
+                                                         clip, int(packed_tokens), dp))
     return seq_mean
 
 
@@ -735,17 +772,21 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
                *, optimizer_steps: int = 1, lora_rank: int = 0, overlap_grad_reduce: bool = True,
                st: dict | None = None, memo: dict | None = None, logit_bytes_fwd: float | None = None,
                fsdp_reduce_bytes: float | None = None,
-               unfused_elementwise: tuple[float, float, float] | None = None) -> TrainTime:
+               unfused_elementwise: tuple[float, float, float] | None = None,
+               logit_bytes_bwd: float | None = None, loss_per_packed_sequence: bool = False,
+               fsdp_copy_bytes: tuple[float, float] | None = None) -> TrainTime:
     """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens.
     `memo` (optional, the caller's) keeps the gradient collectives and the optimizer step,
     which depend on neither the micro-batch, vp nor recompute. `logit_bytes_fwd`: the
     framework's log-prob traffic per fp32 logit, see logit_extra_fwd; `fsdp_reduce_bytes`: bytes
     per parameter the framework's FSDP reduce-scatters gradients in, None: the parameters' 16
     bits; `unfused_elementwise`: see unfused_elementwise_fwd, its backward moving twice the
-    forward's bytes as the fused count does."""
+    forward's bytes as the fused count does; `logit_bytes_bwd`, `loss_per_packed_sequence`: the
+    framework's log-prob backward, see logit_extra_bwd; `fsdp_copy_bytes`: see fsdp_copy_time."""
     st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
     logits = logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
+    logits += logit_extra_bwd(arch, dev, lay, seq_len, logit_bytes_bwd, loss_per_packed_sequence)
     eager = unfused_elementwise_fwd(arch, dev, lay, seq_len, unfused_elementwise)
     logits += eager * (3.0 + recomputed_share(lay, math.ceil(arch.layers / lay.pp)))
     per_mb = st["fwd"] + st["bwd"]
@@ -769,6 +810,7 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
             grad_bytes = tuple(fsdp_reduce_bytes * x for x in (dense, expert))
         dp_exposed = m * zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp),
                                        (BF16 * base_dense, BF16 * base_expert), grad_bytes)
+        logits += fsdp_copy_time(dev, base_dense + base_expert, dense + expert, fsdp_copy_bytes, backward=True)
     else:
         dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
     t = TrainTime(
@@ -831,9 +873,25 @@ def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_b
     return gather + layers * (max(0.0, gather - fwd_layer) + max(0.0, gather + scatter - bwd_layer))
 
 
+def fsdp_copy_time(dev: Device, params: float, trained: float, copy_bytes: tuple[float, float] | None,
+                   backward: bool) -> float:
+    """Seconds one micro-batch's pass spends on the copies its FSDP runs on the compute stream, where
+    the framework's FSDP makes them (frameworks/runtime.yaml fsdp_copy_bytes_per_param, (forward,
+    backward) bytes per parameter; None: none): each unshard copies the gathered 16-bit buffer out
+    into the `params` parameters (the forward's bytes, again in a backward that gathers anew), and a
+    backward copies the `trained` parameters' gradients into the reduce-scatter buffer (the rest of
+    the backward's bytes)."""
+    if not copy_bytes:
+        return 0.0
+    fwd, bwd = copy_bytes
+    nbytes = fwd * params + (fwd * params + (bwd - fwd) * trained if backward else 0.0)
+    return dev.stream_time(nbytes)
+
+
 def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float,
                  st: dict | None = None, logit_bytes_fwd: float | None = None,
-                 unfused_elementwise: tuple[float, float, float] | None = None) -> float:
+                 unfused_elementwise: tuple[float, float, float] | None = None,
+                 fsdp_copy_bytes: tuple[float, float] | None = None) -> float:
     """Forward-only pass (log-probs, reference, reward, value) over `sequences`."""
     st = st or stage_times(arch, dev, lay, seq_len)
     m = max(1.0, sequences / (lay.dp * lay.micro_batch))
@@ -842,6 +900,7 @@ def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: i
     if lay.zero_stage >= 3:  # sharded weights are gathered layer by layer in every pass
         dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
         per_mb += zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp), (BF16 * dense, BF16 * expert), None)
+        per_mb += fsdp_copy_time(dev, dense + expert, 0.0, fsdp_copy_bytes, backward=False)
     return (m + lay.pp - 1) * per_mb / dev.logprob_efficiency
 
 
