@@ -288,8 +288,9 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
 
 
 def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
-                       kv_capacity_tokens: float, n_total: float, groups: int = 32, clip: float | None = None) -> float:
-    """A lower bound on `simulate_decode`'s time (any max_num_seqs), in O(1), for pruning.
+                       kv_capacity_tokens: float, n_total: float, groups: int = 32, clip: float | None = None,
+                       max_num_seqs: float = math.inf) -> float:
+    """A lower bound on `simulate_decode`'s time (any max_num_seqs, or at most `max_num_seqs`), in O(1), for pruning.
 
     With the same representative requests, a step costs at least the dense weights (or the
     batch's GEMM FLOPs), the KV reads of the batch's contexts, the all-reduces and the fixed
@@ -298,13 +299,18 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     prompt + k tokens, preempted ones resume where they stopped), and there are at least as
     many steps as the longest response, as the tokens over the largest batch the KV memory
     admits (each running request holds its prompt; an empty batch admits one request), and
-    as the context tokens read over the KV tokens a step can hold."""
+    as the context tokens read over the KV tokens a step can hold. With `max_num_seqs` the
+    simulation admits a request into a running batch only while the batch stays within it
+    (an empty batch admits one), so the batch is also at most max(max_num_seqs, the heaviest
+    representative): the bound of a capped run, which the search compares with an uncapped
+    one before simulating the cap (`gen_side`)."""
     g = max(2, min(groups, int(n_requests)))
     lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
     present = weight > 0
     tokens = float(np.dot(lengths, weight))
     kv_reads = float(np.dot(weight, prompt_len * lengths + lengths * lengths / 2))
-    b_max = min(max(kv_capacity_tokens / prompt_len, float(weight[present].max())), float(weight.sum()))
+    b_max = min(max(kv_capacity_tokens / prompt_len, float(weight[present].max())), float(weight.sum()),
+                max(max_num_seqs + 1e-9, float(weight[present].max())))
     # the KV tokens in use during a step stay within the capacity (or one representative
     # request admitted into an empty batch), plus one token per running request (the
     # simulation's smallest step), so the context tokens read take at least kv_reads / that

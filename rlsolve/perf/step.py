@@ -131,10 +131,20 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         total, res = run(max_num_seqs or float("inf"))
         if max_num_seqs is None and res.kv_limited:
             # Oversubscribed KV memory makes the engine preempt and re-prefill; a cap on
-            # concurrent sequences (max_num_seqs) trades batch for fewer preemptions.
+            # concurrent sequences (max_num_seqs) trades batch for fewer preemptions. A cap is
+            # simulated only when the bound of a run under it (`decode_lower_bound` with that
+            # cap, and the prefill of the prompts alone: re-prefills only add, and prefill time
+            # never falls with more tokens) leaves it a chance to be faster: both bounds are
+            # property tests, so the cap chosen is the same as when every cap is simulated.
+            prefill_floor = prefill_time(arch, dev, lay, prompt_tokens, ctx)
             for cap in sorted({int(kv_tokens / (wl.prompt_len + x)) for x in (wl.response_max, wl.response_mean,
                                                                                (wl.response_max + wl.response_mean) / 2)}):
                 if cap >= 1:
+                    floor = prefill_floor + decode_lower_bound(
+                        step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, kv_tokens, k * wl.samples,
+                        clip=wl.clip_ratio, max_num_seqs=float(cap))
+                    if floor * (1 - 1e-6) >= total:
+                        continue  # the capped run takes at least `floor`: it cannot win
                     t_alt, alt = run(float(cap))
                     if t_alt + 1e-9 < total:
                         total, res, chosen_cap = t_alt, alt, cap
