@@ -6,6 +6,7 @@ import random
 from itertools import product
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 import rlsolve
@@ -311,6 +312,43 @@ def test_decode_lower_bound_never_exceeds_the_simulation():
                 if exact.fits:
                     bound = gen_side(problem, pool, lay, reserved=r, lower_bound=True, in_flight=k)
                     assert bound.time <= exact.time * (1 + 1e-9)
+
+
+def test_capped_decode_bound_never_exceeds_the_capped_simulation():
+    """`gen_side` simulates a max_num_seqs cap only when the bound of a capped run (the prompts'
+    prefill plus `decode_lower_bound` under that cap) is below the uncapped run: the bound must
+    stay below every capped simulation, KV-limited (preempting) ones included, and prefill time
+    must never fall with more tokens (re-prefilled tokens only add)."""
+    from rlsolve.perf.generate import StepModel, decode_lower_bound, prefill_time, simulate_decode
+    rng = random.Random(31)
+    checked = limited = 0
+    for problem in _random_problems(10, 31):
+        pool = problem.pools[0]
+        dev = device(pool)
+        for tp in (1, 2, 4):
+            if tp > pool.gpus_per_node or problem.policy.heads % tp:
+                continue
+            lay = GenLayout(tp=tp)
+            step = StepModel(problem.policy, dev, lay, 2.0, 2.0, host_per_seq=rng.choice([0.0, 2e-5]))
+            tokens = sorted(rng.uniform(1, 4e5) for _ in range(6))
+            pre = [prefill_time(problem.policy, dev, lay, x, 256) for x in tokens]
+            assert all(b >= a for a, b in zip(pre, pre[1:]))
+            for _ in range(6):
+                prompt, mean = rng.choice([128, 512, 1024]), rng.choice([200, 800, 3000])
+                top = rng.choice([2048, 8192, 16384])
+                n_req, n_total = rng.choice([3, 40, 500, 4096]), rng.choice([500, 8192])
+                kv = rng.uniform(0.5, 60) * (prompt + top)  # often a handful of full-length sequences
+                clip = rng.choice([None, 0.05])
+                for cap in (1, 2, 7, kv / (prompt + top), kv / (prompt + mean), 10 ** 6):
+                    cap = float(max(1, int(cap)))
+                    with np.errstate(divide="ignore"):  # the clipped quantile 1 maps to log1p(-1), then to max
+                        sim = simulate_decode(step, n_req, prompt, mean, top, kv, cap, n_total, clip=clip)
+                    bound = decode_lower_bound(step, n_req, prompt, mean, top, kv, n_total, clip=clip,
+                                               max_num_seqs=cap)
+                    assert bound <= sim.time * (1 + 1e-9), (problem.policy.name, tp, n_req, kv, cap)
+                    checked += 1
+                    limited += sim.kv_limited
+    assert checked > 500 and limited > 50
 
 
 def test_training_lower_bound_never_exceeds_the_scored_time():

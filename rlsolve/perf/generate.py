@@ -245,8 +245,9 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
     t = steps = area = peak = reprefill = 0.0
     limited = False
     step_time = step.scalar_step_time
+    fresh = None  # the KV in use summed at the end of the last event, while no preemption changed it since
     for _ in range(50 * g):
-        used = sum(w[i] * (p + done[i]) for i in active)
+        used = fresh if fresh is not None else sum(w[i] * (p + done[i]) for i in active)
         n_act = sum(w[i] for i in active)
         while queue:  # admit
             i = queue[0]
@@ -276,11 +277,12 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
         for i in active:
             done[i] += dt
         active = [i for i in active if L[i] - done[i] > 1e-9]
-        used = sum(w[i] * (p + done[i]) for i in active)
+        used = fresh = sum(w[i] * (p + done[i]) for i in active)
         while used > cap * 1.0001 and len(active) > 1:  # preempt the newest
             j = active.pop()
             queue.insert(0, j)
             used -= w[j] * (p + done[j])
+            fresh = None
         if not active and not queue:
             break
     return DecodeResult(time=t, steps=steps, peak_batch=peak, mean_batch=area / steps if steps else 0.0,
@@ -288,8 +290,9 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
 
 
 def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
-                       kv_capacity_tokens: float, n_total: float, groups: int = 32, clip: float | None = None) -> float:
-    """A lower bound on `simulate_decode`'s time (any max_num_seqs), in O(1), for pruning.
+                       kv_capacity_tokens: float, n_total: float, groups: int = 32, clip: float | None = None,
+                       max_num_seqs: float = math.inf) -> float:
+    """A lower bound on `simulate_decode`'s time (any max_num_seqs, or at most `max_num_seqs`), in O(1), for pruning.
 
     With the same representative requests, a step costs at least the dense weights (or the
     batch's GEMM FLOPs), the KV reads of the batch's contexts, the all-reduces and the fixed
@@ -298,20 +301,21 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     prompt + k tokens, preempted ones resume where they stopped), and there are at least as
     many steps as the longest response, as the tokens over the largest batch the KV memory
     admits (each running request holds its prompt; an empty batch admits one request), and
-    as the context tokens read over the KV tokens a step can hold."""
+    as the context tokens read over the KV tokens a step can hold. With `max_num_seqs` the
+    simulation admits a request into a running batch only while the batch stays within it
+    (an empty batch admits one), so the batch is also at most max(max_num_seqs, the heaviest
+    representative): the bound of a capped run, which the search compares with an uncapped
+    one before simulating the cap (`gen_side`)."""
     g = max(2, min(groups, int(n_requests)))
-    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
-    present = weight > 0
-    tokens = float(np.dot(lengths, weight))
-    kv_reads = float(np.dot(weight, prompt_len * lengths + lengths * lengths / 2))
-    b_max = min(max(kv_capacity_tokens / prompt_len, float(weight[present].max())), float(weight.sum()))
+    tokens, kv_reads, w_max, w_sum, longest, w_min = _bound_sums(n_requests, prompt_len, mean_len, max_len, n_total,
+                                                                 g, clip)
+    b_max = min(max(kv_capacity_tokens / prompt_len, w_max), w_sum, max(max_num_seqs + 1e-9, w_max))
     # the KV tokens in use during a step stay within the capacity (or one representative
     # request admitted into an empty batch), plus one token per running request (the
     # simulation's smallest step), so the context tokens read take at least kv_reads / that
-    w_max = float(weight[present].max())
     kv_in_use = max(kv_capacity_tokens * 1.0001, w_max * (prompt_len + max_len)) + b_max
-    steps = max(float(lengths[present].max()), tokens / b_max, kv_reads / kv_in_use)
-    b_min = min(1.0, float(weight[present].min()))
+    steps = max(longest, tokens / b_max, kv_reads / kv_in_use)
+    b_min = min(1.0, w_min)
     # weight bytes per step grow with the batch, concavely for MoE (distinct experts touched):
     # above the chord between the smallest and the largest batch, so summed over the steps at
     # least steps x (chord at 0) + tokens x slope
@@ -322,6 +326,19 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     attn = kv_reads * max(step.kv_tok / step.hbm, step.attn_flops_ctx / step.attn_rate)
     ar = (steps * step.ar_fixed + tokens * step.ar_per_seq) * step.tp_ar_per_token
     return gemm + attn + ar + steps * (step.pp_hops + step.overhead) + tokens * step.host_per_seq
+
+
+@lru_cache(maxsize=8192)
+def _bound_sums(n_requests: float, prompt_len: float, mean_len: float, max_len: float, n_total: float, g: int,
+                clip: float | None) -> tuple[float, ...]:
+    """What `decode_lower_bound` reads of the representative requests (cached: the search bounds
+    thousands of engines over a few replica sizes): tokens decoded, context tokens read, the
+    heaviest and the total weight, the longest response and the lightest weight present."""
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
+    present = weight > 0
+    return (float(np.dot(lengths, weight)), float(np.dot(weight, prompt_len * lengths + lengths * lengths / 2)),
+            float(weight[present].max()), float(weight.sum()), float(lengths[present].max()),
+            float(weight[present].min()))
 
 
 @lru_cache(maxsize=8192)

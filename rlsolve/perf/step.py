@@ -81,6 +81,24 @@ def rollout_steps_in_flight(mode: str, staleness: int) -> int:
     return max(1, staleness) if mode == "async" else 1
 
 
+_STEPS: dict[tuple, tuple] = {}
+
+
+def _step_model(arch: Architecture, dev, lay: GenLayout, wb: float, host_per_seq: float, eager: bool) -> StepModel:
+    """The engine's StepModel, memoized (a pure function of its arguments, never changed after it is
+    built: the search bounds and simulates the same layout under many memory budgets). Keyed by the
+    identity of the architecture and device, guarded as `device` guards its own memo."""
+    key = (id(arch), id(dev), lay, wb, host_per_seq, eager)
+    hit = _STEPS.get(key)
+    if hit is not None and hit[0] is arch and hit[1] is dev:
+        return hit[2]
+    step = StepModel(arch, dev, lay, wb, wb, host_per_seq=host_per_seq, eager=eager)
+    if len(_STEPS) > 4096:
+        _STEPS.clear()
+    _STEPS[key] = (arch, dev, step)
+    return step
+
+
 def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,
              aux_models: tuple[tuple[str, Architecture, float], ...] = (), kv_cache_gb: float | None = None,
              max_num_seqs: float | None = None, lower_bound: bool = False, in_flight: int = 1) -> GenSide:
@@ -114,7 +132,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     host_per_seq = dev.decode_host_per_seq_s if wl.framework.rollout_logprobs else 0.0
     if wl.engine_sync_output:  # a V0 engine without its async output processor (enforce_eager)
         host_per_seq += constants()["decode_v0_sync_output_us_per_seq"] * 1e-6
-    step = StepModel(arch, dev, lay, wb, wb, host_per_seq=host_per_seq, eager=wl.engine_eager)
+    step = _step_model(arch, dev, lay, wb, host_per_seq, wl.engine_eager)
     chosen_cap = max_num_seqs
     prompt_tokens = prompts * wl.prompt_len
     ctx = wl.prompt_len / 2
@@ -131,10 +149,20 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         total, res = run(max_num_seqs or float("inf"))
         if max_num_seqs is None and res.kv_limited:
             # Oversubscribed KV memory makes the engine preempt and re-prefill; a cap on
-            # concurrent sequences (max_num_seqs) trades batch for fewer preemptions.
+            # concurrent sequences (max_num_seqs) trades batch for fewer preemptions. A cap is
+            # simulated only when the bound of a run under it (`decode_lower_bound` with that
+            # cap, and the prefill of the prompts alone: re-prefills only add, and prefill time
+            # never falls with more tokens) leaves it a chance to be faster: both bounds are
+            # property tests, so the cap chosen is the same as when every cap is simulated.
+            prefill_floor = prefill_time(arch, dev, lay, prompt_tokens, ctx)
             for cap in sorted({int(kv_tokens / (wl.prompt_len + x)) for x in (wl.response_max, wl.response_mean,
                                                                                (wl.response_max + wl.response_mean) / 2)}):
                 if cap >= 1:
+                    floor = prefill_floor + decode_lower_bound(
+                        step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, kv_tokens, k * wl.samples,
+                        clip=wl.clip_ratio, max_num_seqs=float(cap))
+                    if floor * (1 - 1e-6) >= total:
+                        continue  # the capped run takes at least `floor`: it cannot win
                     t_alt, alt = run(float(cap))
                     if t_alt + 1e-9 < total:
                         total, res, chosen_cap = t_alt, alt, cap

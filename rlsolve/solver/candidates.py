@@ -1190,10 +1190,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
     coloc_counts = sorted({c.gpus for c in out.train if c.mode == "colocated" and c.pool == p})
     for n in coloc_counts:
         levels = sorted({c.reserved_gb for c in out.train if c.mode == "colocated" and c.pool == p and c.gpus == n})
-        for lay in gen_universe(problem, pool, n):
-            deadline.check("enumerating engine layouts")
-            if gen_violations(problem, pool, n, lay):
-                continue
+        for _, lay in _legal_engines(problem, p, n, memo, deadline):
             sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
             for lv in levels:
                 lb = _engine_side(problem, p, lay, memo, reserved_gb=lv, lower_bound=True)
@@ -1216,11 +1213,10 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         host_variants = [(hosts, q, group, k) for hosts, q, allowed_in in _gen_host_variants(problem, d_modes)
                          for group, k in _in_flight_groups(problem, allowed_in)]
         for n in sorted(_gen_counts(problem, p, all_counts, out), reverse=True):
-            for li, lay in enumerate(gen_universe(problem, pool, n)):
-                deadline.check("enumerating engine layouts")
-                if gen_violations(problem, pool, n, lay):
-                    continue
-                recv_s = recv_time(problem, pool, lay)
+            for li, lay in _legal_engines(problem, p, n, memo, deadline):
+                recv_s = memo.get(("recv", p, lay))
+                if recv_s is None:  # (a pure function of the pool and the degrees: asked once per layout)
+                    recv_s = memo["recv", p, lay] = recv_time(problem, pool, lay)
                 recv = time_units(recv_s)
                 for hi, (hosts, q, allowed_in, k) in enumerate(host_variants):
                     key = (lay.tp, lay.pp, lay.ep, hosts, q, k)
@@ -1276,6 +1272,22 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                                         time_units(t.send))
                     incumbent[m] = min(incumbent[m], step)
     return found
+
+
+def _legal_engines(problem: Problem, p: int, n: int, memo: dict, deadline: Deadline) -> list[tuple[int, GenLayout]]:
+    """The engine layouts on n GPUs of pool p without `gen_violations`, each with its place in
+    `gen_universe` (the order the candidates are scored in), memoized in `memo` across the probe
+    and the full enumeration (they ask for the same counts)."""
+    key = ("legal engines", p, n)
+    if key not in memo:
+        pool = problem.pools[p]
+        legal = []
+        for li, lay in enumerate(gen_universe(problem, pool, n)):
+            deadline.check("enumerating engine layouts")
+            if not gen_violations(problem, pool, n, lay):
+                legal.append((li, lay))
+        memo[key] = legal
+    return memo[key]
 
 
 def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserved_gb: int = 0,
@@ -1369,9 +1381,10 @@ def _prune_train(cands: list[TrainCand], keep_apart: frozenset = frozenset()) ->
                     key=lambda c: (time_units(c.time), time_units(c.send), c.gpus, _simplicity(c))):
         front = fronts.setdefault((c.pool, c.hosts, c.reference, c.reward_quant, c.modes)
                                   + tuple(getattr(c.layout, k) for k in apart), [])
-        if any(time_units(k.send) <= time_units(c.send) and k.gpus <= c.gpus for k in front):
+        send, gpus = time_units(c.send), c.gpus
+        if any(k[0] <= send and k[1] <= gpus for k in front):  # (the front holds each member's (send, GPUs))
             continue
-        front.append(c)
+        front.append((send, gpus))
         out.append(c)
     return out
 
@@ -1388,16 +1401,18 @@ def _prune_gen(cands: list[GenCand], keep_apart: frozenset = frozenset()) -> lis
     out: list[GenCand] = []
     order = sorted(cands, key=lambda c: (time_units(c.time), -c.reserved_gb, time_units(c.sync), c.gpus,
                                          c.layout.ep, c.layout.pp, c.layout.tp))
-    for c in order:
+    for c in order:  # (each front holds what its test reads of its members)
         if c.mode == "colocated":
             front = fronts.setdefault(("colocated", c.pool, c.gpus) + key_of(c), [])
-            if any(k.reserved_gb >= c.reserved_gb for k in front):
+            if any(k >= c.reserved_gb for k in front):
                 continue
+            front.append(c.reserved_gb)
         else:
             front = fronts.setdefault(("disagg", c.pool, c.hosts, c.reward_quant, c.modes) + key_of(c), [])
-            if any(time_units(k.sync) <= time_units(c.sync) and k.gpus <= c.gpus for k in front):
+            sync, gpus = time_units(c.sync), c.gpus
+            if any(k[0] <= sync and k[1] <= gpus for k in front):
                 continue
-        front.append(c)
+            front.append((sync, gpus))
         out.append(c)
     return out
 
