@@ -157,3 +157,22 @@ def test_vllms_engine_context_default_is_the_one_runtime_yaml_states():
         UsageContext.ENGINE_CONTEXT
     assert UsageContext.ENGINE_CONTEXT not in EngineArgs.get_batch_defaults(1)[1]
     assert SchedulerConfig.DEFAULT_MAX_NUM_SEQS == runtime().engine_context_max_num_seqs.value
+
+
+def test_a_grace_host_runs_the_engines_host_work_slower_and_a_profile_still_wins():
+    """GB200's host CPU (Grace) takes host_cpu_slowdown x the x86 time for the engine's per-step and
+    per-sequence host work (TransformerEngine#2053: 37.08 vs 13.48 us per PyTorch op); an x86
+    system keeps the constants; a profile measured on the host replaces the product."""
+    from rlsolve.cases import _pool
+    from rlsolve.hardware_db import find_gpu
+    assert find_gpu("GB200-NVL72").efficiency.host_cpu_slowdown.value == pytest.approx(37.08 / 13.48, rel=0.01)
+    assert find_gpu("H100-SXM-80GB").efficiency.host_cpu_slowdown is None
+    h100 = device(_pool({"id": "h", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 8}}))
+    gb200 = device(_pool({"id": "g", "hardware": {"gpu": "GB200-NVL72", "gpus": 4}}))
+    c = constants()
+    assert h100.decode_step_overhead_s == pytest.approx(c["decode_step_overhead_us"] * 1e-6)
+    assert gb200.decode_step_overhead_s == pytest.approx(2.75 * c["decode_step_overhead_us"] * 1e-6, rel=0.01)
+    assert gb200.decode_host_per_seq_s == pytest.approx(2.75 * c["decode_host_us_per_seq"] * 1e-6, rel=0.01)
+    prof = {"GB200-NVL72": {"decode_step_overhead_us": 2000.0}}
+    pool = _pool({"id": "g", "hardware": {"gpu": "GB200-NVL72", "gpus": 4}})
+    assert device(pool, profile=prof).decode_step_overhead_s == pytest.approx(2e-3)

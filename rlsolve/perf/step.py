@@ -113,7 +113,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     # the engine returns each sampled token's log-prob when the framework asks for it
     host_per_seq = dev.decode_host_per_seq_s if wl.framework.rollout_logprobs else 0.0
     if wl.engine_sync_output:  # a V0 engine without its async output processor (enforce_eager)
-        host_per_seq += constants()["decode_v0_sync_output_us_per_seq"] * 1e-6
+        host_per_seq += constants()["decode_v0_sync_output_us_per_seq"] * dev.host_slowdown * 1e-6
     step = StepModel(arch, dev, lay, wb, wb, host_per_seq=host_per_seq, eager=wl.engine_eager)
     chosen_cap = max_num_seqs
     prompt_tokens = prompts * wl.prompt_len
