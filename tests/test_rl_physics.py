@@ -176,3 +176,27 @@ def test_a_grace_host_runs_the_engines_host_work_slower_and_a_profile_still_wins
     prof = {"GB200-NVL72": {"decode_step_overhead_us": 2000.0}}
     pool = _pool({"id": "g", "hardware": {"gpu": "GB200-NVL72", "gpus": 4}})
     assert device(pool, profile=prof).decode_step_overhead_s == pytest.approx(2e-3)
+
+
+def test_a_refit_pays_the_engines_load_call_for_every_checkpoint_tensor():
+    """An MoE checkpoint hands the engine ~18.8k tensors (Qwen3-30B-A3B: 48 layers x 128 experts x 3)
+    against 291 for Llama-3.1-8B; each costs refit_engine_load_us_per_tensor of host time (vime#175/#176),
+    colocated or over the network, and LoRA adapters are not counted."""
+    from dataclasses import replace as _replace
+    from rlsolve.models.catalog import find_model
+    from rlsolve.perf.step import checkpoint_tensors, engine_load_time, sync_time
+    assert checkpoint_tensors(find_model("llama-3.1-8b")) == 32 * 6 + 32 * 3 + 3
+    assert checkpoint_tensors(find_model("qwen3-30b-a3b")) == 48 * (6 + 1 + 128 * 3) + 3
+    assert checkpoint_tensors(find_model("deepseek-v3")) > 44_000
+    p = resolve(load_spec(SPEC))
+    dev = device(p.pool)
+    per = constants()["refit_engine_load_us_per_tensor"] * 1e-6
+    assert engine_load_time(p, dev) == pytest.approx(291 * per)
+    moe = resolve(load_spec({**SPEC, "model": {"policy": "qwen3-30b-a3b"}}))
+    lay = GenLayout(tp=4, dp=2)
+    with_load = sync_time(moe, moe.pool, moe.pool, lay, 8, True)[0]
+    assert engine_load_time(moe, dev) == pytest.approx(18771 * per)
+    base = with_load - engine_load_time(moe, dev)
+    assert base > 0 and with_load > base + 1.0
+    lora = _replace(moe, workload=_replace(moe.workload, lora_rank=16))
+    assert engine_load_time(lora, dev) == 0.0

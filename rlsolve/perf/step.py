@@ -491,13 +491,43 @@ def send_time(problem: Problem, pool_train: PoolHW, n_train: int) -> float:
 
 
 def recv_time(problem: Problem, pool_gen: PoolHW, gen: GenLayout) -> float:
-    """Every engine GPU must receive its own shard over its NIC (pipelined broadcast)."""
+    """Every engine GPU must receive its own shard over its NIC (pipelined broadcast), and load the
+    checkpoint's tensors (`engine_load_time`)."""
     bw, lat = _nic(pool_gen)
     share = weight_bytes_per_gpu(problem.policy, gen, 1.0) / problem.policy.total_params
-    return _sync_bytes(problem) * share / bw + BROADCAST_HOPS * lat
+    load = engine_load_time(problem, device(pool_gen, problem.workload.precision, problem.profile))
+    return _sync_bytes(problem) * share / bw + BROADCAST_HOPS * lat + load
 
 
 BROADCAST_HOPS = 20  # pipelined chunks in flight: latency paid per hop of the broadcast tree
+
+
+def checkpoint_tensors(arch: Architecture) -> int:
+    """Weight tensors of the model in its Hugging Face checkpoint layout, the names a refit hands the
+    engine one by one (vLLM model.load_weights): per layer two norms and the attention's projections
+    (q, k, v, o and their biases; MLA: q_a, q_a_layernorm, q_b or q, kv_a_proj_with_mqa,
+    kv_a_layernorm, kv_b, o), a dense MLP's matrices, or the router, each routed expert's matrices and
+    the shared expert's; the embedding, final norm and LM head (transformers modeling_llama.py,
+    modeling_qwen3_moe.py, DeepSeek-V3 modeling_deepseek.py)."""
+    mats = 3 if arch.activation == "swiglu" else 2
+    if arch.is_mla:
+        attn = (3 if arch.q_lora_rank else 1) + 4
+    else:
+        attn = 4 + (3 if arch.qkv_bias else 0)
+    per_layer = 2 + attn
+    dense = (arch.layers - arch.moe_layers) * mats
+    moe = arch.moe_layers * (1 + arch.experts * mats + (mats if arch.shared_experts else 0))
+    return arch.layers * per_layer + dense + moe + (2 if arch.tied_embeddings else 3)
+
+
+def engine_load_time(problem: Problem, dev: Device) -> float:
+    """Host time an engine GPU spends handing a refit's tensors to the model's weight loaders, one
+    call per checkpoint tensor (constants.yaml refit_engine_load_us_per_tensor, on this system's host);
+    LoRA adapters are loaded as one adapter, not counted here."""
+    if problem.workload.lora_rank:
+        return 0.0
+    return checkpoint_tensors(problem.policy) * constants()["refit_engine_load_us_per_tensor"] * 1e-6 \
+        * dev.host_slowdown
 
 
 def sync_time(problem: Problem, pool_train: PoolHW, pool_gen: PoolHW, gen: GenLayout, n_train: int,
@@ -513,6 +543,7 @@ def sync_time(problem: Problem, pool_train: PoolHW, pool_gen: PoolHW, gen: GenLa
         recv = _sync_bytes(problem) * share
         bw, lat = dev.link(min(pool_gen.scaleup_size, max(gen.tp * gen.pp, 2)))
         t = max(recv / bw + lat + dev.stream_time(2 * recv), recv / dev.refit_bytes_per_s)
+        t += engine_load_time(problem, dev)
         return t, t
     recv = recv_time(problem, pool_gen, gen)
     return max(recv, send_time(problem, pool_train, n_train)), recv
