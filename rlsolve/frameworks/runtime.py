@@ -74,6 +74,9 @@ class FrameworkRuntime(_Strict):
     pipeline_pads_packed_micro_batches: _Bool | None = None
     fsdp_grad_reduce_bytes_per_param: _Float | None = None
     fsdp_model_elementwise_bytes: _ElementwiseBytes | None = None
+    # bytes per parameter the FSDP trainer all-gathers to build the full tensors it hands the engine
+    # at each refit (None: not read; no gather is charged)
+    fsdp_refit_gather_bytes_per_param: _Float | None = None
 
 
 class _ZeroByStrategy(_Sourced):
@@ -107,7 +110,8 @@ class FrameworkCosts:
     pipeline-parallel training pads every packed micro-batch to the longest, and the bytes per
     parameter its FSDP reduce-scatters gradients in (None: the parameters' 16 bits), and the bytes
     per element of (RMSNorm, rotary, gated activation) of the modeling code its FSDP path trains
-    (None: the model's fused count)."""
+    (None: the model's fused count); the bytes per parameter its FSDP trainer all-gathers into full
+    tensors for every refit (None: none charged)."""
 
     orchestration_s: float
     rollout_logprobs: bool
@@ -116,6 +120,7 @@ class FrameworkCosts:
     pipeline_pads_packed: bool = False
     fsdp_grad_reduce_bytes: float | None = None
     fsdp_elementwise_bytes: tuple[float, float, float] | None = None
+    fsdp_refit_gather_bytes: float | None = None
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -144,6 +149,7 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
     logit = [f.logit_fp32_bytes_forward for f in chosen]
     reduce = [f.fsdp_grad_reduce_bytes_per_param for f in chosen]
     eager = [_holds(f.fsdp_model_elementwise_bytes, version) for f in chosen]
+    gather = [f.fsdp_refit_gather_bytes_per_param for f in chosen]
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
                           rollout_logprobs=all(f.rollout_logprobs.value for f in chosen),
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
@@ -153,4 +159,5 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
                                                    and f.pipeline_pads_packed_micro_batches.value for f in chosen),
                           fsdp_grad_reduce_bytes=None if None in reduce else min(x.value for x in reduce),
                           fsdp_elementwise_bytes=None if None in eager else tuple(
-                              min(x.value[k] for x in eager) for k in ("rms_norm", "rotary", "gated_activation")))
+                              min(x.value[k] for x in eager) for k in ("rms_norm", "rotary", "gated_activation")),
+                          fsdp_refit_gather_bytes=None if None in gather else min(x.value for x in gather))

@@ -172,10 +172,12 @@ class TrainSide:
     orchestration: float = 0.0  # the framework's own work per step between rollout and update (s)
     critic_gpus: int = 0       # PPO: GPUs of the critic's own group (0: the critic, if any, trains on these GPUs)
     critic_busy: float = 0.0   # seconds the critic's own group computes per step (forward + update)
+    refit_gather: float = 0.0  # the refit's all-gather of full parameters on these GPUs (part of weight_sync)
 
     @property
     def time(self) -> float:
-        return self.train.total + self.old_logprob + self.reference + self.reward + self.value + self.orchestration
+        return self.train.total + self.old_logprob + self.reference + self.reward + self.value + self.orchestration \
+            + self.refit_gather
 
     @property
     def total(self) -> float:
@@ -411,9 +413,24 @@ def train_side(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: s
         fits = fits and critic_fits(mem, resident, c_states, c_peak, cap)
     return TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
                      orchestration=problem.workload.framework.orchestration_s,
+                     refit_gather=refit_gather_time(problem, pool, lay),
                      value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                      fits=fits, states=mem.states + resident, critic_gpus=critic_gpus if apart else 0,
                      critic_busy=busy)
+
+
+def refit_gather_time(problem: Problem, pool: PoolHW, lay: TrainLayout) -> float:
+    """Seconds the trainers spend building full parameters for a refit where the framework's FSDP
+    path all-gathers them (workload.framework.fsdp_refit_gather_bytes: NeMo-RL's DTensor worker turns
+    every fp32 master shard into its full tensor): an all-gather over the data-parallel (and context)
+    ranks of the tensor-parallel shard, then over the tensor-parallel ranks. Sharded-optimizer
+    (Megatron) trainers gather over TP/PP/EP only, inside the measured refit rate: none here."""
+    b = problem.workload.framework.fsdp_refit_gather_bytes
+    if b is None or lay.zero_stage < 3 or problem.workload.lora_rank:
+        return 0.0
+    dev = device(pool, problem.workload.precision, problem.profile)
+    full = problem.policy.total_params * b
+    return dev.all_gather(full / lay.tp, lay.dp * lay.cp, lay.gpus) + dev.all_gather(full, lay.tp, lay.tp)
 
 
 # --- auxiliary pool -----------------------------------------------------------------------
