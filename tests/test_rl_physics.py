@@ -225,3 +225,25 @@ def test_an_fsdp_trainer_gathers_its_fp32_masters_for_every_refit_where_the_fram
     # with TP the cross-node part shrinks to the TP shard; the full tensor is then gathered over NVLink
     tp8 = refit_gather_time(nemo, p.pool, TrainLayout(tp=8, dp=2, zero_stage=3, micro_batch=1))
     assert tp8 > p.policy.total_params * 4 * 7 / 8 / (p.pool.gpu.nvlink_gbps_per_dir * 1e9)
+
+
+def test_nemo_rls_disaggregated_refit_broadcasts_the_whole_model_to_every_engine_gpu():
+    """NeMo-RL broadcasts every full tensor from training rank 0 over one communicator of all trainers
+    and engines: each engine GPU receives the whole model whatever its TP shard, through its server's
+    NICs; a framework whose refit was not read receives its shard only."""
+    from dataclasses import replace as _replace
+    from rlsolve.frameworks.runtime import framework_costs
+    from rlsolve.perf.step import engine_load_time, recv_time
+    assert framework_costs("nemo-rl").refit_full_broadcast
+    assert not framework_costs("verl").refit_full_broadcast and not framework_costs("any").refit_full_broadcast
+    p = resolve(load_spec({**SPEC, "model": {"policy": "llama-3.1-70b"},
+                           "cluster": {"gpu": "H100-SXM-80GB", "nodes": 4, "gpus_per_node": 8}}))
+    nemo = _replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl")))
+    verl = _replace(p, workload=_replace(p.workload, framework=framework_costs("verl")))
+    dev = device(p.pool)
+    full = p.policy.total_params * 2.0
+    t4, t8 = (recv_time(nemo, p.pool, GenLayout(tp=tp, dp=16 // tp)) for tp in (4, 8))
+    assert t4 == pytest.approx(t8)  # the whole model, whatever the shard
+    assert t4 - engine_load_time(nemo, dev) >= full / (8 * p.pool.nic_gbytes_per_gpu * 1e9)
+    v4, v8 = (recv_time(verl, p.pool, GenLayout(tp=tp, dp=16 // tp)) for tp in (4, 8))
+    assert v8 < v4  # the shard only

@@ -77,6 +77,9 @@ class FrameworkRuntime(_Strict):
     # bytes per parameter the FSDP trainer all-gathers to build the full tensors it hands the engine
     # at each refit (None: not read; no gather is charged)
     fsdp_refit_gather_bytes_per_param: _Float | None = None
+    # a disaggregated refit broadcasts every full tensor from one trainer rank to all engine GPUs
+    # (None: not read; each engine GPU receives its own shard)
+    refit_broadcasts_full_model: _Bool | None = None
 
 
 class _ZeroByStrategy(_Sourced):
@@ -110,7 +113,8 @@ class FrameworkCosts:
     pipeline-parallel training pads every packed micro-batch to the longest, and the bytes per
     parameter its FSDP reduce-scatters gradients in (None: the parameters' 16 bits), and the bytes
     per element of (RMSNorm, rotary, gated activation) of the modeling code its FSDP path trains
-    (None: the model's fused count); the bytes per parameter its FSDP trainer all-gathers into full
+    (None: the model's fused count); whether its disaggregated refit broadcasts the whole model to
+    every engine GPU; the bytes per parameter its FSDP trainer all-gathers into full
     tensors for every refit (None: none charged)."""
 
     orchestration_s: float
@@ -121,6 +125,7 @@ class FrameworkCosts:
     fsdp_grad_reduce_bytes: float | None = None
     fsdp_elementwise_bytes: tuple[float, float, float] | None = None
     fsdp_refit_gather_bytes: float | None = None
+    refit_full_broadcast: bool = False
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -160,4 +165,6 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
                           fsdp_grad_reduce_bytes=None if None in reduce else min(x.value for x in reduce),
                           fsdp_elementwise_bytes=None if None in eager else tuple(
                               min(x.value[k] for x in eager) for k in ("rms_norm", "rotary", "gated_activation")),
-                          fsdp_refit_gather_bytes=None if None in gather else min(x.value for x in gather))
+                          fsdp_refit_gather_bytes=None if None in gather else min(x.value for x in gather),
+                          refit_full_broadcast=all(f.refit_broadcasts_full_model is not None
+                                                   and f.refit_broadcasts_full_model.value for f in chosen))

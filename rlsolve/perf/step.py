@@ -511,8 +511,17 @@ def recv_time(problem: Problem, pool_gen: PoolHW, gen: GenLayout) -> float:
     """Every engine GPU must receive its own shard over its NIC (pipelined broadcast), and load the
     checkpoint's tensors (`engine_load_time`)."""
     bw, lat = _nic(pool_gen)
+    dev = device(pool_gen, problem.workload.precision, problem.profile)
+    load = engine_load_time(problem, dev)
+    if problem.workload.framework.refit_full_broadcast:
+        # one broadcast of the whole model to every engine GPU (workload.framework.refit_full_broadcast):
+        # NCCL's pipelined ring enters each server through all its NICs, or stays on the scale-up links
+        # when the pool is one NVLink domain
+        inside, _ = dev.link(max(pool_gen.scaleup_size, pool_gen.gpus_per_node))
+        if pool_gen.n_gpus > pool_gen.scaleup_size:
+            inside = min(inside, pool_gen.gpus_per_node * bw)
+        return _sync_bytes(problem) / inside + BROADCAST_HOPS * lat + load
     share = weight_bytes_per_gpu(problem.policy, gen, 1.0) / problem.policy.total_params
-    load = engine_load_time(problem, device(pool_gen, problem.workload.precision, problem.profile))
     return _sync_bytes(problem) * share / bw + BROADCAST_HOPS * lat + load
 
 
