@@ -247,3 +247,25 @@ def test_nemo_rls_disaggregated_refit_broadcasts_the_whole_model_to_every_engine
     assert t4 - engine_load_time(nemo, dev) >= full / (8 * p.pool.nic_gbytes_per_gpu * 1e9)
     v4, v8 = (recv_time(verl, p.pool, GenLayout(tp=tp, dp=16 // tp)) for tp in (4, 8))
     assert v8 < v4  # the shard only
+
+
+def test_nemo_rls_fp8_engine_quantizes_every_refit_itself():
+    """NeMo-RL's FP8 generation receives bf16 weights and quantizes each full linear weight on every
+    engine GPU (fp8.load_weights: 49 bytes of HBM traffic a parameter) and loads the scales as tensors
+    of their own; a bf16 engine, or a framework whose FP8 path was not read, pays neither."""
+    from dataclasses import replace as _replace
+    from rlsolve.frameworks.runtime import framework_costs
+    from rlsolve.perf.step import engine_load_time, linear_weight_tensors
+    assert framework_costs("nemo-rl").fp8_refit_quantize_bytes == 49
+    assert framework_costs("verl").fp8_refit_quantize_bytes is None
+    p = resolve(load_spec({**SPEC, "model": {"policy": "qwen3-30b-a3b"}}))
+    dev = device(p.pool)
+    nemo = _replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl")))
+    fp8 = _replace(nemo, workload=_replace(nemo.workload, precision="fp8"))
+    assert linear_weight_tensors(p.policy) == 48 * (4 + 1 + 128 * 3)
+    extra = engine_load_time(fp8, dev) - engine_load_time(nemo, dev)
+    quant = (p.policy.total_params - p.policy.embedding_params) * 49 / dev.hbm_bytes_per_s
+    calls = linear_weight_tensors(p.policy) * constants()["refit_engine_load_us_per_tensor"] * 1e-6
+    assert extra == pytest.approx(quant + calls)
+    verl8 = _replace(fp8, workload=_replace(fp8.workload, framework=framework_costs("verl")))
+    assert engine_load_time(verl8, dev) == pytest.approx(engine_load_time(nemo, dev))

@@ -80,6 +80,9 @@ class FrameworkRuntime(_Strict):
     # a disaggregated refit broadcasts every full tensor from one trainer rank to all engine GPUs
     # (None: not read; each engine GPU receives its own shard)
     refit_broadcasts_full_model: _Bool | None = None
+    # HBM bytes per parameter the engine moves quantizing the refit's bf16 weights to FP8 itself, on
+    # every engine GPU (None: not read; none charged)
+    fp8_refit_quantize_bytes_per_param: _Float | None = None
 
 
 class _ZeroByStrategy(_Sourced):
@@ -114,7 +117,7 @@ class FrameworkCosts:
     parameter its FSDP reduce-scatters gradients in (None: the parameters' 16 bits), and the bytes
     per element of (RMSNorm, rotary, gated activation) of the modeling code its FSDP path trains
     (None: the model's fused count); whether its disaggregated refit broadcasts the whole model to
-    every engine GPU; the bytes per parameter its FSDP trainer all-gathers into full
+    every engine GPU; the HBM bytes per parameter its FP8 engines move quantizing each refit; the bytes per parameter its FSDP trainer all-gathers into full
     tensors for every refit (None: none charged)."""
 
     orchestration_s: float
@@ -126,6 +129,7 @@ class FrameworkCosts:
     fsdp_elementwise_bytes: tuple[float, float, float] | None = None
     fsdp_refit_gather_bytes: float | None = None
     refit_full_broadcast: bool = False
+    fp8_refit_quantize_bytes: float | None = None
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -155,6 +159,7 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
     reduce = [f.fsdp_grad_reduce_bytes_per_param for f in chosen]
     eager = [_holds(f.fsdp_model_elementwise_bytes, version) for f in chosen]
     gather = [f.fsdp_refit_gather_bytes_per_param for f in chosen]
+    quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
                           rollout_logprobs=all(f.rollout_logprobs.value for f in chosen),
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
@@ -167,4 +172,5 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
                               min(x.value[k] for x in eager) for k in ("rms_norm", "rotary", "gated_activation")),
                           fsdp_refit_gather_bytes=None if None in gather else min(x.value for x in gather),
                           refit_full_broadcast=all(f.refit_broadcasts_full_model is not None
-                                                   and f.refit_broadcasts_full_model.value for f in chosen))
+                                                   and f.refit_broadcasts_full_model.value for f in chosen),
+                          fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant))

@@ -552,8 +552,26 @@ def engine_load_time(problem: Problem, dev: Device) -> float:
     LoRA adapters are loaded as one adapter, not counted here."""
     if problem.workload.lora_rank:
         return 0.0
-    return checkpoint_tensors(problem.policy) * constants()["refit_engine_load_us_per_tensor"] * 1e-6 \
-        * dev.host_slowdown
+    arch, wl = problem.policy, problem.workload
+    calls = checkpoint_tensors(arch)
+    quantize = 0.0
+    q = wl.framework.fp8_refit_quantize_bytes
+    if q is not None and wl.gen_bytes < 2.0:
+        # an FP8 engine fed bf16 weights quantizes every full linear weight itself (framework
+        # fp8_refit_quantize_bytes of HBM traffic a parameter) and loads its scale as a tensor of its own
+        calls += linear_weight_tensors(arch)
+        quantize = (arch.total_params - arch.embedding_params) * q / dev.hbm_bytes_per_s
+    return calls * constants()["refit_engine_load_us_per_tensor"] * 1e-6 * dev.host_slowdown + quantize
+
+
+def linear_weight_tensors(arch: Architecture) -> int:
+    """The checkpoint's linear-layer weight matrices (`checkpoint_tensors` without norms, biases,
+    the embedding and the LM head): the tensors an FP8 engine quantizes."""
+    mats = 3 if arch.activation == "swiglu" else 2
+    attn = ((2 if arch.q_lora_rank else 1) + 3) if arch.is_mla else 4
+    dense = (arch.layers - arch.moe_layers) * mats
+    moe = arch.moe_layers * (1 + arch.experts * mats + (mats if arch.shared_experts else 0))
+    return arch.layers * attn + dense + moe
 
 
 def sync_time(problem: Problem, pool_train: PoolHW, pool_gen: PoolHW, gen: GenLayout, n_train: int,
