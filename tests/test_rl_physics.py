@@ -157,3 +157,115 @@ def test_vllms_engine_context_default_is_the_one_runtime_yaml_states():
         UsageContext.ENGINE_CONTEXT
     assert UsageContext.ENGINE_CONTEXT not in EngineArgs.get_batch_defaults(1)[1]
     assert SchedulerConfig.DEFAULT_MAX_NUM_SEQS == runtime().engine_context_max_num_seqs.value
+
+
+def test_a_grace_host_runs_the_engines_host_work_slower_and_a_profile_still_wins():
+    """GB200's host CPU (Grace) takes host_cpu_slowdown x the x86 time for the engine's per-step and
+    per-sequence host work (TransformerEngine#2053: 37.08 vs 13.48 us per PyTorch op); an x86
+    system keeps the constants; a profile measured on the host replaces the product."""
+    from rlsolve.cases import _pool
+    from rlsolve.hardware_db import find_gpu
+    assert find_gpu("GB200-NVL72").efficiency.host_cpu_slowdown.value == pytest.approx(37.08 / 13.48, rel=0.01)
+    assert find_gpu("H100-SXM-80GB").efficiency.host_cpu_slowdown is None
+    h100 = device(_pool({"id": "h", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 8}}))
+    gb200 = device(_pool({"id": "g", "hardware": {"gpu": "GB200-NVL72", "gpus": 4}}))
+    c = constants()
+    assert h100.decode_step_overhead_s == pytest.approx(c["decode_step_overhead_us"] * 1e-6)
+    assert gb200.decode_step_overhead_s == pytest.approx(2.75 * c["decode_step_overhead_us"] * 1e-6, rel=0.01)
+    assert gb200.decode_host_per_seq_s == pytest.approx(2.75 * c["decode_host_us_per_seq"] * 1e-6, rel=0.01)
+    prof = {"GB200-NVL72": {"decode_step_overhead_us": 2000.0}}
+    pool = _pool({"id": "g", "hardware": {"gpu": "GB200-NVL72", "gpus": 4}})
+    assert device(pool, profile=prof).decode_step_overhead_s == pytest.approx(2e-3)
+
+
+def test_a_refit_pays_the_engines_load_call_for_every_checkpoint_tensor():
+    """An MoE checkpoint hands the engine ~18.8k tensors (Qwen3-30B-A3B: 48 layers x 128 experts x 3)
+    against 291 for Llama-3.1-8B; each costs refit_engine_load_us_per_tensor of host time (vime#175/#176),
+    colocated or over the network, and LoRA adapters are not counted."""
+    from dataclasses import replace as _replace
+    from rlsolve.models.catalog import find_model
+    from rlsolve.perf.step import checkpoint_tensors, engine_load_time, sync_time
+    assert checkpoint_tensors(find_model("llama-3.1-8b")) == 32 * 6 + 32 * 3 + 3
+    assert checkpoint_tensors(find_model("qwen3-30b-a3b")) == 48 * (6 + 1 + 128 * 3) + 3
+    assert checkpoint_tensors(find_model("deepseek-v3")) > 44_000
+    p = resolve(load_spec(SPEC))
+    dev = device(p.pool)
+    per = constants()["refit_engine_load_us_per_tensor"] * 1e-6
+    assert engine_load_time(p, dev) == pytest.approx(291 * per)
+    moe = resolve(load_spec({**SPEC, "model": {"policy": "qwen3-30b-a3b"}}))
+    lay = GenLayout(tp=4, dp=2)
+    with_load = sync_time(moe, moe.pool, moe.pool, lay, 8, True)[0]
+    assert engine_load_time(moe, dev) == pytest.approx(18771 * per)
+    base = with_load - engine_load_time(moe, dev)
+    assert base > 0 and with_load > base + 1.0
+    lora = _replace(moe, workload=_replace(moe.workload, lora_rank=16))
+    assert engine_load_time(lora, dev) == 0.0
+
+
+def test_an_fsdp_trainer_gathers_its_fp32_masters_for_every_refit_where_the_framework_does():
+    """NeMo-RL's DTensor worker builds each full fp32 parameter (full_tensor) for the engine at every
+    refit: an all-gather of 4 bytes per parameter over the FSDP mesh, charged to the trainers and shown
+    in weight_sync; Megatron (ZeRO-1) trainers and frameworks whose refit was not read pay none."""
+    from dataclasses import replace as _replace
+    from rlsolve.frameworks.runtime import framework_costs
+    from rlsolve.perf.step import refit_gather_time
+    from rlsolve.perf.train import TrainLayout
+    assert framework_costs("nemo-rl").fsdp_refit_gather_bytes == 4
+    assert framework_costs("verl").fsdp_refit_gather_bytes is None
+    assert framework_costs("any").fsdp_refit_gather_bytes is None
+    p = resolve(load_spec({**SPEC, "cluster": {"gpu": "H100-SXM-80GB", "nodes": 2, "gpus_per_node": 8}}))
+    nemo = _replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl")))
+    fsdp = TrainLayout(tp=1, dp=16, zero_stage=3, micro_batch=1)
+    t = refit_gather_time(nemo, p.pool, fsdp)
+    # 8B x 4 bytes gathered to every GPU, half of it from the other node through that node's 8 NICs
+    assert t > p.policy.total_params * 4 / 2 / (8 * p.pool.nic_gbytes_per_gpu * 1e9)
+    assert refit_gather_time(nemo, p.pool, _replace(fsdp, zero_stage=1)) == 0.0
+    verl = _replace(p, workload=_replace(p.workload, framework=framework_costs("verl")))
+    assert refit_gather_time(verl, p.pool, fsdp) == 0.0
+    # with TP the cross-node part shrinks to the TP shard; the full tensor is then gathered over NVLink
+    tp8 = refit_gather_time(nemo, p.pool, TrainLayout(tp=8, dp=2, zero_stage=3, micro_batch=1))
+    assert tp8 > p.policy.total_params * 4 * 7 / 8 / (p.pool.gpu.nvlink_gbps_per_dir * 1e9)
+
+
+def test_nemo_rls_disaggregated_refit_broadcasts_the_whole_model_to_every_engine_gpu():
+    """NeMo-RL broadcasts every full tensor from training rank 0 over one communicator of all trainers
+    and engines: each engine GPU receives the whole model whatever its TP shard, through its server's
+    NICs; a framework whose refit was not read receives its shard only."""
+    from dataclasses import replace as _replace
+    from rlsolve.frameworks.runtime import framework_costs
+    from rlsolve.perf.step import engine_load_time, recv_time
+    assert framework_costs("nemo-rl").refit_full_broadcast
+    assert not framework_costs("verl").refit_full_broadcast and not framework_costs("any").refit_full_broadcast
+    p = resolve(load_spec({**SPEC, "model": {"policy": "llama-3.1-70b"},
+                           "cluster": {"gpu": "H100-SXM-80GB", "nodes": 4, "gpus_per_node": 8}}))
+    nemo = _replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl")))
+    verl = _replace(p, workload=_replace(p.workload, framework=framework_costs("verl")))
+    dev = device(p.pool)
+    full = p.policy.total_params * 2.0
+    t4, t8 = (recv_time(nemo, p.pool, GenLayout(tp=tp, dp=16 // tp)) for tp in (4, 8))
+    assert t4 == pytest.approx(t8)  # the whole model, whatever the shard
+    assert t4 - engine_load_time(nemo, dev) >= full / (8 * p.pool.nic_gbytes_per_gpu * 1e9)
+    v4, v8 = (recv_time(verl, p.pool, GenLayout(tp=tp, dp=16 // tp)) for tp in (4, 8))
+    assert v8 < v4  # the shard only
+
+
+def test_nemo_rls_fp8_engine_quantizes_every_refit_itself():
+    """NeMo-RL's FP8 generation receives bf16 weights and quantizes each full linear weight on every
+    engine GPU (fp8.load_weights: 49 bytes of HBM traffic a parameter) and loads the scales as tensors
+    of their own; a bf16 engine, or a framework whose FP8 path was not read, pays neither."""
+    from dataclasses import replace as _replace
+    from rlsolve.frameworks.runtime import framework_costs
+    from rlsolve.perf.step import engine_load_time, linear_weight_tensors
+    assert framework_costs("nemo-rl").fp8_refit_quantize_bytes == 49
+    assert framework_costs("verl").fp8_refit_quantize_bytes is None
+    p = resolve(load_spec({**SPEC, "model": {"policy": "qwen3-30b-a3b"}}))
+    dev = device(p.pool)
+    nemo = _replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl")))
+    fp8 = _replace(nemo, workload=_replace(nemo.workload, precision="fp8"))
+    assert linear_weight_tensors(p.policy) == 48 * (4 + 1 + 128 * 3)
+    extra = engine_load_time(fp8, dev) - engine_load_time(nemo, dev)
+    quant = (p.policy.total_params - p.policy.embedding_params) * 49 / dev.hbm_bytes_per_s
+    calls = linear_weight_tensors(p.policy) * constants()["refit_engine_load_us_per_tensor"] * 1e-6
+    assert extra == pytest.approx(quant + calls)
+    verl8 = _replace(fp8, workload=_replace(fp8.workload, framework=framework_costs("verl")))
+    assert engine_load_time(verl8, dev) == pytest.approx(engine_load_time(nemo, dev))

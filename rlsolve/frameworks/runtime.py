@@ -86,6 +86,15 @@ class FrameworkRuntime(_Strict):
     loss_per_packed_sequence: _Bool | None = None
     fsdp_copy_bytes_per_param: _FsdpCopyBytes | None = None
     fsdp_model_elementwise_bytes: _ElementwiseBytes | None = None
+    # bytes per parameter the FSDP trainer all-gathers to build the full tensors it hands the engine
+    # at each refit (None: not read; no gather is charged)
+    fsdp_refit_gather_bytes_per_param: _Float | None = None
+    # a disaggregated refit broadcasts every full tensor from one trainer rank to all engine GPUs
+    # (None: not read; each engine GPU receives its own shard)
+    refit_broadcasts_full_model: _Bool | None = None
+    # HBM bytes per parameter the engine moves quantizing the refit's bf16 weights to FP8 itself, on
+    # every engine GPU (None: not read; none charged)
+    fp8_refit_quantize_bytes_per_param: _Float | None = None
 
 
 class _ZeroByStrategy(_Sourced):
@@ -123,7 +132,10 @@ class FrameworkCosts:
     log-prob backward moves (None: the model's count), and whether that loss runs sequence by
     sequence over a packed micro-batch (each sequence's logits a slice of the micro-batch's); the
     bytes per parameter its FSDP copies on the compute stream in a forward and a backward (None:
-    not read, none charged)."""
+    not read, none charged); whether its disaggregated refit broadcasts the whole model to every
+    engine GPU; the HBM bytes per parameter its FP8 engines move quantizing each refit; the bytes
+    per parameter its FSDP trainer all-gathers into full tensors for every refit (None: none
+    charged)."""
 
     orchestration_s: float
     rollout_logprobs: bool
@@ -135,6 +147,9 @@ class FrameworkCosts:
     logit_fp32_bytes_backward: float | None = None
     loss_per_packed_sequence: bool = False
     fsdp_copy_bytes: tuple[float, float] | None = None
+    fsdp_refit_gather_bytes: float | None = None
+    refit_full_broadcast: bool = False
+    fp8_refit_quantize_bytes: float | None = None
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -165,6 +180,8 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
     eager = [_holds(f.fsdp_model_elementwise_bytes, version) for f in chosen]
     logit_bwd = [_holds(f.logit_fp32_bytes_backward, version) for f in chosen]
     copies = [f.fsdp_copy_bytes_per_param for f in chosen]
+    gather = [f.fsdp_refit_gather_bytes_per_param for f in chosen]
+    quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
                           rollout_logprobs=all(f.rollout_logprobs.value for f in chosen),
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
@@ -179,4 +196,8 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
                           loss_per_packed_sequence=all(f.loss_per_packed_sequence is not None
                                                        and f.loss_per_packed_sequence.value for f in chosen),
                           fsdp_copy_bytes=None if None in copies else tuple(
-                              min(x.value[k] for x in copies) for k in ("forward", "backward")))
+                              min(x.value[k] for x in copies) for k in ("forward", "backward")),
+                          fsdp_refit_gather_bytes=None if None in gather else min(x.value for x in gather),
+                          refit_full_broadcast=all(f.refit_broadcasts_full_model is not None
+                                                   and f.refit_broadcasts_full_model.value for f in chosen),
+                          fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant))

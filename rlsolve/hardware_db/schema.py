@@ -32,6 +32,9 @@ class Efficiency(_Strict):
     nvlink_busbw_fraction: Sourced = Field(description="NCCL all-reduce bus bandwidth over the "
                                            "scale-up link divided by nvlink_gbps_per_dir.")
     kernel_launch_us: Sourced = Field(description="Fixed per-kernel overhead in microseconds.")
+    host_cpu_slowdown: Sourced | None = Field(
+        None, description="How many times longer the system's host CPU takes for the same PyTorch/Python "
+        "host work than the x86 servers the model's host-time constants were measured on (None: 1.0).")
 
 
 class GPU(_Strict):

@@ -67,16 +67,25 @@ class Device:
     # --- framework factors a profile fitted on a run's log may set (rlsolve calibrate --from-log);
     # without a profile each is the model's own value, so plans are unchanged ------------------
     @property
+    def host_slowdown(self) -> float:
+        """How many times longer this system's host CPU takes for the same Python/PyTorch host work
+        than the x86 servers the host-time constants were measured on (catalog host_cpu_slowdown;
+        1.0 when the catalog gives none)."""
+        s = self.pool.gpu.efficiency.host_cpu_slowdown
+        return 1.0 if s is None else s.value
+
+    @property
     def decode_step_overhead_s(self) -> float:
         """Host time per decode step of the engine (scheduler, sampler, detokenizer):
-        constants.yaml decode_step_overhead_us unless a profile sets `decode_step_overhead_us`."""
-        return self._ov("decode_step_overhead_us", constants()["decode_step_overhead_us"]) * 1e-6
+        constants.yaml decode_step_overhead_us on this system's host (x host_slowdown) unless a
+        profile sets `decode_step_overhead_us` (measured on the host itself)."""
+        return self._ov("decode_step_overhead_us", constants()["decode_step_overhead_us"] * self.host_slowdown) * 1e-6
 
     @property
     def decode_host_per_seq_s(self) -> float:
         """Host time per running sequence in each decode step (sampling with log-probs, output
-        processing): constants.yaml decode_host_us_per_seq unless a profile sets it."""
-        return self._ov("decode_host_us_per_seq", constants()["decode_host_us_per_seq"]) * 1e-6
+        processing): constants.yaml decode_host_us_per_seq on this system's host unless a profile sets it."""
+        return self._ov("decode_host_us_per_seq", constants()["decode_host_us_per_seq"] * self.host_slowdown) * 1e-6
 
     @property
     def train_efficiency(self) -> float:

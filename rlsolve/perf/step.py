@@ -131,7 +131,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     # the engine returns each sampled token's log-prob when the framework asks for it
     host_per_seq = dev.decode_host_per_seq_s if wl.framework.rollout_logprobs else 0.0
     if wl.engine_sync_output:  # a V0 engine without its async output processor (enforce_eager)
-        host_per_seq += constants()["decode_v0_sync_output_us_per_seq"] * 1e-6
+        host_per_seq += constants()["decode_v0_sync_output_us_per_seq"] * dev.host_slowdown * 1e-6
     step = _step_model(arch, dev, lay, wb, host_per_seq, wl.engine_eager)
     chosen_cap = max_num_seqs
     prompt_tokens = prompts * wl.prompt_len
@@ -200,10 +200,12 @@ class TrainSide:
     orchestration: float = 0.0  # the framework's own work per step between rollout and update (s)
     critic_gpus: int = 0       # PPO: GPUs of the critic's own group (0: the critic, if any, trains on these GPUs)
     critic_busy: float = 0.0   # seconds the critic's own group computes per step (forward + update)
+    refit_gather: float = 0.0  # the refit's all-gather of full parameters on these GPUs (part of weight_sync)
 
     @property
     def time(self) -> float:
-        return self.train.total + self.old_logprob + self.reference + self.reward + self.value + self.orchestration
+        return self.train.total + self.old_logprob + self.reference + self.reward + self.value + self.orchestration \
+            + self.refit_gather
 
     @property
     def total(self) -> float:
@@ -445,9 +447,24 @@ def train_side(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: s
         fits = fits and critic_fits(mem, resident, c_states, c_peak, cap)
     return TrainSide(layout=lay, gpus=lay.gpus, train=t, old_logprob=old, reference=ref_t, reward=rew_t,
                      orchestration=problem.workload.framework.orchestration_s,
+                     refit_gather=refit_gather_time(problem, pool, lay),
                      value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                      fits=fits, states=mem.states + resident, critic_gpus=critic_gpus if apart else 0,
                      critic_busy=busy)
+
+
+def refit_gather_time(problem: Problem, pool: PoolHW, lay: TrainLayout) -> float:
+    """Seconds the trainers spend building full parameters for a refit where the framework's FSDP
+    path all-gathers them (workload.framework.fsdp_refit_gather_bytes: NeMo-RL's DTensor worker turns
+    every fp32 master shard into its full tensor): an all-gather over the data-parallel (and context)
+    ranks of the tensor-parallel shard, then over the tensor-parallel ranks. Sharded-optimizer
+    (Megatron) trainers gather over TP/PP/EP only, inside the measured refit rate: none here."""
+    b = problem.workload.framework.fsdp_refit_gather_bytes
+    if b is None or lay.zero_stage < 3 or problem.workload.lora_rank:
+        return 0.0
+    dev = device(pool, problem.workload.precision, problem.profile)
+    full = problem.policy.total_params * b
+    return dev.all_gather(full / lay.tp, lay.dp * lay.cp, lay.gpus) + dev.all_gather(full, lay.tp, lay.tp)
 
 
 # --- auxiliary pool -----------------------------------------------------------------------
@@ -525,13 +542,70 @@ def send_time(problem: Problem, pool_train: PoolHW, n_train: int) -> float:
 
 
 def recv_time(problem: Problem, pool_gen: PoolHW, gen: GenLayout) -> float:
-    """Every engine GPU must receive its own shard over its NIC (pipelined broadcast)."""
+    """Every engine GPU must receive its own shard over its NIC (pipelined broadcast), and load the
+    checkpoint's tensors (`engine_load_time`)."""
     bw, lat = _nic(pool_gen)
+    dev = device(pool_gen, problem.workload.precision, problem.profile)
+    load = engine_load_time(problem, dev)
+    if problem.workload.framework.refit_full_broadcast:
+        # one broadcast of the whole model to every engine GPU (workload.framework.refit_full_broadcast):
+        # NCCL's pipelined ring enters each server through all its NICs, or stays on the scale-up links
+        # when the pool is one NVLink domain
+        inside, _ = dev.link(max(pool_gen.scaleup_size, pool_gen.gpus_per_node))
+        if pool_gen.n_gpus > pool_gen.scaleup_size:
+            inside = min(inside, pool_gen.gpus_per_node * bw)
+        return _sync_bytes(problem) / inside + BROADCAST_HOPS * lat + load
     share = weight_bytes_per_gpu(problem.policy, gen, 1.0) / problem.policy.total_params
-    return _sync_bytes(problem) * share / bw + BROADCAST_HOPS * lat
+    return _sync_bytes(problem) * share / bw + BROADCAST_HOPS * lat + load
 
 
 BROADCAST_HOPS = 20  # pipelined chunks in flight: latency paid per hop of the broadcast tree
+
+
+def checkpoint_tensors(arch: Architecture) -> int:
+    """Weight tensors of the model in its Hugging Face checkpoint layout, the names a refit hands the
+    engine one by one (vLLM model.load_weights): per layer two norms and the attention's projections
+    (q, k, v, o and their biases; MLA: q_a, q_a_layernorm, q_b or q, kv_a_proj_with_mqa,
+    kv_a_layernorm, kv_b, o), a dense MLP's matrices, or the router, each routed expert's matrices and
+    the shared expert's; the embedding, final norm and LM head (transformers modeling_llama.py,
+    modeling_qwen3_moe.py, DeepSeek-V3 modeling_deepseek.py)."""
+    mats = 3 if arch.activation == "swiglu" else 2
+    if arch.is_mla:
+        attn = (3 if arch.q_lora_rank else 1) + 4
+    else:
+        attn = 4 + (3 if arch.qkv_bias else 0)
+    per_layer = 2 + attn
+    dense = (arch.layers - arch.moe_layers) * mats
+    moe = arch.moe_layers * (1 + arch.experts * mats + (mats if arch.shared_experts else 0))
+    return arch.layers * per_layer + dense + moe + (2 if arch.tied_embeddings else 3)
+
+
+def engine_load_time(problem: Problem, dev: Device) -> float:
+    """Host time an engine GPU spends handing a refit's tensors to the model's weight loaders, one
+    call per checkpoint tensor (constants.yaml refit_engine_load_us_per_tensor, on this system's host);
+    LoRA adapters are loaded as one adapter, not counted here."""
+    if problem.workload.lora_rank:
+        return 0.0
+    arch, wl = problem.policy, problem.workload
+    calls = checkpoint_tensors(arch)
+    quantize = 0.0
+    q = wl.framework.fp8_refit_quantize_bytes
+    if q is not None and wl.gen_bytes < 2.0:
+        # an FP8 engine fed bf16 weights quantizes every full linear weight itself (framework
+        # fp8_refit_quantize_bytes of HBM traffic a parameter) and loads its scale as a tensor of its own
+        calls += linear_weight_tensors(arch)
+        quantize = (arch.total_params - arch.embedding_params) * q / dev.hbm_bytes_per_s
+    return calls * constants()["refit_engine_load_us_per_tensor"] * 1e-6 * dev.host_slowdown + quantize
+
+
+def linear_weight_tensors(arch: Architecture) -> int:
+    """The checkpoint's linear-layer weight matrices (`checkpoint_tensors` without norms, biases,
+    the embedding and the LM head): the tensors an FP8 engine quantizes."""
+    mats = 3 if arch.activation == "swiglu" else 2
+    attn = ((2 if arch.q_lora_rank else 1) + 3) if arch.is_mla else 4
+    dense = (arch.layers - arch.moe_layers) * mats
+    moe = arch.moe_layers * (1 + arch.experts * mats + (mats if arch.shared_experts else 0))
+    return arch.layers * attn + dense + moe
 
 
 def sync_time(problem: Problem, pool_train: PoolHW, pool_gen: PoolHW, gen: GenLayout, n_train: int,
@@ -547,6 +621,7 @@ def sync_time(problem: Problem, pool_train: PoolHW, pool_gen: PoolHW, gen: GenLa
         recv = _sync_bytes(problem) * share
         bw, lat = dev.link(min(pool_gen.scaleup_size, max(gen.tp * gen.pp, 2)))
         t = max(recv / bw + lat + dev.stream_time(2 * recv), recv / dev.refit_bytes_per_s)
+        t += engine_load_time(problem, dev)
         return t, t
     recv = recv_time(problem, pool_gen, gen)
     return max(recv, send_time(problem, pool_train, n_train)), recv

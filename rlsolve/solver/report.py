@@ -66,7 +66,7 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
                         reward=_r(t.reward + g.aux_times.get("reward", 0.0) + aux_t.get("reward", 0.0)),
                         reference=_r(t.reference + g.aux_times.get("reference", 0.0) + aux_t.get("reference", 0.0)),
                         value=_r(t.value), old_logprob=_r(t.old_logprob), train=_r(t.train.total),
-                        weight_sync=_r(est.sync), switch=_r(est.switch), orchestration=_r(t.orchestration),
+                        weight_sync=_r(est.sync + t.refit_gather), switch=_r(est.switch), orchestration=_r(t.orchestration),
                         engine_release=_r(est.release))
     tps = est.tokens_per_s
     n_used = est.n_gpus_used
