@@ -56,7 +56,7 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
                                engine_release_time, gen_side, policy_memory,
                                recv_time, rollout_steps_in_flight, send_time, sync_time, train_aux,
                                train_core)
-from rlsolve.perf.train import TrainLayout
+from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, moe_host_efficiency
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
 from rlsolve.solver.rules import (RECOMPUTE, asked, aux_group_pools, aux_models, aux_shares_actor_degrees, count_ok,
@@ -977,38 +977,73 @@ def _lb_units(seconds: float) -> int:
 
 def train_time_lower_bound(problem: Problem, pool: PoolHW, n: int, pp: int = 1) -> float:
     """Seconds that no training side on n GPUs of `pool` with `pp` pipeline stages beats, by
-    physics: the weight GEMMs of the policy's update (forward and backward; the
-    weight-gradient GEMM only when the weights train) and of its old log-prob pass, and the
-    critic's the same way, at the device's fastest GEMM rate (`Device.gemm_time` of an
-    infinitely large GEMM), divided by any efficiency a profile grants. A stage runs its
-    share of the n / pp GPUs' work, and the pipeline goes at its busiest stage, which holds
-    at least ceil(layers / pp) layers and at least 1/pp of the whole model. Attention,
-    communication, bubbles, memory traffic and the other models' forwards only add to it,
-    so it holds whatever the model charges for them (a property test checks it against
+    the model's own terms, each taken at its least over the layouts the solver scores: the
+    weight GEMMs of the policy's update (forward and backward; the weight-gradient GEMM only
+    when the weights train) and of its old log-prob pass, and the critic's the same way, at the
+    device's fastest GEMM rate (`Device.gemm_time` of an infinitely large GEMM), the routed MoE
+    block slowed by the host-bound stack (`moe_host_efficiency` of the solver's layouts, which
+    never set a dispatcher or CUDA graphs: `rules.train_bases`), the attention (`_layer_fwd`:
+    fused causal at `attention_flops` or unfused at the GEMM rate, whichever is less, and its
+    backward) and the elementwise HBM traffic (norms, residuals, rotary, activation, MoE
+    permute; forward once, backward twice), each divided by the efficiency a profile grants. A
+    stage runs its share of the n / pp GPUs' work, and the pipeline goes at its busiest stage,
+    which holds at least ceil(layers / pp) layers and at least 1/pp of the whole model.
+    Communication, bubbles, recompute, the optimizer and the other models' forwards only add to
+    it, so it holds whatever the model charges for them (a property test checks it against
     `train_core`)."""
     wl = problem.workload
     dev = device(pool, wl.precision, problem.profile)
-    # the fastest a GEMM runs on this device: its peak times the achievable fraction (16-bit
-    # for the LM head under FP8 recipes)
-    dev16 = replace(dev, precision="bf16")
-    rate = max(dev.peak_flops * dev.gemm_fraction, dev16.peak_flops * dev16.gemm_fraction)
     update = wl.optimizer_steps * wl.global_batch / dev.train_efficiency
     forward = wl.samples / dev.logprob_efficiency
-    work = _stage_gemm_flops_per_token(problem.policy, pp) * (update * (2 if wl.lora_rank else 3) + forward)
+    train = 2 if wl.lora_rank else 3  # GEMM passes of a training micro-batch
+    work = update * _stage_seconds_per_token(problem.policy, dev, pp, wl.seq_mean, train) + \
+        forward * _stage_seconds_per_token(problem.policy, dev, pp, wl.seq_mean, 0)
     if problem.value is not None:
-        work += _stage_gemm_flops_per_token(problem.value, pp) * (update * 3 + forward)
-    return work * wl.seq_mean * pp / (n * rate)
+        work += update * _stage_seconds_per_token(problem.value, dev, pp, wl.seq_mean, 3) + \
+            forward * _stage_seconds_per_token(problem.value, dev, pp, wl.seq_mean, 0)
+    return work * wl.seq_mean * pp / n
 
 
-def _stage_gemm_flops_per_token(arch, pp: int) -> float:
-    """Forward weight-GEMM FLOPs per token on the busiest of pp stages (norms hold weights but
-    run no GEMM; a stage's layers may all be of the cheaper kind, dense or MoE)."""
-    dense = arch.attn_params_per_layer + arch.dense_mlp_params
-    moe = arch.attn_params_per_layer + arch.hidden * arch.experts + \
-        (arch.experts_per_token + arch.shared_experts) * arch.expert_params
-    kinds = ([dense] if arch.layers > arch.moe_layers else []) + ([moe] if arch.moe_layers else [])
-    whole = (arch.layers - arch.moe_layers) * dense + arch.moe_layers * moe + arch.vocab * arch.hidden
-    return 2.0 * max(math.ceil(arch.layers / pp) * min(kinds), whole / pp)
+def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: int) -> float:
+    """Least seconds per token of one GPU on the busiest of pp stages, times the stage's GPUs
+    (a token's work is split over them): a training micro-batch (`train_gemms` weight-GEMM
+    passes, 3 or 2 under LoRA) or a forward (0). Each term is one `train._layer_fwd` and
+    `stage_times` add, at its least: GEMMs at the device's fastest rate (16-bit for the LM head
+    under FP8 recipes), the routed block's over the default stack's host efficiency; attention
+    at the lesser of the fused causal and the unfused full-square kernels (backward: the lesser
+    of FA_BWD_OVER_FWD and the unfused 2x); elementwise bytes at HBM rate (backward moves twice
+    the forward's). Norms hold weights but run no GEMM; a stage's layers may all be of the
+    cheaper kind, dense or MoE."""
+    dev16 = replace(dev, precision="bf16")
+    rate = max(dev.peak_flops * dev.gemm_fraction, dev16.peak_flops * dev16.gemm_fraction)
+    fwd_only = train_gemms == 0
+    gemm_passes = 1 if fwd_only else train_gemms
+    attn_passes = 1.0 if fwd_only else 1.0 + min(FA_BWD_OVER_FWD, 2.0)
+    elem_passes = 1.0 if fwd_only else 3.0
+    eff = moe_host_efficiency(TrainLayout())
+    h = arch.hidden
+    attention = min(arch.attention_flops_per_token(seq_len, causal=True) / dev.attention_flops,
+                    arch.attention_flops_per_token(seq_len, causal=False) / rate) / arch.layers
+    kvw = 2 * arch.n_kv_heads * arch.d_head if not arch.is_mla else arch.kv_lora_rank + arch.qk_rope_head_dim
+    mats = 3 if arch.activation == "swiglu" else 2
+    base_elems = 10 * h + 2 * (arch.q_width + kvw)
+
+    def layer(mlp_flops: float, width_elem: float, perm: float) -> float:
+        gemm = (2.0 * arch.attn_params_per_layer / rate + mlp_flops) * gemm_passes
+        elems = BF16 * (base_elems + (3 if mats == 3 else 2) * width_elem + perm)
+        return gemm + attention * attn_passes + dev.stream_time(elems) * elem_passes
+
+    dense = layer(2.0 * arch.dense_mlp_params / rate, arch.d_ffn, 0.0)
+    kinds = [dense] if arch.layers > arch.moe_layers else []
+    moe = 0.0
+    if arch.moe_layers:
+        k = arch.experts_per_token
+        mlp = 2.0 * (h * arch.experts + (k + arch.shared_experts) * arch.expert_params) / rate / eff
+        moe = layer(mlp, (k + arch.shared_experts) * arch.d_moe_ffn, 2 * (k * h + h) / eff)
+        kinds.append(moe)
+    head = 2.0 * arch.vocab * h / rate * gemm_passes
+    whole = (arch.layers - arch.moe_layers) * dense + arch.moe_layers * moe + head
+    return max(math.ceil(arch.layers / pp) * min(kinds), whole / pp)
 
 
 def _beyond(kind: str, train_units: int, send_units: int, incumbent: dict, gen_units: int = 0) -> bool:
