@@ -212,9 +212,9 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
 
 # Megatron-Core's selective-recompute modules (TransformerConfig.recompute_modules). The model's
 # "selective" stores no attention scores (flash attention keeps none either way); of the others it
-# counts the output-discarding ones (perf/train.py RECOMPUTED_MODULES: layernorm, moe_act, mla_up_proj:
-# the memory they free and their re-run); a row naming mlp, moe or shared_experts is scored without
-# theirs, and its note says so.
+# counts (perf/train.py RECOMPUTED_MODULES: the memory they free and their re-run) the output-discarding
+# layernorm, moe_act, mla_up_proj and the normal checkpoints mlp (dense layers only) and shared_experts;
+# a row naming moe (the whole MoE layer, its dispatch re-run too) is scored without it, and its note says so.
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 
 

@@ -290,11 +290,13 @@ def test_recipe_recompute_modules_and_activation_offload_are_read():
     assert base.extra["memory_gb"] - half.extra["memory_gb"] == pytest.approx(
         (base.extra["memory_gb"] - every.extra["memory_gb"]) / 2, abs=0.1)
     assert half.predicted == pytest.approx(base.predicted)
-    sel = score_cases({"cases": [_train_row(recompute="selective", recompute_modules=["mla_up_proj", "mlp"])]}).rows[0]
-    assert sel.extra["recompute_modules"] == ["mla_up_proj", "mlp"]
-    # mla_up_proj is an output-discarding module the model counts (perf/train.py RECOMPUTED_MODULES);
-    # mlp (a normal checkpoint) is not, and the note says so
-    assert "recompute of mlp is not in the model" in sel.note and "mla_up_proj" not in sel.note
+    sel = score_cases({"cases": [_train_row(recompute="selective",
+                                            recompute_modules=["mla_up_proj", "mlp", "moe"])]}).rows[0]
+    assert sel.extra["recompute_modules"] == ["mla_up_proj", "mlp", "moe"]
+    # mla_up_proj (output-discarding) and mlp (a normal checkpoint of the dense MLP) are counted
+    # (perf/train.py RECOMPUTED_MODULES); moe (the whole MoE layer) is not, and the note says so
+    assert "recompute of moe is not in the model" in sel.note and "mla_up_proj" not in sel.note
+    assert "mlp" not in sel.note
     attn = score_cases({"cases": [_train_row(recompute="selective", recompute_modules=["core_attn"])]}).rows[0]
     assert attn.note == "" and attn.error is not None
     bad = score_cases({"cases": [_train_row(recompute="none", recompute_modules=["mlp"]),

@@ -90,3 +90,32 @@ def test_bf16_adam_moments_take_8_optimizer_bytes_per_parameter():
     m32, m16 = (train_memory(arch, lay, 4096) for lay in (fp32, bf16))
     assert m16.optimizer == pytest.approx(m32.optimizer * 8 / 12)
     assert m16.weights == m32.weights and m16.grads == m32.grads
+
+
+def test_mlp_and_shared_experts_checkpoints_free_their_internals_and_rerun_their_gemms():
+    """Megatron-Core's "mlp" / "shared_experts" selective recompute (normal checkpoints,
+    transformer_config.py 60e039626 lines 573-574): the MLP keeps only its input, so its first
+    GEMM's output (gate+up, 16-bit) and activation output (16-bit, FP8 under FP8) are freed,
+    and the backward re-runs both GEMMs. "mlp" covers dense layers only
+    (transformer_layer.py lines 537-539: not for a MoELayer): on DeepSeek-V3 the 3 dense layers
+    of 61; "shared_experts" the shared experts of the MoE layers."""
+    from rlsolve.perf.train import recompute_module_bytes_saved, train_memory
+    dense, v3 = find_model("llama-3.1-8b"), find_model("deepseek-v3")
+    f = dense.d_ffn  # SwiGLU
+    assert recompute_module_bytes_saved(dense, ("mlp",), False) == (pytest.approx(2.0 * 3 * f), 0.0)
+    assert recompute_module_bytes_saved(dense, ("mlp",), True)[0] == pytest.approx(2.0 * 2 * f + f)
+    share = (v3.layers - v3.moe_layers) / v3.layers
+    assert v3.layers - v3.moe_layers == 3
+    assert recompute_module_bytes_saved(v3, ("mlp",), False)[0] == pytest.approx(2.0 * 3 * v3.d_ffn * share)
+    sw = v3.shared_experts * v3.d_moe_ffn * v3.moe_layers / v3.layers
+    assert recompute_module_bytes_saved(v3, ("shared_experts",), False)[0] == pytest.approx(2.0 * 3 * sw)
+    lay = TrainLayout(tp=1, pp=1, dp=8, recompute="selective", micro_batch=1)
+    with_mlp = TrainLayout(**{**lay.__dict__, "recompute_modules": ("mlp",)})
+    assert train_memory(dense, lay, 4096).activations - train_memory(dense, with_mlp, 4096).activations == \
+        pytest.approx(4096 * dense.layers * 2.0 * 3 * f)
+    dev = gb200()
+    st0, st1 = stage_times(dense, dev, lay, 4096), stage_times(dense, dev, with_mlp, 4096)
+    assert st1["fwd"] == pytest.approx(st0["fwd"])
+    # the re-run: both GEMMs (3 f x h multiply-adds per token) and the activation, on every layer
+    rerun = dev.gemm_time(2 * 4096 * dense.hidden * 3 * f) + dev.stream_time(4096 * 6.0 * f)
+    assert st1["bwd_compute"] - st0["bwd_compute"] == pytest.approx(dense.layers * rerun)

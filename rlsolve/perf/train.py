@@ -305,7 +305,25 @@ def fp8_saved_input_bytes_saved(arch: Architecture) -> float:
 # 60e039626 lines 572-574: "moe_act", "layernorm" and "mla_up_proj" use output-discarding checkpointing,
 # tensor_parallel/random.py CheckpointWithoutOutput): the module's output is freed once its consumer has
 # saved what it needs and recomputed from the module's input in the backward.
-RECOMPUTED_MODULES = ("layernorm", "moe_act", "mla_up_proj")
+RECOMPUTED_MODULES = ("layernorm", "moe_act", "mla_up_proj", "mlp", "shared_experts")
+
+
+# "mlp" and "shared_experts" are normal checkpoints (same file, lines 573-574): the submodule keeps only
+# its input (the pre-MLP norm's output, which the layer stores anyway) and re-runs its whole forward in
+# the backward. "mlp" applies to dense layers only (transformer/transformer_layer.py lines 537-539 at
+# 60e039626: `if not isinstance(self.mlp, MoELayer): self.recompute_mlp = True`); "shared_experts" to
+# the MoE layers' shared experts (transformer/moe/moe_layer.py lines 252-254, 517-527). "moe" (the
+# whole MoE layer, its token dispatch re-run too) is not modelled.
+def _checkpointed_mlps(arch: Architecture, modules: tuple[str, ...]) -> tuple[float, float]:
+    """(FFN width summed over the checkpointed MLPs, averaged per layer of the model; their share of
+    the layers): the dense layers' d_ffn under "mlp", the shared experts' under "shared_experts"."""
+    width = 0.0
+    if "mlp" in modules:
+        dense = arch.layers - arch.moe_layers if arch.is_moe else arch.layers
+        width += arch.d_ffn * dense / arch.layers
+    if "shared_experts" in modules and arch.is_moe:
+        width += arch.shared_experts * arch.d_moe_ffn * arch.moe_layers / arch.layers
+    return width
 
 
 def recompute_module_bytes_saved(arch: Architecture, modules: tuple[str, ...], fp8: bool) -> tuple[float, float]:
@@ -325,6 +343,12 @@ def recompute_module_bytes_saved(arch: Architecture, modules: tuple[str, ...], f
     if "mla_up_proj" in modules and arch.is_mla:
         per_rank += BF16 * (arch.q_width + arch.heads * (arch.qk_nope_head_dim + arch.v_head_dim)
                             - arch.q_lora_rank)
+    width = _checkpointed_mlps(arch, modules)
+    if width:
+        # the first GEMM's output (gate and up for SwiGLU) 16-bit, the activation output (the second
+        # GEMM's input) 16-bit, or its FP8 copy under FP8 (fp8_saved_input_bytes_saved)
+        first = 2 * width if arch.activation == "swiglu" else width
+        per_rank += BF16 * first + (1.0 if fp8 else BF16) * width
     return whole + per_rank, whole
 
 
@@ -346,6 +370,11 @@ def recompute_module_rerun_fwd(arch: Architecture, dev: Device, lay: TrainLayout
         q_in = arch.q_lora_rank or arch.hidden
         t += dev.gemm_time(2 * tokens * (q_in * arch.q_width + arch.kv_lora_rank * arch.heads
                                          * (arch.qk_nope_head_dim + arch.v_head_dim)) / lay.tp)
+    width = _checkpointed_mlps(arch, mods)
+    if width:  # the checkpointed MLPs' two GEMMs and their activation, re-run
+        first = 2 * width if arch.activation == "swiglu" else width
+        t += dev.gemm_time(2 * tokens * arch.hidden * (first + width) / lay.tp)
+        t += dev.stream_time(tokens * FUSED_ELEMENTWISE_BYTES["gated_activation"] * width / lay.tp)
     return t
 
 
