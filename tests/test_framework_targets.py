@@ -63,6 +63,14 @@ def solved(example: Path, framework: str):
     return _plans[key]
 
 
+def _nemo_rl_check(checkout, *files) -> list[dict]:
+    """NeMo-RL's own config code run on export files (tests/nemo_rl_check.py): one JSON row per file."""
+    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(checkout), *map(str, files)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
 # examples a target cannot run: the framework's own limits, named in the refusal (none today: NeMo-RL runs PPO,
 # and a cluster of several pools on one of them, tests below)
 REFUSED: dict[tuple[str, str], str] = {}
@@ -236,10 +244,7 @@ def test_nemo_rl_exports_pass_nemo_rl_config_validation(tmp_path, nemo_rl_checko
     doc = yaml.safe_load(files[0].read_text())
     doc["policy"]["train_micro_batch_size"] = "eight"
     broken.write_text(yaml.safe_dump(doc))
-    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(nemo_rl_checkout), *map(str, files),
-                          str(broken)], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    rows = _nemo_rl_check(nemo_rl_checkout, *files, broken)
     assert len(rows) == len(files) + 1
     for job, row in zip(jobs, rows):
         assert "error" not in row, (row["file"], row.get("error"), row.get("trace"))
@@ -308,10 +313,7 @@ def test_nemo_rl_reward_model_exports_split_the_cluster_as_planned(tmp_path, nem
     doc = yaml.safe_load(files[0].read_text())
     doc["env"]["reward_model"]["dtensor_cfg"]["cpu_offload"] = True
     broken.write_text(yaml.safe_dump(doc))
-    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(nemo_rl_checkout), *map(str, files),
-                          str(broken)], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    rows = _nemo_rl_check(nemo_rl_checkout, *files, broken)
     assert len(rows) == len(files) + 1 and "CPU offload" in rows.pop()["error"]
     nodes = set()
     for job, row in zip(jobs, rows):
@@ -653,10 +655,7 @@ def test_nemo_rl_rollout_pipeline_exports_the_async_engine_with_the_plans_cap(tm
     assert gen["vllm_kwargs"]["max_num_seqs"] == job.max_num_seqs() > 128
     path = tmp_path / "pp2.yaml"
     path.write_text(res.text)
-    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(nemo_rl_checkout), str(path)],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    row = json.loads(out.stdout.splitlines()[0])
+    row = _nemo_rl_check(nemo_rl_checkout, path)[0]
     assert "error" not in row, (row.get("error"), row.get("trace"))
     assert row["config"]["policy"]["generation"]["vllm_kwargs"]["max_num_seqs"] == job.max_num_seqs()
 
@@ -713,10 +712,7 @@ def test_nemo_rl_ppo_runs_colocated_with_the_critics_own_backend_and_nemo_rl_ref
     doc["value"]["dtensor_cfg"]["tensor_parallel_size"] = 3
     files.append(tmp_path / "value-tp3.yaml")
     files[-1].write_text(yaml.safe_dump(doc))
-    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(nemo_rl_checkout), *map(str, files)],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    rows = _nemo_rl_check(nemo_rl_checkout, *files)
     for job, row in zip(jobs, rows):
         assert "error" not in row, (row["file"], row.get("error"), row.get("trace"))
         c = job.critic_t
@@ -757,10 +753,7 @@ def test_nemo_rl_on_a_cluster_of_two_gpu_types_plans_one_pool_and_says_the_other
     assert res.warnings == [] and f"start the Ray cluster on pool {used!r}'s nodes only" in res.text
     path = tmp_path / "hetero.yaml"
     path.write_text(res.text)
-    out = subprocess.run([sys.executable, str(ROOT / "tests/nemo_rl_check.py"), str(nemo_rl_checkout), str(path)],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    row = json.loads(out.stdout.splitlines()[0])
+    row = _nemo_rl_check(nemo_rl_checkout, path)[0]
     assert "error" not in row, (row.get("error"), row.get("trace"))
     assert sum(sum(b) for b in row["clusters"].values()) == gpus  # NeMo-RL asks Ray for the plan's GPUs only
     problem = resolve(load_spec(spec))
