@@ -314,9 +314,9 @@ RECOMPUTED_MODULES = ("layernorm", "moe_act", "mla_up_proj", "mlp", "shared_expe
 # 60e039626: `if not isinstance(self.mlp, MoELayer): self.recompute_mlp = True`); "shared_experts" to
 # the MoE layers' shared experts (transformer/moe/moe_layer.py lines 252-254, 517-527). "moe" (the
 # whole MoE layer, its token dispatch re-run too) is not modelled.
-def _checkpointed_mlps(arch: Architecture, modules: tuple[str, ...]) -> tuple[float, float]:
-    """(FFN width summed over the checkpointed MLPs, averaged per layer of the model; their share of
-    the layers): the dense layers' d_ffn under "mlp", the shared experts' under "shared_experts"."""
+def _checkpointed_mlps(arch: Architecture, modules: tuple[str, ...]) -> float:
+    """FFN width summed over the checkpointed MLPs, averaged per layer of the model: the dense
+    layers' d_ffn under "mlp", the shared experts' under "shared_experts"."""
     width = 0.0
     if "mlp" in modules:
         dense = arch.layers - arch.moe_layers if arch.is_moe else arch.layers
@@ -493,8 +493,6 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
     for one layer on one GPU (the backward's GEMMs are scaled by the caller)."""
     h, tp = arch.hidden, lay.tp
     shard = tp if lay.sp else 1
-    kvw = 2 * arch.n_kv_heads * arch.d_head if not arch.is_mla else (
-        arch.kv_lora_rank + arch.qk_rope_head_dim)
     attn_in = arch.attn_params_per_layer - arch.v_width * h
     gemm = dev.gemm_time(2 * tokens * attn_in / tp) + dev.gemm_time(2 * tokens * arch.v_width * h / tp)
     mats = 3 if arch.activation == "swiglu" else 2
@@ -553,10 +551,7 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         attn_flops = tokens * arch.attention_flops_per_token(seq_len, causal=True) / arch.layers / tp
         attention = attn_flops / dev.attention_flops
         attention_bwd = FA_BWD_OVER_FWD * attention
-    # elementwise traffic: 2 norms (read+write h), 2 residual adds (read 2h, write h), rotary
-    # on q/k, the activation function (swiglu reads 2w, writes w)
-    q_k = arch.q_width + kvw
-    elems = (10 * h + 2 * q_k) / shard + (3 if mats == 3 else 2) * width_elem / tp + perm
+    elems = layer_elementwise_elems(arch, width_elem, shard, tp) + perm
     fwd_bytes, bwd_bytes = BF16 * elems, 2 * BF16 * elems
     if dev.precision == "fp8":
         # Transformer Engine casts every GEMM input (forward) and output gradient (backward):
@@ -565,6 +560,16 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         bwd_bytes += FP8_CAST_BYTES * gemm_out
     return (gemm, attention, attention_bwd, dev.stream_time(tokens * fwd_bytes) + sync,
             dev.stream_time(tokens * bwd_bytes) + sync, ep_comm)
+
+
+def layer_elementwise_elems(arch: Architecture, width_elem: float, shard: int = 1, tp: int = 1) -> float:
+    """Elements per token a layer's fused elementwise kernels move in a forward (bf16; the backward
+    moves twice as many), beside a MoE's permute: 2 norms (read+write h), 2 residual adds (read 2h,
+    write h), rotary on q/k, the activation function over the MLP width `width_elem` (swiglu reads
+    2w, writes w); the hidden-sized ones split by `shard` (sequence parallelism), the MLP's by tp."""
+    kvw = 2 * arch.n_kv_heads * arch.d_head if not arch.is_mla else arch.kv_lora_rank + arch.qk_rope_head_dim
+    mats = 3 if arch.activation == "swiglu" else 2
+    return (10 * arch.hidden + 2 * (arch.q_width + kvw)) / shard + mats * width_elem / tp
 
 
 FP8_CAST_BYTES = 6.0

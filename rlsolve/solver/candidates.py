@@ -56,7 +56,7 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
                                engine_release_time, gen_side, policy_memory,
                                recv_time, rollout_steps_in_flight, send_time, sync_time, train_aux,
                                train_core)
-from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, moe_host_efficiency
+from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, moe_host_efficiency
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
 from rlsolve.solver.rules import (RECOMPUTE, asked, aux_group_pools, aux_models, aux_shares_actor_degrees, count_ok,
@@ -1024,13 +1024,10 @@ def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: in
     h = arch.hidden
     attention = min(arch.attention_flops_per_token(seq_len, causal=True) / dev.attention_flops,
                     arch.attention_flops_per_token(seq_len, causal=False) / rate) / arch.layers
-    kvw = 2 * arch.n_kv_heads * arch.d_head if not arch.is_mla else arch.kv_lora_rank + arch.qk_rope_head_dim
-    mats = 3 if arch.activation == "swiglu" else 2
-    base_elems = 10 * h + 2 * (arch.q_width + kvw)
 
     def layer(mlp_flops: float, width_elem: float, perm: float) -> float:
         gemm = (2.0 * arch.attn_params_per_layer / rate + mlp_flops) * gemm_passes
-        elems = BF16 * (base_elems + (3 if mats == 3 else 2) * width_elem + perm)
+        elems = BF16 * (layer_elementwise_elems(arch, width_elem) + perm)
         return gemm + attention * attn_passes + dev.stream_time(elems) * elem_passes
 
     dense = layer(2.0 * arch.dense_mlp_params / rate, arch.d_ffn, 0.0)
