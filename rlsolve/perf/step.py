@@ -564,20 +564,15 @@ BROADCAST_HOPS = 20  # pipelined chunks in flight: latency paid per hop of the b
 
 def checkpoint_tensors(arch: Architecture) -> int:
     """Weight tensors of the model in its Hugging Face checkpoint layout, the names a refit hands the
-    engine one by one (vLLM model.load_weights): per layer two norms and the attention's projections
-    (q, k, v, o and their biases; MLA: q_a, q_a_layernorm, q_b or q, kv_a_proj_with_mqa,
-    kv_a_layernorm, kv_b, o), a dense MLP's matrices, or the router, each routed expert's matrices and
-    the shared expert's; the embedding, final norm and LM head (transformers modeling_llama.py,
+    engine one by one (vLLM model.load_weights): the linear layers' matrices (`linear_weight_tensors`),
+    and per layer two norms beside them, the attention's biases (q, k, v) or MLA's q_a and kv_a
+    layernorms; the embedding, final norm and LM head (transformers modeling_llama.py,
     modeling_qwen3_moe.py, DeepSeek-V3 modeling_deepseek.py)."""
-    mats = 3 if arch.activation == "swiglu" else 2
     if arch.is_mla:
-        attn = (3 if arch.q_lora_rank else 1) + 4
+        extra = (1 if arch.q_lora_rank else 0) + 1
     else:
-        attn = 4 + (3 if arch.qkv_bias else 0)
-    per_layer = 2 + attn
-    dense = (arch.layers - arch.moe_layers) * mats
-    moe = arch.moe_layers * (1 + arch.experts * mats + (mats if arch.shared_experts else 0))
-    return arch.layers * per_layer + dense + moe + (2 if arch.tied_embeddings else 3)
+        extra = 3 if arch.qkv_bias else 0
+    return linear_weight_tensors(arch) + arch.layers * (2 + extra) + (2 if arch.tied_embeddings else 3)
 
 
 def engine_load_time(problem: Problem, dev: Device) -> float:
@@ -600,7 +595,9 @@ def engine_load_time(problem: Problem, dev: Device) -> float:
 
 def linear_weight_tensors(arch: Architecture) -> int:
     """The checkpoint's linear-layer weight matrices (`checkpoint_tensors` without norms, biases,
-    the embedding and the LM head): the tensors an FP8 engine quantizes."""
+    the embedding and the LM head), the tensors an FP8 engine quantizes: per layer the attention's
+    projections (q, k, v, o; MLA: q_a and q_b or q, kv_a_proj_with_mqa, kv_b, o), a dense MLP's
+    matrices, or the router, each routed expert's matrices and the shared expert's."""
     mats = 3 if arch.activation == "swiglu" else 2
     attn = ((2 if arch.q_lora_rank else 1) + 3) if arch.is_mla else 4
     dense = (arch.layers - arch.moe_layers) * mats
