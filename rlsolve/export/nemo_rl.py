@@ -64,28 +64,7 @@ def values(job: Job) -> dict[str, Any]:
             v["grpo.async_grpo.max_trajectory_age_steps"] = job.staleness
     else:
         v.update(_ppo(job))
-    offload = opt.train_offload_during_rollout
-    if strategy(job) == "megatron":
-        m = "policy.megatron_cfg."
-        v.update({"policy.dtensor_cfg.enabled": False, m + "enabled": True,
-                  m + "tensor_model_parallel_size": t.tp, m + "pipeline_model_parallel_size": t.pp,
-                  m + "context_parallel_size": t.cp, m + "expert_model_parallel_size": t.ep,
-                  m + "sequence_parallel": bool(t.sequence_parallel and t.tp > 1),
-                  m + "activation_checkpointing": t.recompute != "none",
-                  m + "optimizer.use_distributed_optimizer": t.zero_stage >= 1,
-                  m + "optimizer.optimizer_cpu_offload": offload})
-        if t.recompute != "none":
-            v[m + "recompute_granularity"] = t.recompute
-        # the base's ${policy.dtensor_cfg.tensor_parallel_size} is not the Megatron degrees': packed sequences are
-        # split over 2cp and, with sequence parallelism, tp (NeMo-RL v0.7.0 nemo_rl/models/megatron/data.py
-        # L1126-1138 asserts make_sequence_length_divisible_by is a multiple of that)
-        v["policy.make_sequence_length_divisible_by"] = megatron_pad(t)
-    else:
-        d = "policy.dtensor_cfg."
-        v.update({d + "enabled": True, "policy.megatron_cfg.enabled": False,
-                  d + "tensor_parallel_size": t.tp, d + "context_parallel_size": t.cp,
-                  d + "sequence_parallel": bool(t.sequence_parallel and t.tp > 1),
-                  d + "activation_checkpointing": t.recompute != "none", d + "cpu_offload": offload})
+    v.update(_backend("policy", t, strategy(job) == "megatron", opt.train_offload_during_rollout))
     gv = "policy.generation.vllm_cfg."
     v.update({gv + "tensor_parallel_size": g.tp, gv + "pipeline_parallel_size": g.pp,
               gv + "expert_parallel_size": g.ep, gv + "max_model_len": job.max_len})
@@ -130,27 +109,44 @@ def _ppo(job: Job) -> dict[str, Any]:
                          "value.train_global_batch_size": job.mini_batch_samples,
                          "value.train_micro_batch_size": c.micro_batch,
                          "value.max_total_sequence_length": job.max_len}
-    if critic_strategy(job) == "megatron":
-        m = "value.megatron_cfg."
-        # ppo_math_1B_megatron.yaml's value overrides, the sequence padding as for the policy (megatron_pad)
-        v.update({"value.dtensor_cfg.enabled": False, m + "enabled": True, "value.reward_model_cfg.enabled": False,
-                  "value.optimizer": None, "value.scheduler": None,
-                  "value.make_sequence_length_divisible_by": megatron_pad(c),
-                  m + "tensor_model_parallel_size": c.tp, m + "pipeline_model_parallel_size": c.pp,
-                  m + "context_parallel_size": c.cp, m + "expert_model_parallel_size": c.ep,
-                  m + "sequence_parallel": bool(c.sequence_parallel and c.tp > 1),
-                  m + "activation_checkpointing": c.recompute != "none",
-                  m + "optimizer.use_distributed_optimizer": c.zero_stage >= 1,
-                  # ppo.py setup L251-258: the Megatron value model's CP > 1 runs on packed sequences only
+    megatron = critic_strategy(job) == "megatron"
+    v.update(_backend("value", c, megatron))
+    if megatron:
+        # ppo_math_1B_megatron.yaml's value overrides; ppo.py setup L251-258: the Megatron value model's CP > 1
+        # runs on packed sequences only
+        v.update({"value.reward_model_cfg.enabled": False, "value.optimizer": None, "value.scheduler": None,
                   "value.sequence_packing.enabled": c.cp > 1})
-        if c.recompute != "none":
-            v[m + "recompute_granularity"] = c.recompute
-    else:
-        d = "value.dtensor_cfg."
-        v.update({d + "enabled": True, "value.megatron_cfg.enabled": False,
-                  d + "tensor_parallel_size": c.tp, d + "context_parallel_size": c.cp,
-                  d + "sequence_parallel": bool(c.sequence_parallel and c.tp > 1),
-                  d + "activation_checkpointing": c.recompute != "none"})
+    return v
+
+
+def _backend(section: str, t, megatron: bool, offload: bool | None = None) -> dict[str, Any]:
+    """`section`'s training backend (policy or value): Megatron's degrees in megatron_cfg, or FSDP2's in
+    dtensor_cfg, the other disabled; `offload`: the policy's optimizer (Megatron) or whole state (DTensor)
+    in host memory during the rollout (None: not set)."""
+    if megatron:
+        m = section + ".megatron_cfg."
+        v = {section + ".dtensor_cfg.enabled": False, m + "enabled": True,
+             m + "tensor_model_parallel_size": t.tp, m + "pipeline_model_parallel_size": t.pp,
+             m + "context_parallel_size": t.cp, m + "expert_model_parallel_size": t.ep,
+             m + "sequence_parallel": bool(t.sequence_parallel and t.tp > 1),
+             m + "activation_checkpointing": t.recompute != "none",
+             m + "optimizer.use_distributed_optimizer": t.zero_stage >= 1}
+        if offload is not None:
+            v[m + "optimizer.optimizer_cpu_offload"] = offload
+        if t.recompute != "none":
+            v[m + "recompute_granularity"] = t.recompute
+        # the base's ${policy.dtensor_cfg.tensor_parallel_size} is not the Megatron degrees': packed sequences are
+        # split over 2cp and, with sequence parallelism, tp (NeMo-RL v0.7.0 nemo_rl/models/megatron/data.py
+        # L1126-1138 asserts make_sequence_length_divisible_by is a multiple of that)
+        v[section + ".make_sequence_length_divisible_by"] = megatron_pad(t)
+        return v
+    d = section + ".dtensor_cfg."
+    v = {d + "enabled": True, section + ".megatron_cfg.enabled": False,
+         d + "tensor_parallel_size": t.tp, d + "context_parallel_size": t.cp,
+         d + "sequence_parallel": bool(t.sequence_parallel and t.tp > 1),
+         d + "activation_checkpointing": t.recompute != "none"}
+    if offload is not None:
+        v[d + "cpu_offload"] = offload
     return v
 
 
