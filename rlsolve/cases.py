@@ -22,8 +22,8 @@ from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_decode, weight_bytes_per_gpu, \
     kv_bytes_per_token_per_gpu, gen_other_bytes
 from rlsolve.perf.hw import GB, constants, device
-from rlsolve.perf.train import (BF16_MAIN_GRAD_BYTES, CUDA_GRAPHS, FP32_MAIN_GRAD_BYTES, MOE_DISPATCHERS, OFFLOADS,
-                                TrainLayout, model_flops,
+from rlsolve.perf.train import (BF16, BF16_MAIN_GRAD_BYTES, CUDA_GRAPHS, FP32_ADAM_MOMENT_BYTES, FP32_MAIN_GRAD_BYTES,
+                                MOE_DISPATCHERS, OFFLOADS, TrainLayout, model_flops,
                                 RECOMPUTED_MODULES, dynamic_batches, packed_sequences_per_bin, train_memory,
                                 train_time)
 from rlsolve.resolve import PoolHW, resolve
@@ -158,7 +158,7 @@ TRAIN_STRATEGIES = {"megatron": 1, "fsdp": 3, "fsdp2": 3, "deepspeed": 1}
 # training (perf/train.py FP32_MAIN_GRAD_BYTES), which the published train rows ran.
 DEFAULT_MAIN_GRAD_DTYPE = "fp32"
 MAIN_GRAD_DTYPES = {"fp32": FP32_MAIN_GRAD_BYTES, "bf16": BF16_MAIN_GRAD_BYTES}
-ADAM_MOMENT_DTYPES = {"fp32": 4.0, "bf16": 2.0}
+ADAM_MOMENT_DTYPES = {"fp32": FP32_ADAM_MOMENT_BYTES, "bf16": BF16}
 
 
 def _train_layout(row: dict, gpus: int) -> TrainLayout:

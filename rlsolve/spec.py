@@ -308,10 +308,10 @@ def check_target(spec: Spec) -> None:
     solver.rules.one_pool)."""
     caps = capabilities(spec.target.framework, spec.target.version)
     name = spec.target.framework
-    for verdict, field in ((algorithm_ok(caps, spec.rl.algorithm), "rl.algorithm"),):
-        if not verdict:
-            raise SpecError(f"target {name} cannot run this: {verdict.reason}; change {field} or target.framework",
-                            field=field)
+    verdict = algorithm_ok(caps, spec.rl.algorithm)
+    if not verdict:
+        raise SpecError(f"target {name} cannot run this: {verdict.reason}; change rl.algorithm or target.framework",
+                        field="rl.algorithm")
     if caps is None:
         return
     for model, ref in (("reward", spec.model.reward), ("reference", spec.model.reference)):
