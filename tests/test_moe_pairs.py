@@ -1,0 +1,54 @@
+"""benchmarks/moe_pairs.py: the MoE train rows of the holdout file and the pairs that isolate one
+stack change (issue #15's MoE training rows)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def moe():
+    spec = importlib.util.spec_from_file_location("moe_pairs", ROOT / "benchmarks" / "moe_pairs.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["moe_pairs"] = mod  # its dataclass looks its module up there
+    spec.loader.exec_module(mod)
+    data = yaml.safe_load((ROOT / "benchmarks" / "data" / "extra_cases.yaml").read_text())
+    rows = mod.moe_rows(data)
+    return mod, data, rows
+
+
+def test_every_scored_moe_train_row_is_listed_with_its_stack(moe):
+    mod, data, rows = moe
+    ids = {r.id for r in rows}
+    moe_train = [c["id"] for c in data["cases"] if c["kind"] == "train" and mod._arch(c).is_moe]
+    assert ids == set(moe_train) and len(ids) == len(rows)
+    by_id = {r.id: r for r in rows}
+    # Qwen3-30B-A3B (128 experts, top-8) at EP 8, micro-batch 1 of 4096 tokens: 16 local experts,
+    # each sees 4096 * 8 / 128 * 8 = 2048 tokens (balanced routing)
+    r = by_id["mbridge2511-qwen3-30b-a3b-b200-fp8mx-8g"]
+    assert (r.local_experts, r.tokens_per_expert) == (16, 2048)
+    assert r.fields["cuda_graphs"] == "partial" and r.fields["moe_dispatcher"] == "alltoall"
+    assert by_id["mbridge2509-qwen3-30b-a3b-b200-fp8-8g-tokendrop"].fields["token_drop"]
+    assert not r.fields["token_drop"]
+
+
+def test_pairs_differ_in_one_field_and_same_pairs_are_predicted_alike(moe):
+    mod, data, rows = moe
+    pairs = mod.one_change_pairs(rows)
+    assert pairs
+    for change, a, b in pairs:
+        assert (a.model, a.gpu, a.gpus, a.precision) == (b.model, b.gpu, b.gpus, b.precision)
+        diff = [k for k in set(a.fields) | set(b.fields) if a.fields.get(k) != b.fields.get(k)]
+        assert diff == ([] if change == "same" else [change])
+        if change == "same" and a.schedule == b.schedule:
+            # nothing the time model reads differs: it cannot tell the two rows apart
+            assert a.predicted == pytest.approx(b.predicted, rel=1e-9)
+    found = {(c, a.id, b.id): a.measured / b.measured for c, a, b in pairs}
+    # the same H100 Qwen3-30B-A3B layout, DeepEP (26.02) against HybridEP (26.02.01): 5113 / 9058
+    key = ("moe_dispatcher", "mbridge2602-qwen3-30b-a3b-h100-fp8-16g", "mbridge260201-qwen3-30b-a3b-h100-fp8-16g")
+    assert found[key] == pytest.approx(5113 / 9058)
