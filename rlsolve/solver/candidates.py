@@ -1246,9 +1246,12 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                          for group, k in _in_flight_groups(problem, allowed_in)]
         for n in sorted(_gen_counts(problem, p, all_counts, out), reverse=True):
             for li, lay in _legal_engines(problem, p, n, memo, deadline):
-                recv_s = memo.get(("recv", p, lay))
-                if recv_s is None:  # (a pure function of the pool and the degrees: asked once per layout)
-                    recv_s = memo["recv", p, lay] = recv_time(problem, pool, lay)
+                # a pure function of the pool and the replica's degrees (`recv_time` reads tp, pp and ep
+                # through the GPU's weight share, never dp): asked once per replica shape, not per count
+                rkey = ("recv", p, lay.tp, lay.pp, lay.ep)
+                recv_s = memo.get(rkey)
+                if recv_s is None:
+                    recv_s = memo[rkey] = recv_time(problem, pool, lay)
                 recv = time_units(recv_s)
                 for hi, (hosts, q, allowed_in, k) in enumerate(host_variants):
                     key = (lay.tp, lay.pp, lay.ep, hosts, q, k)
