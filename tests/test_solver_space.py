@@ -679,6 +679,34 @@ def test_memory_never_falls_with_a_larger_micro_batch_of_max_length_sequences():
     assert checked >= 60
 
 
+def test_memory_never_falls_with_more_virtual_stages_or_less_zero():
+    """Skip rule (`candidates._smallest_fits`): a training base whose smallest memory (micro-batch 1,
+    full recompute) is over the capacity with vp = 1, or with the highest ZeRO stage of its degrees, is
+    over it with more virtual stages or a lower ZeRO stage too: the policy's memory never falls with
+    either, exactly (the same floats compared)."""
+    from rlsolve.solver.rules import expert_degrees, vp_choices, zero_stages
+    rng = random.Random(29)
+    checked = 0
+    for problem in _random_problems(8, 31):
+        L = problem.policy.layers
+        for _ in range(20):
+            tp, pp, cp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2, 3, 4, 6]), rng.choice([1, 2]), rng.choice([1, 2, 8])
+            if pp > L:
+                continue
+            ep = rng.choice(expert_degrees(problem, tp, dp, cp))
+            base = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=rng.choice([1, 2]),
+                               recompute=rng.choice(RECOMPUTE), sequence_parallel=tp > 1)
+            zs, vps = zero_stages(pp), vp_choices(problem, pp)
+            for vp in vps:
+                totals = [policy_memory(problem, replace(base, vp=vp, zero_stage=z)).total for z in zs]
+                assert totals == sorted(totals, reverse=True)  # a lower ZeRO stage holds no less
+            for z in zs:
+                one = policy_memory(problem, replace(base, vp=1, zero_stage=z)).total
+                assert all(policy_memory(problem, replace(base, vp=vp, zero_stage=z)).total >= one for vp in vps)
+            checked += 1
+    assert checked >= 100
+
+
 def test_interleaving_that_only_adds_pipeline_time_is_dominated():
     """Dominance across virtual stages (`_interleaving_dominated`): where it says vp chunks are
     dominated by the same degrees without interleaving, the interleaved layout with the same

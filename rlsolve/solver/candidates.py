@@ -353,14 +353,16 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         # kinds done by then, and whether a heavier recompute was still to be tried
         plain: dict[tuple, tuple] = {}
         rules: dict[tuple, bool] = {}  # `_layout_allowed` of these degrees
-        for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+        mbs = micro_batches(problem, dp)
+        bases = list(train_bases(problem, tp, pp, cp, dp))
+        smallest: dict[tuple, bool] = {}  # (ep, vp, ZeRO) -> whether the base's smallest memory fits
+        top_zero = max((zero for _, _, zero in bases), default=0)
+        for ep, vp, zero in bases:
             if probe and vp > 1:
                 continue
             deadline.check("enumerating training layouts")
-            mbs = micro_batches(problem, dp)
-            if not mbs or policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
-                                                             micro_batch=mbs[0], recompute="full",
-                                                             sequence_parallel=tp > 1), cache).total > cap:
+            if not mbs or not _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache,
+                                             smallest):
                 continue  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
             # recomputes over memory at a smaller micro-batch: over at every larger one too, when
             # micro-batches hold max-length sequences (memory grows with them; not when packed)
@@ -854,6 +856,30 @@ def _interleaving_dominated(problem: Problem, plain: TrainLayout, t: Any, old: f
     lay = object.__new__(TrainLayout)
     lay.__dict__.update(plain.__dict__, vp=vp)
     return not train_layout_violations(problem, lay) and policy_memory(problem, lay, cache).total <= cap
+
+
+def _smallest_fits(problem: Problem, tp: int, pp: int, cp: int, dp: int, ep: int, vp: int, zero: int, mb: int,
+                   top_zero: int, cap: float, cache: dict, memo: dict) -> bool:
+    """Whether the smallest memory of a training base (its least micro-batch `mb`, full recompute)
+    fits `cap`, memoized in `memo` (the caller's, for one shape) per (ep, vp, ZeRO stage). The
+    policy's memory never falls with more virtual stages (more micro-batches in flight, the same
+    states) nor with a lower ZeRO stage (less sharded states, the same activations): a property
+    test, `test_memory_never_falls_with_more_virtual_stages_or_less_zero`. So where the same base
+    with vp = 1, or with the shape's highest ZeRO stage `top_zero`, does not fit, this one does
+    not either; both are bases of the same shape that the caller asks about anyway."""
+    key = (ep, vp, zero)
+    hit = memo.get(key)
+    if hit is None:
+        if (vp > 1 and not _smallest_fits(problem, tp, pp, cp, dp, ep, 1, zero, mb, top_zero, cap, cache, memo)) or (
+                zero < top_zero and not _smallest_fits(problem, tp, pp, cp, dp, ep, vp, top_zero, mb, top_zero, cap,
+                                                       cache, memo)):
+            hit = False
+        else:
+            hit = policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
+                                                     micro_batch=mb, recompute="full", sequence_parallel=tp > 1),
+                                cache).total <= cap
+        memo[key] = hit
+    return hit
 
 
 def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
