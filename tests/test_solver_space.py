@@ -772,7 +772,8 @@ def test_interleaving_shortens_the_update_by_at_most_the_bubble():
 
 def test_the_layout_rules_memo_keeps_every_verdict():
     """`_layout_allowed` answers what `train_layout_violations` does, with the user's
-    micro-batch and recompute constraints too (its memo ignores the micro-batch otherwise)."""
+    micro-batch and recompute constraints too (its memo, one per tp, pp and cp, ignores the
+    micro-batch otherwise, and dp but for whether the batch and the expert groups split)."""
     from rlsolve.solver.candidates import _layout_allowed
     from rlsolve.solver.rules import train_bases, train_layout_violations
     rng = random.Random(31)
@@ -787,13 +788,13 @@ def test_the_layout_rules_memo_keeps_every_verdict():
         shapes = list(train_shapes(problem, pool))
         for n, tp, pp, cp, dp in rng.sample(shapes, min(15, len(shapes))):
             for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
-                for mb in (1, 2, 3, 4, 8):
-                    for rec in RECOMPUTE:
-                        lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
-                                          recompute=rec)
-                        rules = memos.setdefault((tp, pp, dp, cp), {})
-                        assert _layout_allowed(problem, lay, rules) == (not train_layout_violations(problem, lay))
-                        checked += 1
+                # other dp degrees share the memo (dp + 1: tp * dp * cp may no longer hold whole expert groups)
+                for mb, rec, d in product((1, 2, 3, 4, 8), RECOMPUTE, (dp, 2 * dp, dp + 1)):
+                    lay = TrainLayout(tp=tp, pp=pp, dp=d, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
+                                      recompute=rec)
+                    rules = memos.setdefault((tp, pp, cp), {})
+                    assert _layout_allowed(problem, lay, rules) == (not train_layout_violations(problem, lay))
+                    checked += 1
     assert checked > 500
 
 

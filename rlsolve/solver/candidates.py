@@ -297,6 +297,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         variants["colocated"] = whole_pool
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
     fronts: dict[tuple, list[tuple]] = {}
+    rules_of: dict[tuple, dict] = {}  # per (tp, pp, cp): the `_layout_allowed` memo
 
     def beaten(kind: str, hosts: frozenset, ref: str, quant: str, lay: TrainLayout, core_lb: float, aux: tuple,
                states: float) -> bool:
@@ -352,7 +353,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         # (ep, ZeRO, micro-batch, recompute) -> the scored layout without interleaving, the variant keys and
         # kinds done by then, and whether a heavier recompute was still to be tried
         plain: dict[tuple, tuple] = {}
-        rules: dict[tuple, bool] = {}  # `_layout_allowed` of these degrees
+        rules = rules_of.setdefault((tp, pp, cp), {})  # `_layout_allowed` of these degrees (any dp)
         mbs = micro_batches(problem, dp)
         bases = list(train_bases(problem, tp, pp, cp, dp))
         smallest: dict[tuple, bool] = {}  # (ep, vp, ZeRO) -> whether the base's smallest memory fits
@@ -891,15 +892,16 @@ def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
 
 
 def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> bool:
-    """No `train_layout_violations`, memoized in `rules` (the caller's, for one set of tp, pp,
-    dp, cp degrees) by what they depend on there: the expert, virtual-stage, ZeRO and recompute
-    choices, and the micro-batch only where the user names micro-batches or it does not split
-    the batch (the rules read it nowhere else)."""
+    """No `train_layout_violations`, memoized in `rules` (the caller's, for one set of tp, pp and
+    cp degrees) by what they depend on there: the expert, virtual-stage, ZeRO and recompute
+    choices, whether dp * micro-batch splits the batch and tp * dp * cp holds whole expert groups
+    (the rules read dp nowhere else), and the micro-batch itself only where the user names
+    micro-batches."""
     if rules is None:
         return not train_layout_violations(problem, lay)
-    mb = lay.micro_batch if "micro_batch" in problem.spec.constraints.training or \
-        problem.workload.global_batch % (lay.dp * lay.micro_batch) else 0
-    key = (lay.ep, lay.vp, lay.zero_stage, lay.recompute, mb)
+    mb = lay.micro_batch if "micro_batch" in problem.spec.constraints.training else 0
+    key = (lay.ep, lay.vp, lay.zero_stage, lay.recompute, mb, problem.workload.global_batch % (lay.dp * lay.micro_batch)
+           == 0, lay.tp * lay.dp * lay.cp % lay.ep == 0)
     hit = rules.get(key)
     if hit is None:
         hit = rules[key] = not train_layout_violations(problem, lay)
