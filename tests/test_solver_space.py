@@ -679,6 +679,34 @@ def test_memory_never_falls_with_a_larger_micro_batch_of_max_length_sequences():
     assert checked >= 60
 
 
+def test_memory_never_falls_with_more_virtual_stages_or_less_zero():
+    """Skip rule (`candidates._smallest_fits`): a training base whose smallest memory (micro-batch 1,
+    full recompute) is over the capacity with vp = 1, or with the highest ZeRO stage of its degrees, is
+    over it with more virtual stages or a lower ZeRO stage too: the policy's memory never falls with
+    either, exactly (the same floats compared)."""
+    from rlsolve.solver.rules import expert_degrees, vp_choices, zero_stages
+    rng = random.Random(29)
+    checked = 0
+    for problem in _random_problems(8, 31):
+        L = problem.policy.layers
+        for _ in range(20):
+            tp, pp, cp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2, 3, 4, 6]), rng.choice([1, 2]), rng.choice([1, 2, 8])
+            if pp > L:
+                continue
+            ep = rng.choice(expert_degrees(problem, tp, dp, cp))
+            base = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=rng.choice([1, 2]),
+                               recompute=rng.choice(RECOMPUTE), sequence_parallel=tp > 1)
+            zs, vps = zero_stages(pp), vp_choices(problem, pp)
+            for vp in vps:
+                totals = [policy_memory(problem, replace(base, vp=vp, zero_stage=z)).total for z in zs]
+                assert totals == sorted(totals, reverse=True)  # a lower ZeRO stage holds no less
+            for z in zs:
+                one = policy_memory(problem, replace(base, vp=1, zero_stage=z)).total
+                assert all(policy_memory(problem, replace(base, vp=vp, zero_stage=z)).total >= one for vp in vps)
+            checked += 1
+    assert checked >= 100
+
+
 def test_interleaving_that_only_adds_pipeline_time_is_dominated():
     """Dominance across virtual stages (`_interleaving_dominated`): where it says vp chunks are
     dominated by the same degrees without interleaving, the interleaved layout with the same
@@ -744,7 +772,8 @@ def test_interleaving_shortens_the_update_by_at_most_the_bubble():
 
 def test_the_layout_rules_memo_keeps_every_verdict():
     """`_layout_allowed` answers what `train_layout_violations` does, with the user's
-    micro-batch and recompute constraints too (its memo ignores the micro-batch otherwise)."""
+    micro-batch and recompute constraints too (its memo, one per tp, pp and cp, ignores the
+    micro-batch otherwise, and dp but for whether the batch and the expert groups split)."""
     from rlsolve.solver.candidates import _layout_allowed
     from rlsolve.solver.rules import train_bases, train_layout_violations
     rng = random.Random(31)
@@ -759,13 +788,13 @@ def test_the_layout_rules_memo_keeps_every_verdict():
         shapes = list(train_shapes(problem, pool))
         for n, tp, pp, cp, dp in rng.sample(shapes, min(15, len(shapes))):
             for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
-                for mb in (1, 2, 3, 4, 8):
-                    for rec in RECOMPUTE:
-                        lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
-                                          recompute=rec)
-                        rules = memos.setdefault((tp, pp, dp, cp), {})
-                        assert _layout_allowed(problem, lay, rules) == (not train_layout_violations(problem, lay))
-                        checked += 1
+                # other dp degrees share the memo (dp + 1: tp * dp * cp may no longer hold whole expert groups)
+                for mb, rec, d in product((1, 2, 3, 4, 8), RECOMPUTE, (dp, 2 * dp, dp + 1)):
+                    lay = TrainLayout(tp=tp, pp=pp, dp=d, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
+                                      recompute=rec)
+                    rules = memos.setdefault((tp, pp, cp), {})
+                    assert _layout_allowed(problem, lay, rules) == (not train_layout_violations(problem, lay))
+                    checked += 1
     assert checked > 500
 
 

@@ -245,10 +245,11 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
     t = steps = area = peak = reprefill = 0.0
     limited = False
     step_time = step.scalar_step_time
+    # (the sums below are over lists, not generators: the same floats in the same order, about twice as fast)
     fresh = None  # the KV in use summed at the end of the last event, while no preemption changed it since
     for _ in range(50 * g):
-        used = fresh if fresh is not None else sum(w[i] * (p + done[i]) for i in active)
-        n_act = sum(w[i] for i in active)
+        used = fresh if fresh is not None else sum([w[i] * (p + done[i]) for i in active])
+        n_act = sum([w[i] for i in active])
         while queue:  # admit
             i = queue[0]
             need = w[i] * (p + done[i])
@@ -264,12 +265,12 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
                 reprefill += need
         if not active:
             break
-        dt = min(L[i] - done[i] for i in active)
+        dt = min([L[i] - done[i] for i in active])
         if used + n_act * dt > cap and len(active) > 1:  # overflow before the next finish
             dt_over = max(1.0, (cap - used) / n_act)
             if dt_over < dt:
                 dt, limited = dt_over, True
-        ctx = sum(w[i] * (p + done[i]) for i in active) / n_act + dt / 2
+        ctx = sum([w[i] * (p + done[i]) for i in active]) / n_act + dt / 2
         t += dt * step_time(n_act, ctx)
         steps += dt
         area += n_act * dt
@@ -277,7 +278,7 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
         for i in active:
             done[i] += dt
         active = [i for i in active if L[i] - done[i] > 1e-9]
-        used = fresh = sum(w[i] * (p + done[i]) for i in active)
+        used = fresh = sum([w[i] * (p + done[i]) for i in active])
         while used > cap * 1.0001 and len(active) > 1:  # preempt the newest
             j = active.pop()
             queue.insert(0, j)

@@ -87,12 +87,15 @@ _STEPS: dict[tuple, tuple] = {}
 def _step_model(arch: Architecture, dev, lay: GenLayout, wb: float, host_per_seq: float, eager: bool) -> StepModel:
     """The engine's StepModel, memoized (a pure function of its arguments, never changed after it is
     built: the search bounds and simulates the same layout under many memory budgets). Keyed by the
-    identity of the architecture and device, guarded as `device` guards its own memo."""
-    key = (id(arch), id(dev), lay, wb, host_per_seq, eager)
+    identity of the architecture and device, guarded as `device` guards its own memo, and by one
+    replica's degrees: a StepModel reads tp, pp and ep, never dp, so the counts of one replica shape
+    share it (built with dp = 1)."""
+    key = (id(arch), id(dev), lay.tp, lay.pp, lay.ep, wb, host_per_seq, eager)
     hit = _STEPS.get(key)
     if hit is not None and hit[0] is arch and hit[1] is dev:
         return hit[2]
-    step = StepModel(arch, dev, lay, wb, wb, host_per_seq=host_per_seq, eager=eager)
+    step = StepModel(arch, dev, GenLayout(tp=lay.tp, pp=lay.pp, dp=1, ep=lay.ep), wb, wb, host_per_seq=host_per_seq,
+                     eager=eager)
     if len(_STEPS) > 4096:
         _STEPS.clear()
     _STEPS[key] = (arch, dev, step)

@@ -297,6 +297,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         variants["colocated"] = whole_pool
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
     fronts: dict[tuple, list[tuple]] = {}
+    rules_of: dict[tuple, dict] = {}  # per (tp, pp, cp): the `_layout_allowed` memo
 
     def beaten(kind: str, hosts: frozenset, ref: str, quant: str, lay: TrainLayout, core_lb: float, aux: tuple,
                states: float) -> bool:
@@ -352,15 +353,17 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         # (ep, ZeRO, micro-batch, recompute) -> the scored layout without interleaving, the variant keys and
         # kinds done by then, and whether a heavier recompute was still to be tried
         plain: dict[tuple, tuple] = {}
-        rules: dict[tuple, bool] = {}  # `_layout_allowed` of these degrees
-        for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+        rules = rules_of.setdefault((tp, pp, cp), {})  # `_layout_allowed` of these degrees (any dp)
+        mbs = micro_batches(problem, dp)
+        bases = list(train_bases(problem, tp, pp, cp, dp))
+        smallest: dict[tuple, bool] = {}  # (ep, vp, ZeRO) -> whether the base's smallest memory fits
+        top_zero = max((zero for _, _, zero in bases), default=0)
+        for ep, vp, zero in bases:
             if probe and vp > 1:
                 continue
             deadline.check("enumerating training layouts")
-            mbs = micro_batches(problem, dp)
-            if not mbs or policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
-                                                             micro_batch=mbs[0], recompute="full",
-                                                             sequence_parallel=tp > 1), cache).total > cap:
+            if not mbs or not _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache,
+                                             smallest):
                 continue  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
             # recomputes over memory at a smaller micro-batch: over at every larger one too, when
             # micro-batches hold max-length sequences (memory grows with them; not when packed)
@@ -856,6 +859,30 @@ def _interleaving_dominated(problem: Problem, plain: TrainLayout, t: Any, old: f
     return not train_layout_violations(problem, lay) and policy_memory(problem, lay, cache).total <= cap
 
 
+def _smallest_fits(problem: Problem, tp: int, pp: int, cp: int, dp: int, ep: int, vp: int, zero: int, mb: int,
+                   top_zero: int, cap: float, cache: dict, memo: dict) -> bool:
+    """Whether the smallest memory of a training base (its least micro-batch `mb`, full recompute)
+    fits `cap`, memoized in `memo` (the caller's, for one shape) per (ep, vp, ZeRO stage). The
+    policy's memory never falls with more virtual stages (more micro-batches in flight, the same
+    states) nor with a lower ZeRO stage (less sharded states, the same activations): a property
+    test, `test_memory_never_falls_with_more_virtual_stages_or_less_zero`. So where the same base
+    with vp = 1, or with the shape's highest ZeRO stage `top_zero`, does not fit, this one does
+    not either; both are bases of the same shape that the caller asks about anyway."""
+    key = (ep, vp, zero)
+    hit = memo.get(key)
+    if hit is None:
+        if (vp > 1 and not _smallest_fits(problem, tp, pp, cp, dp, ep, 1, zero, mb, top_zero, cap, cache, memo)) or (
+                zero < top_zero and not _smallest_fits(problem, tp, pp, cp, dp, ep, vp, top_zero, mb, top_zero, cap,
+                                                       cache, memo)):
+            hit = False
+        else:
+            hit = policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
+                                                     micro_batch=mb, recompute="full", sequence_parallel=tp > 1),
+                                cache).total <= cap
+        memo[key] = hit
+    return hit
+
+
 def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
     """`replace(base, recompute=rec)` without re-running the dataclass's __init__ (a plain
     frozen dataclass: its fields are its __dict__), which this hot loop pays for ~100k times."""
@@ -865,15 +892,16 @@ def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
 
 
 def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> bool:
-    """No `train_layout_violations`, memoized in `rules` (the caller's, for one set of tp, pp,
-    dp, cp degrees) by what they depend on there: the expert, virtual-stage, ZeRO and recompute
-    choices, and the micro-batch only where the user names micro-batches or it does not split
-    the batch (the rules read it nowhere else)."""
+    """No `train_layout_violations`, memoized in `rules` (the caller's, for one set of tp, pp and
+    cp degrees) by what they depend on there: the expert, virtual-stage, ZeRO and recompute
+    choices, whether dp * micro-batch splits the batch and tp * dp * cp holds whole expert groups
+    (the rules read dp nowhere else), and the micro-batch itself only where the user names
+    micro-batches."""
     if rules is None:
         return not train_layout_violations(problem, lay)
-    mb = lay.micro_batch if "micro_batch" in problem.spec.constraints.training or \
-        problem.workload.global_batch % (lay.dp * lay.micro_batch) else 0
-    key = (lay.ep, lay.vp, lay.zero_stage, lay.recompute, mb)
+    mb = lay.micro_batch if "micro_batch" in problem.spec.constraints.training else 0
+    key = (lay.ep, lay.vp, lay.zero_stage, lay.recompute, mb, problem.workload.global_batch % (lay.dp * lay.micro_batch)
+           == 0, lay.tp * lay.dp * lay.cp % lay.ep == 0)
     hit = rules.get(key)
     if hit is None:
         hit = rules[key] = not train_layout_violations(problem, lay)
@@ -1246,9 +1274,12 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                          for group, k in _in_flight_groups(problem, allowed_in)]
         for n in sorted(_gen_counts(problem, p, all_counts, out), reverse=True):
             for li, lay in _legal_engines(problem, p, n, memo, deadline):
-                recv_s = memo.get(("recv", p, lay))
-                if recv_s is None:  # (a pure function of the pool and the degrees: asked once per layout)
-                    recv_s = memo["recv", p, lay] = recv_time(problem, pool, lay)
+                # a pure function of the pool and the replica's degrees (`recv_time` reads tp, pp and ep
+                # through the GPU's weight share, never dp): asked once per replica shape, not per count
+                rkey = ("recv", p, lay.tp, lay.pp, lay.ep)
+                recv_s = memo.get(rkey)
+                if recv_s is None:
+                    recv_s = memo[rkey] = recv_time(problem, pool, lay)
                 recv = time_units(recv_s)
                 for hi, (hosts, q, allowed_in, k) in enumerate(host_variants):
                     key = (lay.tp, lay.pp, lay.ep, hosts, q, k)

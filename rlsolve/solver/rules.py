@@ -116,6 +116,8 @@ def asked(cons: dict[str, Any], key: str) -> list:
 
 def _user(role: str, cons: dict[str, Any], values: dict[str, Any], n: int | None) -> list[Violation]:
     """The user's allowed values; `n` None: the GPU count is checked elsewhere."""
+    if not cons:
+        return []  # (nothing named: the search asks this ~100k times per large solve)
     group = f"constraints.{role}"
     out = [Violation(group, f"constraints.{role}.{k}", f"{k}={v} is not allowed (allowed: {cons[k]})")
            for k, v in values.items() if not allowed(cons, k, v)]
