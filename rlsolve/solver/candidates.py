@@ -362,8 +362,10 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             if probe and vp > 1:
                 continue
             deadline.check("enumerating training layouts")
-            if not mbs or not _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache,
-                                             smallest):
+            fits = smallest.get((ep, vp, zero)) if mbs else False
+            if fits is None:
+                fits = _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache, smallest)
+            if not fits:
                 continue  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
             # recomputes over memory at a smaller micro-batch: over at every larger one too, when
             # micro-batches hold max-length sequences (memory grows with them; not when packed)
@@ -870,16 +872,19 @@ def _smallest_fits(problem: Problem, tp: int, pp: int, cp: int, dp: int, ep: int
     not either; both are bases of the same shape that the caller asks about anyway."""
     key = (ep, vp, zero)
     hit = memo.get(key)
-    if hit is None:
-        if (vp > 1 and not _smallest_fits(problem, tp, pp, cp, dp, ep, 1, zero, mb, top_zero, cap, cache, memo)) or (
-                zero < top_zero and not _smallest_fits(problem, tp, pp, cp, dp, ep, vp, top_zero, mb, top_zero, cap,
-                                                       cache, memo)):
-            hit = False
-        else:
-            hit = policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
-                                                     micro_batch=mb, recompute="full", sequence_parallel=tp > 1),
-                                cache).total <= cap
-        memo[key] = hit
+    if hit is not None:
+        return hit
+    for other in ((ep, 1, zero) if vp > 1 else None, (ep, vp, top_zero) if zero < top_zero else None):
+        if other is not None:
+            fits = memo.get(other)
+            if fits is None:
+                fits = _smallest_fits(problem, tp, pp, cp, dp, *other, mb, top_zero, cap, cache, memo)
+            if not fits:
+                memo[key] = False
+                return False
+    hit = memo[key] = policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
+                                                         micro_batch=mb, recompute="full", sequence_parallel=tp > 1),
+                                    cache).total <= cap
     return hit
 
 
