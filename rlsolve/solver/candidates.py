@@ -55,7 +55,7 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
                                critic_fits, critic_group_excess, critic_group_pass, critic_memory, critic_pass,
                                engine_release_time, gen_side, policy_memory,
                                recv_time, rollout_steps_in_flight, send_time, sync_time, train_aux,
-                               train_core)
+                               train_core, with_critic)
 from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, moe_host_efficiency
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
@@ -603,13 +603,24 @@ def _aux_dims(problem: Problem, lay: TrainLayout) -> tuple:
 
 def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts: frozenset, ref: str, quant: str,
             critic: TrainLayout | None, cache: dict, aux_of: dict) -> tuple:
-    """`train_aux` of this trainer and variant, memoized in `aux_of` by what it depends on (`dims`)."""
+    """`train_aux` of this trainer and variant, memoized in `aux_of` by what it depends on (`dims`).
+    With a critic of given degrees, the other models' part is asked once per trainer and variant
+    (`critic_apart`) and each critic's pass added to it (`with_critic`, as train_aux adds it)."""
     akey = (dims, ref, "reward" in hosts, quant, id(critic))
     hit = aux_of.get(akey)
     if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
-        hit = aux_of[akey] = (critic, train_aux(
-            problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
-            reward_quant=quant, cache=cache, critic=critic))
+        reward = "training" if "reward" in hosts else "elsewhere"
+        if critic is None or problem.value is None:
+            aux = train_aux(problem, pool, lay, reference=ref, reward=reward, reward_quant=quant, cache=cache,
+                            critic=critic)
+        else:
+            bkey = ("others", dims, ref, reward, quant)
+            others = aux_of.get(bkey)
+            if others is None:
+                others = aux_of[bkey] = train_aux(problem, pool, lay, reference=ref, reward=reward, reward_quant=quant,
+                                                  cache=cache, critic_apart=True)
+            aux = with_critic(others, problem, pool, critic, cache)
+        hit = aux_of[akey] = (critic, aux)
     return hit[1]
 
 
