@@ -655,6 +655,13 @@ def test_the_solvers_memos_keep_every_value():
                     a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps).total,
                     mem.states, mem.total)
                 assert critic_pass(problem, pool, critic, cache) == plain
+                # the solver's split of train_aux: the other models once, then each critic added
+                from rlsolve.perf.step import train_aux, with_critic
+                places = {"reference": rng.choice(["training", "cpu_offload", "elsewhere"]),
+                          "reward": rng.choice(["training", "elsewhere"]), "reward_quant": rng.choice(["none", "int8"])}
+                others = train_aux(problem, pool, lay, cache=cache, critic_apart=True, **places)
+                assert with_critic(others, problem, pool, critic, cache) == train_aux(problem, pool, lay, critic=critic,
+                                                                                      **places)
                 critics += 1
             checked += 1
     assert checked >= 100 and critics >= 30

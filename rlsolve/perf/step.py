@@ -420,9 +420,18 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
         # the critic trains on the same GPUs with its own degrees, or with the policy's
         vl = critic if critic is not None else TrainLayout(**{
             **_aux_layout(problem.value, lay).__dict__, "zero_stage": lay.zero_stage, "recompute": lay.recompute})
-        val_t, states, _ = critic_pass(problem, pool, vl, cache)
-        resident += states
+        return with_critic((ref_t, rew_t, val_t, resident), problem, pool, vl, cache)
     return ref_t, rew_t, val_t, resident
+
+
+def with_critic(aux: tuple[float, float, float, float], problem: Problem, pool: PoolHW, critic: TrainLayout,
+                cache: dict | None = None) -> tuple[float, float, float, float]:
+    """`train_aux`'s (reference s, reward s, value s, resident bytes) with the critic (PPO) trained on
+    the same GPUs with the degrees `critic`: its pass is the value time, its states stay resident
+    (`aux`: train_aux's answer with critic_apart, which the solver asks once per trainer layout and
+    completes here for each critic it pairs)."""
+    val_t, states, _ = critic_pass(problem, pool, critic, cache)
+    return aux[0], aux[1], val_t, aux[3] + states
 
 
 def train_side(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: str = "training",

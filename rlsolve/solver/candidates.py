@@ -55,7 +55,7 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
                                critic_fits, critic_group_excess, critic_group_pass, critic_memory, critic_pass,
                                engine_release_time, gen_side, policy_memory,
                                recv_time, rollout_steps_in_flight, send_time, sync_time, train_aux,
-                               train_core)
+                               train_core, with_critic)
 from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, moe_host_efficiency
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
@@ -362,8 +362,10 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             if probe and vp > 1:
                 continue
             deadline.check("enumerating training layouts")
-            if not mbs or not _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache,
-                                             smallest):
+            fits = smallest.get((ep, vp, zero)) if mbs else False
+            if fits is None:
+                fits = _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache, smallest)
+            if not fits:
                 continue  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
             # recomputes over memory at a smaller micro-batch: over at every larger one too, when
             # micro-batches hold max-length sequences (memory grows with them; not when packed)
@@ -601,13 +603,24 @@ def _aux_dims(problem: Problem, lay: TrainLayout) -> tuple:
 
 def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts: frozenset, ref: str, quant: str,
             critic: TrainLayout | None, cache: dict, aux_of: dict) -> tuple:
-    """`train_aux` of this trainer and variant, memoized in `aux_of` by what it depends on (`dims`)."""
+    """`train_aux` of this trainer and variant, memoized in `aux_of` by what it depends on (`dims`).
+    With a critic of given degrees, the other models' part is asked once per trainer and variant
+    (`critic_apart`) and each critic's pass added to it (`with_critic`, as train_aux adds it)."""
     akey = (dims, ref, "reward" in hosts, quant, id(critic))
     hit = aux_of.get(akey)
     if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
-        hit = aux_of[akey] = (critic, train_aux(
-            problem, pool, lay, reference=ref, reward="training" if "reward" in hosts else "elsewhere",
-            reward_quant=quant, cache=cache, critic=critic))
+        reward = "training" if "reward" in hosts else "elsewhere"
+        if critic is None or problem.value is None:
+            aux = train_aux(problem, pool, lay, reference=ref, reward=reward, reward_quant=quant, cache=cache,
+                            critic=critic)
+        else:
+            bkey = ("others", dims, ref, reward, quant)
+            others = aux_of.get(bkey)
+            if others is None:
+                others = aux_of[bkey] = train_aux(problem, pool, lay, reference=ref, reward=reward, reward_quant=quant,
+                                                  cache=cache, critic_apart=True)
+            aux = with_critic(others, problem, pool, critic, cache)
+        hit = aux_of[akey] = (critic, aux)
     return hit[1]
 
 
@@ -870,16 +883,19 @@ def _smallest_fits(problem: Problem, tp: int, pp: int, cp: int, dp: int, ep: int
     not either; both are bases of the same shape that the caller asks about anyway."""
     key = (ep, vp, zero)
     hit = memo.get(key)
-    if hit is None:
-        if (vp > 1 and not _smallest_fits(problem, tp, pp, cp, dp, ep, 1, zero, mb, top_zero, cap, cache, memo)) or (
-                zero < top_zero and not _smallest_fits(problem, tp, pp, cp, dp, ep, vp, top_zero, mb, top_zero, cap,
-                                                       cache, memo)):
-            hit = False
-        else:
-            hit = policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
-                                                     micro_batch=mb, recompute="full", sequence_parallel=tp > 1),
-                                cache).total <= cap
-        memo[key] = hit
+    if hit is not None:
+        return hit
+    for other in ((ep, 1, zero) if vp > 1 else None, (ep, vp, top_zero) if zero < top_zero else None):
+        if other is not None:
+            fits = memo.get(other)
+            if fits is None:
+                fits = _smallest_fits(problem, tp, pp, cp, dp, *other, mb, top_zero, cap, cache, memo)
+            if not fits:
+                memo[key] = False
+                return False
+    hit = memo[key] = policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
+                                                         micro_batch=mb, recompute="full", sequence_parallel=tp > 1),
+                                    cache).total <= cap
     return hit
 
 
