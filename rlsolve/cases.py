@@ -170,7 +170,8 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     --recompute-num-layers) and `pipeline_split_embedding_loss` (true: Megatron-Core's
     account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, checked in
     predict_train), `moe_dispatcher` (alltoall | deepep | hybridep) and `cuda_graphs` (none | partial |
-    full_iteration), the MoE stack of perf/train.py moe_host_efficiency, `adam_moment_dtype` (fp32 | bf16:
+    full_iteration), the MoE stack of perf/train.py moe_host_efficiency, `moe_a2a_overlap` (true: Megatron-Core
+    overlap_moe_expert_parallel_comm, perf/train.py ep_overlap_exposed), `adam_moment_dtype` (fp32 | bf16:
     Megatron-Core's precision-aware optimizer exp_avg_dtype / exp_avg_sq_dtype); `recompute_modules` and
     `activation_offload_layers` are read in _fit_recompute."""
     lay_in = row.get("layout") or {}
@@ -198,6 +199,16 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     recompute = str(lay_in.get("recompute", "none"))
     if recompute not in RECOMPUTE_ORDER:
         raise ValueError(f"layout.recompute must be one of {', '.join(RECOMPUTE_ORDER)}, got {recompute!r}")
+    a2a_overlap = lay_in.get("moe_a2a_overlap", False)
+    if not isinstance(a2a_overlap, bool):
+        raise ValueError(f"layout.moe_a2a_overlap must be true or false, got {a2a_overlap!r}")
+    if a2a_overlap:  # Megatron-Core's own checks (transformer_config.py, commit 2edffadb, L2094-2124)
+        if int(lay_in.get("ep", 1)) <= 1:
+            raise ValueError("layout.moe_a2a_overlap needs expert parallelism (layout.ep > 1)")
+        if pp > 1 and int(lay_in.get("vp") or 1) <= 1:
+            raise ValueError("layout.moe_a2a_overlap with layout.pp > 1 needs a virtual pipeline (layout.vp > 1)")
+        if recompute == "full":
+            raise ValueError("layout.moe_a2a_overlap cannot run with layout.recompute full")
     return TrainLayout(tp=tp, pp=pp, dp=int(lay_in.get("dp") or gpus // (tp * pp * cp)), cp=cp,
                        ep=int(lay_in.get("ep", 1)), vp=int(lay_in.get("vp") or 1),
                        zero_stage=int(lay_in.get("zero_stage", TRAIN_STRATEGIES[strategy])),
@@ -207,6 +218,7 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                        recompute_layers=int(lay_in.get("recompute_layers") or 0) if recompute == "full" else 0,
                        recompute_modules=tuple(m for m in _recompute_modules(lay_in) if m in RECOMPUTED_MODULES),
                        pipeline_split_embedding_loss=split, moe_dispatcher=dispatcher, cuda_graphs=graphs,
+                       moe_a2a_overlap=a2a_overlap,
                        adam_moment_bytes=ADAM_MOMENT_DTYPES[moments])
 
 

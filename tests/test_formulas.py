@@ -351,11 +351,59 @@ def test_expert_all_to_all_sends_only_the_off_node_share_over_the_nics():
     dev = Device(h100_pool(nodes=4))
     nbytes = 256e6
     bw, lat = dev.link(32)
-    t = expert_all_to_all(dev, nbytes, 32, 32)
+    t = expert_all_to_all(dev, nbytes, 8, 256, 32, 32)
     assert t == pytest.approx(24 / 32 * nbytes / bw + dev._steps(32) * lat, rel=1e-9)
     assert t < dev.all_to_all(nbytes, 32, 32)
     # inside one node nothing changes
-    assert expert_all_to_all(dev, nbytes, 8, 8) == dev.all_to_all(nbytes, 8, 8)
+    assert expert_all_to_all(dev, nbytes, 8, 256, 8, 8) == dev.all_to_all(nbytes, 8, 8)
+
+
+def test_expert_destinations_by_hand():
+    """Balanced top-k routing: the chance a unit holding E/u of the E experts gets none of a
+    token's k is C(E - E/u, k) / C(E, k)."""
+    from math import comb
+    from rlsolve.perf.train import expert_destinations
+    assert expert_destinations(256, 8, 4) == pytest.approx(4 * (1 - comb(192, 8) / comb(256, 8)), rel=1e-12)
+    assert expert_destinations(256, 8, 1) == 1.0
+    assert expert_destinations(8, 8, 4) == pytest.approx(4.0)  # every expert is picked
+    assert expert_destinations(256, 1, 32) == pytest.approx(1.0)  # one expert, one unit
+
+
+def test_flex_dispatcher_sends_a_token_once_per_remote_server():
+    """DeepEP / HybridEP across servers: one RDMA copy per destination server (DeepSeek-V3's
+    256 experts, top 8, EP 32 over four 8-GPU nodes: ~2.7 remote servers a token against the NCCL
+    dispatcher's 6 remote expert copies); inside one server every dispatcher moves the NCCL count."""
+    from math import comb
+    from rlsolve.perf.train import expert_all_to_all
+    dev = Device(h100_pool(nodes=4))
+    token, k = 4096 * 7168 * 2.0, 8
+    bw, lat = dev.link(32)
+    nccl = expert_all_to_all(dev, token * k, k, 256, 32, 32)
+    flex = expert_all_to_all(dev, token * k, k, 256, 32, 32, dedup=True)
+    remote = 3 * (1 - comb(192, 8) / comb(256, 8))
+    assert flex == pytest.approx(token * remote / bw + dev._steps(32) * lat, rel=1e-9)
+    assert nccl / flex == pytest.approx(6 / remote, rel=0.01)
+    assert expert_all_to_all(dev, token * k, k, 256, 8, 8, dedup=True) == expert_all_to_all(dev, token * k, k, 256, 8, 8)
+
+
+def test_ep_a2a_overlap_hides_a_nic_all_to_all_under_the_other_micro_batch():
+    """Megatron-Core's EP A2A overlap: each of a layer's four all-to-alls shows only what exceeds
+    the compute it runs beside; a transfer shorter than every slot hides whole, a longer one
+    shows the excess; an in-domain (host-bound) all-to-all does not hide."""
+    from rlsolve.perf.train import ep_overlap_exposed, ep_overlap_paired_share
+    # (gemm, attn, attn_bwd, elem, elem_bwd, ep, moe_block, ep_kernel): attention side 3 fwd / 6 bwd,
+    # MoE block 2 fwd (6 fwd+bwd)
+    layer = (4.0, 1.0, 2.0, 0.0, 0.0, 2.0, 2.0, 2.0)  # one all-to-all = 1
+    assert ep_overlap_exposed(layer) == 0.0
+    slow = (4.0, 1.0, 2.0, 0.0, 0.0, 10.0, 2.0, 10.0)  # one all-to-all = 5
+    assert ep_overlap_exposed(slow) == pytest.approx((5 - 3) + (10 - 6) + 0.0)
+    in_domain = (4.0, 1.0, 2.0, 0.0, 0.0, 2.0, 2.0, 0.0)
+    assert ep_overlap_exposed(in_domain) == pytest.approx(2 * 2.0)  # all of fwd + bwd ep shows
+    # the warmup forwards and cooldown backwards run unpaired: pp 8, vp 2 -> 7 + 8 + 1 of 2 x 128
+    lay = TrainLayout(pp=8, vp=2, ep=32, dp=32, moe_a2a_overlap=True)
+    assert ep_overlap_paired_share(lay, 128) == pytest.approx(1 - 16 / 256)
+    assert ep_overlap_paired_share(TrainLayout(ep=8, dp=8, moe_a2a_overlap=True), 16) == pytest.approx(15 / 16)
+    assert ep_overlap_paired_share(TrainLayout(pp=8, vp=2, ep=32, dp=32), 128) == 0.0
 
 
 def test_a_small_all_reduce_never_gets_cheaper_by_leaving_the_server():

@@ -80,6 +80,11 @@ class TrainLayout:
     # "full_iteration"); see moe_host_efficiency
     moe_dispatcher: str = "alltoall"
     cuda_graphs: str = "none"
+    # Megatron-Core overlap_moe_expert_parallel_comm (with delay_wgrad_compute; Megatron-Bridge's
+    # moe_a2a_overlap): the 1F1B steady state runs one micro-batch's forward and another's backward
+    # layer by layer, each one's expert all-to-all on a second stream under the other's compute
+    # (see ep_overlap_exposed)
+    moe_a2a_overlap: bool = False
     # bytes of each Adam moment (m, v): 4, or 2 where Megatron-Core's precision-aware optimizer keeps
     # them in bf16 (OptimizerConfig use_precision_aware_optimizer with exp_avg_dtype = exp_avg_sq_dtype =
     # bfloat16, megatron/core/optimizer/optimizer_config.py); the fp32 master weights stay
@@ -472,25 +477,80 @@ def moe_host_efficiency(lay: TrainLayout) -> float:
     return min(1.0, eff)
 
 
-def expert_all_to_all(dev: Device, nbytes: float, n: int, span: int) -> float:
-    """All-to-all of `nbytes` per rank over `n` ranks spread evenly over `span` GPUs. A rank
-    sends 1/n of its bytes to each peer; when the group leaves the NVLink domain only the share
-    bound for other domains crosses the NICs, while the share for peers in its own domain moves
-    over NVLink at the same time (NCCL all-to-all is point-to-point sends, each on the path to
-    its peer): the slower of the two, plus the latency of the slower tier."""
+def expert_destinations(experts: int, k: int, units: int) -> float:
+    """Expected distinct units (EP ranks, or servers) a token's k experts sit on when `experts`
+    are spread evenly over `units` and routing is balanced (each token's k experts a uniform draw
+    without replacement, as Megatron-Core's benchmark routing draws them: moe_router_force_load_balancing
+    replaces the router logits by random ones, router.py apply_random_logits): units times the chance
+    that a unit holds at least one of them, 1 - C(E - E/u, k) / C(E, k). Group-limited routing
+    (DeepSeek-V3 picks 4 of 8 expert groups) only lowers it."""
+    if units <= 1:
+        return 1.0
+    per = experts / units
+    miss = 1.0
+    for i in range(min(k, experts)):  # C(E - per, k) / C(E, k) as a product
+        miss *= max(0.0, (experts - per - i) / (experts - i))
+    return units * (1.0 - miss)
+
+
+def expert_all_to_all(dev: Device, nbytes: float, k: int, experts: int, n: int, span: int,
+                      dedup: bool = False) -> float:
+    """One dispatch (or combine) of a rank's tokens routed to k of `experts` experts over `n` EP
+    ranks spread evenly over `span` GPUs; `nbytes`: k copies of each token (its hidden state).
+
+    NCCL all-to-all (Megatron-Core's alltoall dispatcher) sends a copy of the token per routed
+    expert, k copies, 1/n of them to each rank; when the group leaves the NVLink domain the share
+    bound for other domains crosses the NICs while the share for peers in the rank's own domain
+    moves over NVLink at the same time (point-to-point sends, each on its peer's path): the slower
+    of the two, plus the latency of the slower tier.
+
+    Across domains the flex dispatcher (`dedup`: DeepEP, HybridEP) sends a token once per
+    destination server over RDMA, forwarded over NVLink inside it to each of its ranks there
+    (Megatron-LM megatron/core/transformer/moe/README.md, commit 2edffadb: DeepEP 'removes redundant
+    tokens during cross-node communication'; DeepEP V1 docs/legacy.md: kernels 'forwarding data from
+    NVLink domain to RDMA domain', dispatch layout num_tokens_per_rdma_rank / is_token_in_rank;
+    Hybrid-EP_Implementation.md: inter-node RDMA, intra-node NVLink; its tests/test_hybrid_ep.py counts
+    the RDMA bytes as count_rdma_send_from_routing_map, one per token and remote server, and its H100
+    table reaches 37-58 GB/s of them per GPU (BF16 dispatch, torch API) at 16-64 ranks, about the NIC's rate): expected distinct
+    servers and ranks under balanced routing (expert_destinations). Inside one NVLink domain the all-to-all is
+    the NCCL count for every dispatcher: what the flex dispatcher saves there (no top-k copies of the
+    global permute) is inside moe_flex_dispatcher_gain, measured end to end on GB200 NVL72 where all
+    EP traffic stays in the domain (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization,
+    commit eb0783b6, lines 69 and 108). The payload is
+    the 16-bit hidden state both ways: Megatron-Core passes it to DeepEP unquantized (fused_a2a.py,
+    same commit, FusedDispatch.forward; HybridEP asserts not fp8_dispatch)."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
     domain = max(dev.pool.scaleup_size, dev.pool.gpus_per_node)
-    if n <= 1 or nbytes <= 0 or span <= domain:
+    if span <= domain:
+        domains = local = 1
+    else:
+        local = max(1, min(n, round(n * domain / span)))  # group ranks in this rank's domain
+        domains = -(-n // local)
+    if domains == 1:  # inside the NVLink domain: the flex dispatcher's gain is moe_flex_dispatcher_gain's
         return dev.all_to_all(nbytes, n, span)
-    local = max(1, min(n, round(n * domain / span)))  # group ranks in this rank's domain
-    off = dev.all_to_all(nbytes * (n - local) / (n - 1), n, span)  # (n-local)/n of the bytes
-    inside = dev.all_to_all(nbytes * (local - 1) / (n - 1), local, domain) if local > 1 else 0.0
+    if not dedup:
+        off = dev.all_to_all(nbytes * (n - local) / (n - 1), n, span)  # (n-local)/n of the bytes
+        inside = dev.all_to_all(nbytes * (local - 1) / (n - 1), local, domain) if local > 1 else 0.0
+        return max(off, inside)
+    token_bytes = nbytes / k
+    # per-destination copies; all_to_all(b, m, .) moves (m-1)/m * b, so pass b = copies * m/(m-1)
+    ranks = expert_destinations(experts, k, n)
+    nodes = expert_destinations(experts, k, domains)
+    off = dev.all_to_all(token_bytes * nodes * (domains - 1) / domains * n / (n - 1), n, span)
+    # inside each destination server the RDMA receiver forwards to the token's ranks there: every
+    # (token, rank) copy crosses NVLink once, except the receiver's own (all_to_all's (m-1)/m)
+    inside = dev.all_to_all(token_bytes * ranks, local, domain) if local > 1 else 0.0
     return max(off, inside)
 
 
 def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float, seq_len: float,
-               moe: bool) -> tuple[float, float, float, float, float, float]:
-    """(gemm_s, attention_fwd_s, attention_bwd_s, elementwise_fwd_s, elementwise_bwd_s, ep_comm_s)
-    for one layer on one GPU (the backward's GEMMs are scaled by the caller)."""
+               moe: bool) -> tuple[float, float, float, float, float, float, float, float]:
+    """(gemm_s, attention_fwd_s, attention_bwd_s, elementwise_fwd_s, elementwise_bwd_s, ep_comm_s,
+    moe_block_s, ep_kernel_s) for one layer on one GPU (the backward's GEMMs are scaled by the
+    caller); moe_block_s: the part of gemm_s that is the MoE block (router, routed and shared
+    experts); ep_kernel_s: the all-to-all's own transfer time within ep_comm_s (less where the
+    host-bound stack stretches it)."""
     h, tp = arch.hidden, lay.tp
     shard = tp if lay.sp else 1
     attn_in = arch.attn_params_per_layer - arch.v_width * h
@@ -499,7 +559,7 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
     # widths (elements per token) of every GEMM input and output, for the FP8 casts below
     gemm_in = h / shard + arch.v_width / tp
     gemm_out = (attn_in / h) / tp + h / shard
-    ep_comm = sync = 0.0
+    ep_comm = sync = block = ep_kernel = 0.0
     if moe:
         k, E = arch.experts_per_token, arch.experts
         tok_expert = tokens * k / E * lay.ep  # tokens one local expert sees (balanced routing)
@@ -518,7 +578,8 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         width_elem = k * w + arch.shared_experts * w
         # dispatch + combine all-to-all of the routed hidden states
         span = lay.tp * lay.cp * lay.ep if lay.etp == lay.tp else lay.ep  # folded: EP spans the TP ranks
-        ep_comm = 2 * expert_all_to_all(dev, tokens * k * h * BF16 / tp, lay.ep, span)
+        ep_comm = 2 * expert_all_to_all(dev, tokens * k * h * BF16 / tp, k, E, lay.ep, span,
+                                        dedup=lay.moe_dispatcher != "alltoall")
         perm = 2 * (k * h + h) / tp  # permute (read h, write k*h) and unpermute (the reverse)
         # the dispatcher needs each expert's token count on the host: one sync per pass (none inside
         # a full-iteration CUDA graph, which the sync-free path makes possible)
@@ -529,7 +590,14 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         # (short, issued right after the sync); one over the NICs is long and bandwidth-bound.
         eff = moe_host_efficiency(lay)
         gemm += mlp / eff
+        block = mlp / eff
         perm /= eff
+        # the all-to-all's transfer, the part the EP A2A overlap can hide: one over the NICs; one
+        # inside the NVLink domain is host-bound (below), and the overlap's extra stage syncs add to
+        # the host time (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, commit
+        # eb0783b6, line 237: 1F1B AlltoAll overlap 'aggravates the CPU overhead, so the overall
+        # benefit is negative on the GB200'), so none of it hides there
+        ep_kernel = ep_comm if span > dev.pool.scaleup_size else 0.0
         if span <= dev.pool.scaleup_size:
             ep_comm /= eff
     else:
@@ -559,7 +627,7 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         fwd_bytes += FP8_CAST_BYTES * gemm_in
         bwd_bytes += FP8_CAST_BYTES * gemm_out
     return (gemm, attention, attention_bwd, dev.stream_time(tokens * fwd_bytes) + sync,
-            dev.stream_time(tokens * bwd_bytes) + sync, ep_comm)
+            dev.stream_time(tokens * bwd_bytes) + sync, ep_comm, block, ep_kernel)
 
 
 def layer_elementwise_elems(arch: Architecture, width_elem: float, shard: int = 1, tp: int = 1) -> float:
@@ -772,8 +840,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         layer = sum((1 - moe_frac) * d * k + moe_frac * x * k for d, x, k in zip(dense, moe, (3, 1, 1, 1, 1, 2)))
         if lay.pp > 2 and layer + 4 * tp_layer > 3 * (head + head_elem):
             layers_stage, head, head_elem = lay.vp * slots, 0.0, 0.0
-    gemm, attn, attn_b, elem, elem_b, ep = (layers_stage * ((1 - moe_frac) * d + moe_frac * m)
-                                            for d, m in zip(dense, moe))
+    gemm, attn, attn_b, elem, elem_b, ep, _, _ = (layers_stage * ((1 - moe_frac) * d + moe_frac * m)
+                                                  for d, m in zip(dense, moe))
     tp_fwd = layers_stage * 2 * tp_layer
     cp_fwd = layers_stage * cp_layer
     attn_fwd_exposed = max(attn, cp_fwd) if lay.cp > 1 else attn
@@ -797,9 +865,50 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     pp_bytes = tokens * arch.hidden * BF16 / (lay.tp if lay.sp else 1)
     pp_span = 2 * lay.tp * lay.cp * lay.dp
     p2p = dev.p2p(pp_bytes, pp_span) if lay.pp > 1 else 0.0
+    ep_hidden = 0.0
+    if lay.moe_a2a_overlap and arch.is_moe:
+        ep_hidden = layers_stage * moe_frac * (2 * moe[5] - ep_overlap_exposed(moe, bwd_gemm))
     return {"fwd": sum(fwd.values()), "bwd": sum(bwd.values()), "fwd_compute": fwd["compute"],
             "bwd_compute": bwd["compute"], "tp": fwd["tp"] + bwd["tp"], "ep": fwd["ep"] + bwd["ep"],
-            "cp": fwd["cp"] + bwd["cp"], "p2p": p2p}
+            "cp": fwd["cp"] + bwd["cp"], "p2p": p2p, "ep_hidden": ep_hidden}
+
+
+def ep_overlap_exposed(moe_layer: tuple, bwd_gemm: float = 2.0) -> float:
+    """Expert all-to-all seconds a MoE layer leaves exposed when one micro-batch's forward and
+    another's backward run together under Megatron-Core's EP A2A overlap (`moe_layer`: _layer_fwd's
+    tuple). Megatron-LM megatron/core/models/common/model_chunk_schedule_plan.py (commit 2edffadb,
+    TransformerLayerSchedulePlan.run) runs per layer pair
+        comm stream:    combine_bwd | dispatch_fwd -> dispatch_bwd    | combine_fwd
+        compute stream: attn_fwd    | mlp_bwd -> mlp_bwd_dw -> mlp_fwd | attn_bwd
+    so each of the four all-to-alls (a quarter of the layer's forward + backward ep_comm) hides
+    under the compute beside it and shows only what exceeds it. Only a transfer over the NICs hides
+    (_layer_fwd's ep_kernel_s): an all-to-all inside the NVLink domain is host time in the model,
+    which a second stream does not shorten (one host launches both micro-batches' kernels). The
+    attention side is the layer's compute less the MoE block (its
+    backward: bwd_gemm GEMM passes, the attention backward, twice the elementwise bytes); the MoE
+    block's backward is bwd_gemm times its forward."""
+    gemm, attn, attn_b, elem, elem_b, ep, block, ep_kernel = moe_layer[:8]
+    a, ak = ep / 2, ep_kernel / 2  # one all-to-all: the layer's forward runs two (dispatch, combine)
+    attn_f = gemm - block + attn + elem
+    attn_bw = bwd_gemm * (gemm - block) + attn_b + elem_b
+    mlp = block * (1 + bwd_gemm)
+    hideable = max(0.0, ak - attn_f) + max(0.0, 2 * ak - mlp) + max(0.0, ak - attn_bw)
+    return 4 * (a - ak) + hideable
+
+
+def ep_overlap_paired_share(lay: TrainLayout, microbatches: float) -> float:
+    """Share of a step's micro-batch passes that run paired (a forward with another micro-batch's
+    backward) under EP A2A overlap; the warmup forwards and the cooldown backwards run alone.
+    Megatron-LM megatron/core/pipeline_parallel/schedules.py (commit 2edffadb, lines 805-831):
+    the interleaved schedule's warmup is (pp - rank - 1) * 2 + (vp - 1) * pp chunk-forwards plus
+    one more with overlap_moe_expert_parallel_comm (taken at the mean rank, pp - 1 for the first
+    term); without a pipeline (combined_1f1b_schedule_for_no_pipelining) the first forward and the
+    last backward run alone. The overlap requires vp with pp > 1 (transformer_config.py L2099-2103)."""
+    if not lay.moe_a2a_overlap:
+        return 0.0
+    passes = max(1.0, microbatches * lay.vp)
+    alone = (lay.pp - 1) + (lay.vp - 1) * lay.pp + 1 if lay.pp > 1 else 1
+    return max(0.0, 1.0 - alone / passes)
 
 
 def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: int, seq_len: float,
@@ -849,7 +958,8 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
         dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
     t = TrainTime(
         compute=m * (st["fwd_compute"] + st["bwd_compute"] + logits),
-        tp_comm=m * st["tp"], cp_comm=m * st["cp"], ep_comm=m * st["ep"], pp_comm=p2p,
+        tp_comm=m * st["tp"], cp_comm=m * st["cp"],
+        ep_comm=m * (st["ep"] - ep_overlap_paired_share(lay, m) * st.get("ep_hidden", 0.0)), pp_comm=p2p,
         bubble=bubble, dp_comm=dp_exposed, optimizer=opt)
     return t.scaled(optimizer_steps / dev.train_efficiency)
 
