@@ -517,8 +517,8 @@ def expert_all_to_all(dev: Device, nbytes: float, k: int, experts: int, n: int, 
     dispatcher saves there (no top-k copies of the global permute) is inside moe_flex_dispatcher_gain,
     measured end to end on GB200 NVL72 where all EP traffic stays in the domain (Megatron-LM
     docs/discussions/deepseek-v3-gb200-optimization, commit eb0783b6, lines 69 and 108). The payload
-    is the 16-bit hidden state both ways: Megatron-Core passes it to DeepEP unquantized (fused_a2a.py,
-    same commit, FusedDispatch.forward; HybridEP asserts not fp8_dispatch)."""
+    is the 16-bit hidden state both ways: Megatron-Core passes it to DeepEP unquantized (fused_a2a.py
+    at 2edffadb, FusedDispatch.forward; HybridEP asserts not fp8_dispatch)."""
     if n <= 1 or nbytes <= 0:
         return 0.0
     domain = max(dev.pool.scaleup_size, dev.pool.gpus_per_node)
