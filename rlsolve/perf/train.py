@@ -511,14 +511,14 @@ def expert_all_to_all(dev: Device, nbytes: float, k: int, experts: int, n: int, 
     NVLink domain to RDMA domain', dispatch layout num_tokens_per_rdma_rank / is_token_in_rank;
     Hybrid-EP_Implementation.md: inter-node RDMA, intra-node NVLink; its tests/test_hybrid_ep.py counts
     the RDMA bytes as count_rdma_send_from_routing_map, one per token and remote server, and its H100
-    table reaches 37-58 GB/s of them per GPU (BF16 dispatch, torch API) at 16-64 ranks, about the NIC's rate): expected distinct
-    servers and ranks under balanced routing (expert_destinations). Inside one NVLink domain the all-to-all is
-    the NCCL count for every dispatcher: what the flex dispatcher saves there (no top-k copies of the
-    global permute) is inside moe_flex_dispatcher_gain, measured end to end on GB200 NVL72 where all
-    EP traffic stays in the domain (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization,
-    commit eb0783b6, lines 69 and 108). The payload is
-    the 16-bit hidden state both ways: Megatron-Core passes it to DeepEP unquantized (fused_a2a.py,
-    same commit, FusedDispatch.forward; HybridEP asserts not fp8_dispatch)."""
+    table reaches 37-58 GB/s of them per GPU (BF16 dispatch, torch API) at 16-64 ranks, about the
+    NIC's rate): expected distinct servers and ranks under balanced routing (expert_destinations).
+    Inside one NVLink domain the all-to-all is the NCCL count for every dispatcher: what the flex
+    dispatcher saves there (no top-k copies of the global permute) is inside moe_flex_dispatcher_gain,
+    measured end to end on GB200 NVL72 where all EP traffic stays in the domain (Megatron-LM
+    docs/discussions/deepseek-v3-gb200-optimization, commit eb0783b6, lines 69 and 108). The payload
+    is the 16-bit hidden state both ways: Megatron-Core passes it to DeepEP unquantized (fused_a2a.py
+    at 2edffadb, FusedDispatch.forward; HybridEP asserts not fp8_dispatch)."""
     if n <= 1 or nbytes <= 0:
         return 0.0
     domain = max(dev.pool.scaleup_size, dev.pool.gpus_per_node)
