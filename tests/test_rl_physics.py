@@ -227,6 +227,35 @@ def test_an_fsdp_trainer_gathers_its_fp32_masters_for_every_refit_where_the_fram
     assert tp8 > p.policy.total_params * 4 * 7 / 8 / (p.pool.gpu.nvlink_gbps_per_dir * 1e9)
 
 
+def test_a_megatron_trainer_gathers_every_full_tensor_over_tp_and_pp_for_a_refit_before_nemo_rl_0_4():
+    """NeMo-RL 0.3's Megatron refit all-gathers each tensor over TP and broadcasts it from its stage over
+    the PP group: every trainer GPU receives the whole model in bf16, across the nodes when the pipeline
+    spans them; later releases (Megatron-Bridge export, not read) and plans without a release pay none."""
+    from dataclasses import replace as _replace
+    from rlsolve.perf.step import refit_gather_time
+    from rlsolve.perf.train import TrainLayout
+    assert framework_costs("nemo-rl", "0.3.0").megatron_refit_gather_bytes == 2
+    assert framework_costs("nemo-rl", "0.4.0").megatron_refit_gather_bytes is None
+    assert framework_costs("nemo-rl").megatron_refit_gather_bytes is None
+    assert framework_costs("verl", "0.3.0").megatron_refit_gather_bytes is None
+    p = resolve(load_spec({**SPEC, "model": {"policy": "llama-3.1-70b"},
+                           "cluster": {"gpu": "H100-SXM-80GB", "nodes": 8, "gpus_per_node": 8}}))
+    v03 = _replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl", "0.3.0")))
+    lay = TrainLayout(tp=4, pp=4, dp=4, zero_stage=1, micro_batch=1)
+    t = refit_gather_time(v03, p.pool, lay)
+    # three of the four stages' bf16 tensors reach every GPU, through its own NIC at best
+    assert t > p.policy.total_params * 2 * 3 / 4 / (p.pool.nic_gbytes_per_gpu * 1e9)
+    # a pipeline inside one server gathers over NVLink: far less
+    small = resolve(load_spec({**SPEC, "model": {"policy": "llama-3.1-8b"}}))
+    small03 = _replace(small, workload=_replace(small.workload, framework=framework_costs("nemo-rl", "0.3.0")))
+    inside = refit_gather_time(small03, small.pool, TrainLayout(tp=1, pp=2, dp=4, zero_stage=1, micro_batch=1))
+    assert 0 < inside < small.policy.total_params * 2 / (small.pool.nic_gbytes_per_gpu * 1e9)
+    assert refit_gather_time(_replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl", "0.4.0"))),
+                             p.pool, lay) == 0.0
+    lora = _replace(v03, workload=_replace(v03.workload, lora_rank=16))
+    assert refit_gather_time(lora, p.pool, lay) == 0.0
+
+
 def test_nemo_rls_disaggregated_refit_broadcasts_the_whole_model_to_every_engine_gpu():
     """NeMo-RL broadcasts every full tensor from training rank 0 over one communicator of all trainers
     and engines: each engine GPU receives the whole model whatever its TP shard, through its server's

@@ -89,6 +89,9 @@ class FrameworkRuntime(_Strict):
     # bytes per parameter the FSDP trainer all-gathers to build the full tensors it hands the engine
     # at each refit (None: not read; no gather is charged)
     fsdp_refit_gather_bytes_per_param: _Float | None = None
+    # bytes per parameter a Megatron (sharded-optimizer) trainer gathers over its tensor- and pipeline-parallel
+    # groups to build the full tensors of every refit (None: not read; none charged)
+    megatron_refit_gather_bytes_per_param: _FloatUntil | None = None
     # a disaggregated refit broadcasts every full tensor from one trainer rank to all engine GPUs
     # (None: not read; each engine GPU receives its own shard)
     refit_broadcasts_full_model: _Bool | None = None
@@ -134,8 +137,8 @@ class FrameworkCosts:
     bytes per parameter its FSDP copies on the compute stream in a forward and a backward (None:
     not read, none charged); whether its disaggregated refit broadcasts the whole model to every
     engine GPU; the HBM bytes per parameter its FP8 engines move quantizing each refit; the bytes
-    per parameter its FSDP trainer all-gathers into full tensors for every refit (None: none
-    charged)."""
+    per parameter its FSDP trainer all-gathers into full tensors for every refit, and its Megatron
+    trainer over the tensor- and pipeline-parallel groups (None: none charged)."""
 
     orchestration_s: float
     rollout_logprobs: bool
@@ -148,6 +151,7 @@ class FrameworkCosts:
     loss_per_packed_sequence: bool = False
     fsdp_copy_bytes: tuple[float, float] | None = None
     fsdp_refit_gather_bytes: float | None = None
+    megatron_refit_gather_bytes: float | None = None
     refit_full_broadcast: bool = False
     fp8_refit_quantize_bytes: float | None = None
 
@@ -181,6 +185,7 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
     logit_bwd = [_holds(f.logit_fp32_bytes_backward, version) for f in chosen]
     copies = [f.fsdp_copy_bytes_per_param for f in chosen]
     gather = [f.fsdp_refit_gather_bytes_per_param for f in chosen]
+    gather_mcore = [_holds(f.megatron_refit_gather_bytes_per_param, version) for f in chosen]
     quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
                           rollout_logprobs=all(f.rollout_logprobs.value for f in chosen),
@@ -198,6 +203,8 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
                           fsdp_copy_bytes=None if None in copies else tuple(
                               min(x.value[k] for x in copies) for k in ("forward", "backward")),
                           fsdp_refit_gather_bytes=None if None in gather else min(x.value for x in gather),
+                          megatron_refit_gather_bytes=None if None in gather_mcore else min(
+                              x.value for x in gather_mcore),
                           refit_full_broadcast=all(f.refit_broadcasts_full_model is not None
                                                    and f.refit_broadcasts_full_model.value for f in chosen),
                           fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant))

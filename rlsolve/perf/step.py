@@ -466,17 +466,33 @@ def train_side(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: s
 
 
 def refit_gather_time(problem: Problem, pool: PoolHW, lay: TrainLayout) -> float:
-    """Seconds the trainers spend building full parameters for a refit where the framework's FSDP
-    path all-gathers them (workload.framework.fsdp_refit_gather_bytes: NeMo-RL's DTensor worker turns
-    every fp32 master shard into its full tensor): an all-gather over the data-parallel (and context)
-    ranks of the tensor-parallel shard, then over the tensor-parallel ranks. Sharded-optimizer
-    (Megatron) trainers gather over TP/PP/EP only, inside the measured refit rate: none here."""
-    b = problem.workload.framework.fsdp_refit_gather_bytes
-    if b is None or lay.zero_stage < 3 or problem.workload.lora_rank:
+    """Seconds the trainers spend building full parameters for a refit where the framework's
+    trainer gathers them. FSDP (workload.framework.fsdp_refit_gather_bytes: NeMo-RL's DTensor worker
+    turns every fp32 master shard into its full tensor): an all-gather over the data-parallel (and
+    context) ranks of the tensor-parallel shard, then over the tensor-parallel ranks. Sharded-optimizer
+    Megatron trainers (workload.framework.megatron_refit_gather_bytes: NeMo-RL before 0.4 gathers each
+    tensor over the TP group, then broadcasts it from its pipeline stage to the whole pipeline group):
+    the TP all-gather of this stage's tensors inside the TP group, then every other stage's full tensors
+    received over the PP group, whose ranks sit tp x cp x dp apart (Megatron's default tp-cp-ep-dp-pp
+    rank order) and so cross the nodes once the model spans more than one; the broadcasts from each
+    stage in turn move what an all-gather of the whole model over the PP ranks moves. The rest of a
+    refit (conversion, CUDA-IPC hand-off, the engine's load) is in the measured refit rate, measured
+    where these gathers stay on NVLink. Expert-parallel gathers (MoE) are not counted here."""
+    fw, lora = problem.workload.framework, problem.workload.lora_rank
+    if lora:
         return 0.0
     dev = device(pool, problem.workload.precision, problem.profile)
+    if lay.zero_stage >= 3:
+        b = fw.fsdp_refit_gather_bytes
+        if b is None:
+            return 0.0
+        full = problem.policy.total_params * b
+        return dev.all_gather(full / lay.tp, lay.dp * lay.cp, lay.gpus) + dev.all_gather(full, lay.tp, lay.tp)
+    b = fw.megatron_refit_gather_bytes
+    if b is None:
+        return 0.0
     full = problem.policy.total_params * b
-    return dev.all_gather(full / lay.tp, lay.dp * lay.cp, lay.gpus) + dev.all_gather(full, lay.tp, lay.tp)
+    return dev.all_gather(full / lay.pp, lay.tp, lay.tp) + dev.all_gather(full, lay.pp, lay.gpus)
 
 
 # --- auxiliary pool -----------------------------------------------------------------------
