@@ -184,7 +184,7 @@ def extra_report():
 
 
 def test_the_extra_rows_are_all_scored_or_explained(extra_report):
-    """benchmarks/data/extra_cases.yaml (200 rows from the same public sources) stays in the
+    """benchmarks/data/extra_cases.yaml (204 rows from the same public sources) stays in the
     format: every row is predicted or reported with its reason, none silently dropped."""
     data = yaml.safe_load(EXTRA.read_text())
     rep = extra_report
