@@ -470,6 +470,12 @@ def _train_strategy(row: dict) -> str | None:
     return _named_once(f"{row.get('source', '')} {row.get('notes', '')}", _STRATEGY_NAMES)
 
 
+def _no_reference(row: dict) -> bool:
+    """`layout.reference: none`: the run has no reference policy (no KL term; verl builds none unless
+    use_kl_loss or use_kl_in_reward, verl/trainer/ppo/utils.py need_reference_policy at main b178a3cd5)."""
+    return (row.get("layout") or {}).get("reference") == "none"
+
+
 def rl_step_spec(row: dict, *, free: bool = False) -> dict:
     """The spec a published RL step implies. The row's layout choices become constraints, so the
     solver's best under them can stand in for a layout the row does not give; `free` leaves the
@@ -500,7 +506,7 @@ def rl_step_spec(row: dict, *, free: bool = False) -> dict:
         "cluster": {"gpu": hw["gpu"], "nodes": max(1, math.ceil(hw["gpus"] / hw.get("gpus_per_node", 8))),
                     "gpus_per_node": min(hw["gpus"], hw.get("gpus_per_node", 8)),
                     "network": hw.get("network", "IB-NDR-400")},
-        "model": {"policy": policy, "reference": "policy", "reward": "rule", "value": None if
+        "model": {"policy": policy, "reference": None if _no_reference(row) else "policy", "reward": "rule", "value": None if
                   lay.get("algorithm", "grpo") == "grpo" else "policy", "precision": _precision(row),
                   "lora_rank": int(lay.get("lora_rank", 0))},
         "rl": {"algorithm": lay.get("algorithm", "grpo"), "prompts_per_step": samples, "samples_per_prompt": 1,
@@ -610,11 +616,16 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
     micro = {"packed_tokens": budget, "packed_micro_batch": None if budget is None else packed_mb,
              "logprob_micro_batch": None if lp_mb is None else float(lp_mb),
              "logprob_packed_tokens": lp_budget, "dynamic_round": dyn_round, "engine_eager": eager,
-             "engine_sync_output": eager and v0}
+             "engine_sync_output": eager and v0,
+             # fixed micro-batches without their padding (verl use_remove_padding): memory of the real tokens
+             "unpadded": budget is None and bool(tr.get("remove_padding", False))}
     if fw_name is not None and lay.get("framework_version") is not None:
         # the costs of the release the row ran, where a fact changed between releases
         micro["framework"] = framework_costs(fw_name, str(lay["framework_version"]))
-    reference = default("reference placement", fw.reference) if fw else "training"
+    if _no_reference(row):
+        reference = "none"
+    else:
+        reference = default("reference placement", fw.reference) if fw else "training"
     offload = lay.get("offload")
     if offload is None:
         offload = default("offload", fw.train_offload_during_rollout) if fw and mode == "colocated" else False
@@ -705,6 +716,21 @@ def _score_recipe(row: dict, profile: dict | None):
     return plan, "recipe layout", assumed
 
 
+def _refit_inside_generation(row: dict, measured_phases: dict) -> bool:
+    """True where the row's measured generation holds the refit: its framework times the new weights'
+    load inside its rollout timer unless it prints a refit timer of its own (runlogs/phases.py
+    FrameworkTimers.refit_in_generation_unless, the one place that says so: verl's `gen` holds the
+    hybrid engine's weight load until `update_weights` is timed apart), and the row gives no
+    weight_sync of its own."""
+    from rlsolve.runlogs.phases import TIMERS
+    try:
+        timers = TIMERS.get(framework_name(row) or "")
+    except ValueError:
+        return False
+    return (timers is not None and bool(timers.refit_in_generation_unless)
+            and "generation" in measured_phases and "weight_sync" not in measured_phases)
+
+
 def predict_rl_step(row: dict, profile: dict | None = None, headroom: bool = True) -> CaseResult:
     from rlsolve.solver import solve
     try:
@@ -723,6 +749,10 @@ def predict_rl_step(row: dict, profile: dict | None = None, headroom: bool = Tru
         pass
     phases = plan_phases(plan)
     measured_phases = meas.get("phases_measured_s") or {}
+    if _refit_inside_generation(row, measured_phases):
+        phases = {**phases, "generation": phases["generation"] + phases["weight_sync"], "weight_sync": 0.0}
+        assumed = [*assumed, "generation compared with the plan's generation + weight_sync (the framework's rollout "
+                   "timer holds the hybrid engine's refit)"]
     unknown = sorted(set(measured_phases) - set(RL_PHASES))
     if unknown:
         return CaseResult(row["id"], "rl_step", modelled=False,

@@ -39,6 +39,10 @@ class Workload:
     # packed to; None: the training micro-batches
     logprob_micro_batch: float | None = None
     logprob_packed_tokens: int | None = None
+    # fixed-size micro-batches that carry only their sequences' own tokens (verl use_remove_padding:
+    # flash-attn varlen on the unpadded tokens, verl/workers/actor/dp_actor.py _forward_micro_batch
+    # unpad_input at v0.3.0.post1): memory is sized for mean-length sequences, not the cap
+    unpadded: bool = False
 
     @property
     def seq_mean(self) -> float:

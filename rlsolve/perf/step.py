@@ -305,6 +305,8 @@ def policy_memory(problem: Problem, lay: TrainLayout, cache: dict | None = None)
     (the solver asks for every micro-batch and recompute of a layout)."""
     wl = problem.workload
     seq = wl.seq_max if wl.packed_tokens is None else max(1.0, wl.packed_tokens / lay.micro_batch)
+    if wl.packed_tokens is None and wl.unpadded:
+        seq = wl.seq_mean  # the micro-batch holds its sequences' own tokens (workload.unpadded)
     return train_memory(problem.policy, lay, seq, lora_rank=problem.workload.lora_rank, memo=cache)
 
 
@@ -361,7 +363,8 @@ def critic_group_excess(forwards: float, update: float, critic_fwd: float, criti
 def critic_memory(problem: Problem, critic: TrainLayout, cache: dict | None = None) -> TrainMem:
     """Peak training memory of the critic with its own degrees (max-length sequences);
     `cache` memoizes its states as `policy_memory`'s does."""
-    return train_memory(problem.value, critic, problem.workload.seq_max, memo=cache)
+    wl = problem.workload
+    return train_memory(problem.value, critic, wl.seq_mean if wl.unpadded else wl.seq_max, memo=cache)
 
 
 def critic_fits(mem: TrainMem, resident: float, critic_states: float, critic_peak: float, cap: float) -> bool:

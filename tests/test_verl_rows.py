@@ -1,0 +1,81 @@
+"""verl rows of the case files (issue 15): what `rlsolve cases` reads from a verl run's layout
+beyond the shared fields, each tied to the verl behaviour it stands for."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from rlsolve.cases import predict_rl_step, rl_step_spec
+
+
+def _row(**training) -> dict:
+    """deepseek-llm-7b GRPO on one node of 8 H100 as verl's GSM8K example runs it (the ROCm blog's
+    H100 row: 5120 samples, 80-sequence training micro-batches, 110 for the log-probs)."""
+    return {
+        "id": "verl-grpo", "kind": "rl_step", "source": "test",
+        "hardware": {"gpu": "H100-SXM-80GB", "gpus": 8, "gpus_per_node": 8},
+        "model": {"name": "deepseek-llm-7b-chat", "layers": 30, "hidden": 4096, "heads": 32, "kv_heads": 32,
+                  "ffn": 11008, "vocab": 102400, "activation": "swiglu"},
+        "precision": "bf16",
+        "layout": {"algorithm": "grpo", "mode": "colocated", "staleness": 0,
+                   "generation": {"tp": 2, "pp": 1, "gpus": 8, "enforce_eager": True, "max_num_seqs": 1024},
+                   "training": {"tp": 1, "cp": 1, "pp": 1, "gpus": 8, "zero_stage": 3, "micro_batch": 80,
+                                "logprob_micro_batch": 110, "recompute": "full", "sequence_packing": False,
+                                **training},
+                   "samples_per_step": 5120, "train_global_batch": 1280, "avg_seq_len": 133, "prompt_len": 83,
+                   "max_seq_len": 1107, "clip_ratio": 0.0, "framework": "verl", "engine": "vllm",
+                   "engine_version": "0.6.3", "train_strategy": "fsdp", "gpu_memory_utilization": 0.4,
+                   "offload": "none"},
+        "measured": {"step_s": 100.0, "phases_measured_s": {"generation": 50.0, "train": 30.0}},
+    }
+
+
+@pytest.fixture(scope="module")
+def unpadded():
+    return predict_rl_step(_row(remove_padding=True), headroom=False)
+
+
+def test_padded_micro_batches_of_80_do_not_fit_an_h100(unpadded):
+    # 80 sequences sized at the 1107-token cap: the activations alone pass 80 GB
+    padded = predict_rl_step(_row(), headroom=False)
+    assert not padded.modelled and "does not fit in GPU memory" in padded.note
+
+
+def test_remove_padding_sizes_memory_for_the_real_tokens_and_leaves_the_time(unpadded):
+    """verl's use_remove_padding runs each fixed micro-batch on its sequences' own tokens (flash-attn
+    varlen), so the same run fits; the time model already computes mean-length sequences."""
+    assert unpadded.modelled and unpadded.error is not None
+    # the time terms do not depend on the memory sizing: the same row with a micro-batch small
+    # enough to fit padded trains in the same time per token within the micro-batch effect
+    small = predict_rl_step(_row(micro_batch=8, logprob_micro_batch=8), headroom=False)
+    assert small.modelled
+    assert unpadded.extra["phases_s"]["generation"] == pytest.approx(small.extra["phases_s"]["generation"], rel=1e-6)
+
+
+def test_verl_generation_is_compared_with_the_refit_inside_it(unpadded):
+    """verl's `gen` timer holds the hybrid engine's weight load: without a measured weight_sync the
+    row's generation is scored against the plan's generation + weight_sync."""
+    ph = unpadded.extra["phases_s"]
+    assert ph["weight_sync"] == 0.0 and ph["generation"] > 0
+    assert any("weight_sync" in a for a in unpadded.extra["assumed"])
+    row = _row(remove_padding=True)
+    row["measured"]["phases_measured_s"]["weight_sync"] = 2.0
+    apart = predict_rl_step(row, headroom=False)
+    assert apart.extra["phases_s"]["weight_sync"] > 0
+    assert ph["generation"] == pytest.approx(apart.extra["phases_s"]["generation"]
+                                             + apart.extra["phases_s"]["weight_sync"], rel=1e-6)
+    assert not any("weight_sync" in a for a in apart.extra["assumed"])
+
+
+def test_a_run_without_reference_policy_has_no_reference_pass(unpadded):
+    row = _row(remove_padding=True)
+    row["layout"]["reference"] = "none"
+    assert rl_step_spec(row)["model"]["reference"] is None
+    bare = predict_rl_step(row, headroom=False)
+    assert unpadded.extra["phases_s"]["reference"] > 0
+    assert bare.extra["phases_s"]["reference"] == 0.0
+    assert bare.predicted < unpadded.predicted
+    # a row that says nothing keeps the framework's reference
+    kept = copy.deepcopy(_row(remove_padding=True))
+    assert rl_step_spec(kept)["model"]["reference"] == "policy"
