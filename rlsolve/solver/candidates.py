@@ -443,7 +443,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             if critic is not None and passes[i][1] >= kept_critic.get(vkey, math.inf):
                                 continue  # the kept-states test below: the other models' bytes are the same
                             ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant,
-                                                                    critic, cache, aux_of)
+                                                                    critic, cache, aux_of, passes[i])
                             if mem.total + resident > cap or (critic is not None and not critic_fits(
                                     mem, resident, *passes[i][1:], cap)):
                                 # worth a heavier recompute unless no recompute can fit it: the policy's
@@ -602,10 +602,11 @@ def _aux_dims(problem: Problem, lay: TrainLayout) -> tuple:
 
 
 def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts: frozenset, ref: str, quant: str,
-            critic: TrainLayout | None, cache: dict, aux_of: dict) -> tuple:
+            critic: TrainLayout | None, cache: dict, aux_of: dict, critic_pass_of: tuple | None = None) -> tuple:
     """`train_aux` of this trainer and variant, memoized in `aux_of` by what it depends on (`dims`).
     With a critic of given degrees, the other models' part is asked once per trainer and variant
-    (`critic_apart`) and each critic's pass added to it (`with_critic`, as train_aux adds it)."""
+    (`critic_apart`) and the critic's pass added to it (`with_critic`, as train_aux adds it):
+    `critic_pass_of`, where the caller holds it, else `critic_pass`."""
     akey = (dims, ref, "reward" in hosts, quant, id(critic))
     hit = aux_of.get(akey)
     if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
@@ -619,7 +620,7 @@ def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts
             if others is None:
                 others = aux_of[bkey] = train_aux(problem, pool, lay, reference=ref, reward=reward, reward_quant=quant,
                                                   cache=cache, critic_apart=True)
-            aux = with_critic(others, problem, pool, critic, cache)
+            aux = with_critic(others, critic_pass_of or critic_pass(problem, pool, critic, cache))
         hit = aux_of[akey] = (critic, aux)
     return hit[1]
 
