@@ -310,7 +310,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             return False
         group = fronts.get((n, hosts, ref, quant), [])
         side_lb += problem.workload.framework.orchestration_s
-        for off in ((False, True) if _train_modes(problem, modes, kind, hosts, ref, quant, offload=True) else (False,)):
+        for off in _offloads(problem, modes, kind, hosts, ref, quant, aux_of):
             rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)), 0 if off else mem_units_up(states),
                     _simplicity_of(lay, off))
             if not any(k[1] <= rank[1] and k <= rank for k in group):
@@ -469,8 +469,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                              reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                                              fits=True, states=mem.states + resident,
                                              orchestration=problem.workload.framework.orchestration_s)
-                            offloads = (False, True) if kind == "colocated" and _train_modes(
-                                problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
+                            offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of) \
+                                if kind == "colocated" else (False,)
                             for off in offloads:
                                 switch = 2 * dev.pcie_time(side.states) if off else 0.0
                                 if kind == "colocated" and front:
@@ -665,13 +665,26 @@ def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: A
                 return False  # a heavier recompute may fit it
             side_lb = lb + ref_t + rew_t + val_t + problem.workload.framework.orchestration_s
             group = fronts.get((n, hosts, ref, quant), [])
-            offloads = (False, True) if _train_modes(problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
+            offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of)
             for off in offloads:
                 rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)),
                         0 if off else mem_units_up(states), _simplicity_of(lay, off))
                 if not any(k[1] <= rank[1] and k <= rank for k in group):
                     return False
     return True
+
+
+def _offloads(problem: Problem, modes: list[str], kind: str, hosts: frozenset, ref: str, quant: str, memo: dict
+              ) -> tuple[bool, ...]:
+    """The offload choices of a training candidate: (False, True) where the target runs its placements
+    with the states offloaded during rollout in some mode (`_train_modes` with offload), else (False,);
+    memoized in `memo` (the caller's, for one set of modes)."""
+    key = ("offloads", kind, hosts, ref, quant)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = (False, True) if _train_modes(problem, modes, kind, hosts, ref, quant, offload=True) \
+            else (False,)
+    return hit
 
 
 def _keys_of(failed: dict) -> set[tuple]:
