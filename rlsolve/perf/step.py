@@ -423,17 +423,17 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
         # the critic trains on the same GPUs with its own degrees, or with the policy's
         vl = critic if critic is not None else TrainLayout(**{
             **_aux_layout(problem.value, lay).__dict__, "zero_stage": lay.zero_stage, "recompute": lay.recompute})
-        return with_critic((ref_t, rew_t, val_t, resident), problem, pool, vl, cache)
+        return with_critic((ref_t, rew_t, val_t, resident), critic_pass(problem, pool, vl, cache))
     return ref_t, rew_t, val_t, resident
 
 
-def with_critic(aux: tuple[float, float, float, float], problem: Problem, pool: PoolHW, critic: TrainLayout,
-                cache: dict | None = None) -> tuple[float, float, float, float]:
+def with_critic(aux: tuple[float, float, float, float], critic: tuple[float, float, float]
+                ) -> tuple[float, float, float, float]:
     """`train_aux`'s (reference s, reward s, value s, resident bytes) with the critic (PPO) trained on
-    the same GPUs with the degrees `critic`: its pass is the value time, its states stay resident
+    the same GPUs, given its `critic_pass`: its pass is the value time, its states stay resident
     (`aux`: train_aux's answer with critic_apart, which the solver asks once per trainer layout and
     completes here for each critic it pairs)."""
-    val_t, states, _ = critic_pass(problem, pool, critic, cache)
+    val_t, states, _ = critic
     return aux[0], aux[1], val_t, aux[3] + states
 
 

@@ -310,7 +310,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             return False
         group = fronts.get((n, hosts, ref, quant), [])
         side_lb += problem.workload.framework.orchestration_s
-        for off in ((False, True) if _train_modes(problem, modes, kind, hosts, ref, quant, offload=True) else (False,)):
+        for off in _offloads(problem, modes, kind, hosts, ref, quant, aux_of):
             rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)), 0 if off else mem_units_up(states),
                     _simplicity_of(lay, off))
             if not any(k[1] <= rank[1] and k <= rank for k in group):
@@ -443,7 +443,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             if critic is not None and passes[i][1] >= kept_critic.get(vkey, math.inf):
                                 continue  # the kept-states test below: the other models' bytes are the same
                             ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant,
-                                                                    critic, cache, aux_of)
+                                                                    critic, cache, aux_of, passes[i])
                             if mem.total + resident > cap or (critic is not None and not critic_fits(
                                     mem, resident, *passes[i][1:], cap)):
                                 # worth a heavier recompute unless no recompute can fit it: the policy's
@@ -469,8 +469,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                              reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                                              fits=True, states=mem.states + resident,
                                              orchestration=problem.workload.framework.orchestration_s)
-                            offloads = (False, True) if kind == "colocated" and _train_modes(
-                                problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
+                            offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of) \
+                                if kind == "colocated" else (False,)
                             for off in offloads:
                                 switch = 2 * dev.pcie_time(side.states) if off else 0.0
                                 if kind == "colocated" and front:
@@ -602,10 +602,11 @@ def _aux_dims(problem: Problem, lay: TrainLayout) -> tuple:
 
 
 def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts: frozenset, ref: str, quant: str,
-            critic: TrainLayout | None, cache: dict, aux_of: dict) -> tuple:
+            critic: TrainLayout | None, cache: dict, aux_of: dict, critic_pass_of: tuple | None = None) -> tuple:
     """`train_aux` of this trainer and variant, memoized in `aux_of` by what it depends on (`dims`).
     With a critic of given degrees, the other models' part is asked once per trainer and variant
-    (`critic_apart`) and each critic's pass added to it (`with_critic`, as train_aux adds it)."""
+    (`critic_apart`) and the critic's pass added to it (`with_critic`, as train_aux adds it):
+    `critic_pass_of`, where the caller holds it, else `critic_pass`."""
     akey = (dims, ref, "reward" in hosts, quant, id(critic))
     hit = aux_of.get(akey)
     if hit is None or hit[0] is not critic:  # (an id is only this critic's while it lives)
@@ -619,7 +620,7 @@ def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts
             if others is None:
                 others = aux_of[bkey] = train_aux(problem, pool, lay, reference=ref, reward=reward, reward_quant=quant,
                                                   cache=cache, critic_apart=True)
-            aux = with_critic(others, problem, pool, critic, cache)
+            aux = with_critic(others, critic_pass_of or critic_pass(problem, pool, critic, cache))
         hit = aux_of[akey] = (critic, aux)
     return hit[1]
 
@@ -664,13 +665,26 @@ def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: A
                 return False  # a heavier recompute may fit it
             side_lb = lb + ref_t + rew_t + val_t + problem.workload.framework.orchestration_s
             group = fronts.get((n, hosts, ref, quant), [])
-            offloads = (False, True) if _train_modes(problem, modes, kind, hosts, ref, quant, offload=True) else (False,)
+            offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of)
             for off in offloads:
                 rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)),
                         0 if off else mem_units_up(states), _simplicity_of(lay, off))
                 if not any(k[1] <= rank[1] and k <= rank for k in group):
                     return False
     return True
+
+
+def _offloads(problem: Problem, modes: list[str], kind: str, hosts: frozenset, ref: str, quant: str, memo: dict
+              ) -> tuple[bool, ...]:
+    """The offload choices of a training candidate: (False, True) where the target runs its placements
+    with the states offloaded during rollout in some mode (`_train_modes` with offload), else (False,);
+    memoized in `memo` (the caller's, for one set of modes)."""
+    key = ("offloads", kind, hosts, ref, quant)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = (False, True) if _train_modes(problem, modes, kind, hosts, ref, quant, offload=True) \
+            else (False,)
+    return hit
 
 
 def _keys_of(failed: dict) -> set[tuple]:
