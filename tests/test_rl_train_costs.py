@@ -93,6 +93,28 @@ def test_a_swapped_reference_pays_three_copies_of_its_weights():
     assert r3 - resident[0] == pytest.approx(3 * copy)
 
 
+def test_a_reference_swapped_into_a_zero3_policy_runs_the_policys_sharded_pass():
+    """NeMo-RL 0.3's DTensor worker runs the reference in the FSDP policy model itself: each reference
+    micro-batch gathers the layers as the policy's own log-prob pass does, and the three swap copies
+    move the rank's fp32 shard (4 bytes a parameter over the 8 ranks), not the whole 16-bit model."""
+    p = resolve(load_spec({**SPEC, "target": {"framework": "nemo-rl"}}))
+    v03 = _with_costs(p, **{k: getattr(framework_costs("nemo-rl", "0.3.0"), k)
+                            for k in ("fsdp_reference_swap_bytes", "fsdp_copy_bytes", "fsdp_elementwise_bytes")})
+    assert v03.workload.framework.fsdp_reference_swap_bytes == 4
+    assert framework_costs("nemo-rl", "0.4.0").fsdp_reference_swap_bytes is None
+    lay = TrainLayout(tp=1, pp=1, dp=8, zero_stage=3, micro_batch=1)
+    ref = train_aux(v03, p.pool, lay, reference="cpu_offload", reward="elsewhere", reward_quant="none")[0]
+    dev = device(p.pool)
+    swaps = 3 * dev.pcie_time(4 * p.policy.total_params / 8)
+    # the pass itself is the policy's old log-prob pass on the same micro-batches (ZeRO-3 gathers included)
+    old = train_core(v03, p.pool, lay)[2]
+    assert ref - swaps == pytest.approx(old, rel=0.02)
+    # a framework that keeps a reference model of its own runs it unsharded, without the gathers
+    apart = _with_costs(v03, reference_swap_copies=1)
+    own = train_aux(apart, p.pool, lay, reference="cpu_offload", reward="elsewhere", reward_quant="none")[0]
+    assert own - dev.pcie_time(2 * p.policy.total_params) < ref - swaps
+
+
 def test_pipeline_padding_and_logit_traffic_slow_the_policy_passes_only_where_they_apply():
     p = _problem("nemo-rl")
     plain = _with_costs(replace(p, workload=replace(p.workload, packed_tokens=2304)), logit_fp32_bytes_forward=None)

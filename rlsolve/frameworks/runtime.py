@@ -92,6 +92,9 @@ class FrameworkRuntime(_Strict):
     # bytes per parameter a Megatron (sharded-optimizer) trainer gathers over its tensor- and pipeline-parallel
     # groups to build the full tensors of every refit (None: not read; none charged)
     megatron_refit_gather_bytes_per_param: _FloatUntil | None = None
+    # bytes per parameter of its local shard an FSDP trainer copies at each swap of the reference into the
+    # policy's model (None: not read; the reference's 16-bit weights)
+    fsdp_reference_swap_bytes_per_param: _FloatUntil | None = None
     # a disaggregated refit broadcasts every full tensor from one trainer rank to all engine GPUs
     # (None: not read; each engine GPU receives its own shard)
     refit_broadcasts_full_model: _Bool | None = None
@@ -138,7 +141,9 @@ class FrameworkCosts:
     not read, none charged); whether its disaggregated refit broadcasts the whole model to every
     engine GPU; the HBM bytes per parameter its FP8 engines move quantizing each refit; the bytes
     per parameter its FSDP trainer all-gathers into full tensors for every refit, and its Megatron
-    trainer over the tensor- and pipeline-parallel groups (None: none charged)."""
+    trainer over the tensor- and pipeline-parallel groups (None: none charged); the bytes per
+    parameter of its local shard its FSDP trainer copies at each swap of the reference into the
+    policy's model (None: the reference's 16-bit weights)."""
 
     orchestration_s: float
     rollout_logprobs: bool
@@ -152,6 +157,7 @@ class FrameworkCosts:
     fsdp_copy_bytes: tuple[float, float] | None = None
     fsdp_refit_gather_bytes: float | None = None
     megatron_refit_gather_bytes: float | None = None
+    fsdp_reference_swap_bytes: float | None = None
     refit_full_broadcast: bool = False
     fp8_refit_quantize_bytes: float | None = None
 
@@ -186,6 +192,7 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
     copies = [f.fsdp_copy_bytes_per_param for f in chosen]
     gather = [f.fsdp_refit_gather_bytes_per_param for f in chosen]
     gather_mcore = [_holds(f.megatron_refit_gather_bytes_per_param, version) for f in chosen]
+    swap = [_holds(f.fsdp_reference_swap_bytes_per_param, version) for f in chosen]
     quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
                           rollout_logprobs=all(f.rollout_logprobs.value for f in chosen),
@@ -205,6 +212,7 @@ def framework_costs(framework: str, version: str | None = None) -> FrameworkCost
                           fsdp_refit_gather_bytes=None if None in gather else min(x.value for x in gather),
                           megatron_refit_gather_bytes=None if None in gather_mcore else min(
                               x.value for x in gather_mcore),
+                          fsdp_reference_swap_bytes=None if None in swap else min(x.value for x in swap),
                           refit_full_broadcast=all(f.refit_broadcasts_full_model is not None
                                                    and f.refit_broadcasts_full_model.value for f in chosen),
                           fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant))

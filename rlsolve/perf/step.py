@@ -386,18 +386,24 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     dev = device(pool, problem.workload.precision, problem.profile)
     seq_mean, seq_max = wl.seq_mean, wl.seq_max
     cache = {} if cache is None else cache
-    dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch)
+    dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage)
     # the reference and reward run the trainer's modeling code (the policy's own model in NeMo-RL)
     eager = _fsdp_elementwise(wl, lay)
+    # a framework that swaps the reference's weights into the policy's own model (reference_swap_copies
+    # > 1: NeMo-RL's use_reference_model) runs the reference pass on the policy's sharding: a ZeRO-3
+    # policy gathers every layer in each reference micro-batch, and swaps only its local shard
+    in_policy = reference == "cpu_offload" and wl.framework.reference_swap_copies > 1
 
     def forward(role: str, a: Architecture, wbytes_per_param: float) -> tuple[float, float]:
-        key = (role, dims, wbytes_per_param, eager)
+        key = (role, dims, wbytes_per_param, eager, in_policy)
         if key not in cache:
             al = _aux_layout(a, lay)
             # the reference computes the policy's log-probs on the policy's log-prob micro-batches
             if role == "reference":
                 lp, seq = _logprob_pass(wl, lay)
                 al, logits = replace(al, micro_batch=lp.micro_batch), wl.framework.logit_fp32_bytes_forward
+                if in_policy:
+                    al = replace(al, zero_stage=lay.zero_stage)
             else:
                 seq, logits = seq_mean, None
             st = cached_stage_times(a, dev, al, seq, False, cache)
@@ -408,7 +414,9 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
 
     ref_t = rew_t = val_t = resident = 0.0
     if problem.reference is not None and reference in ("training", "cpu_offload"):
-        ref_t, wbytes = forward("reference", problem.reference, 2.0)
+        # a ZeRO-3 policy swapped in place copies its own (fp32 master) shards: framework.fsdp_reference_swap_bytes
+        swap_bytes = wl.framework.fsdp_reference_swap_bytes if in_policy and lay.zero_stage >= 3 else None
+        ref_t, wbytes = forward("reference", problem.reference, swap_bytes or 2.0)
         if reference == "cpu_offload":
             # streamed in each step, not overlapped (conservative); a framework that swaps the
             # reference into the policy's own model also copies the policy's weights out and back
