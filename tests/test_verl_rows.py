@@ -108,3 +108,20 @@ def test_unpadded_zero3_passes_run_at_the_busiest_rank(unpadded):
     assert S._unpadded_busiest(SimpleNamespace(**wl, unpadded=True), lay, 216.0) > 216.0
     assert S._unpadded_busiest(SimpleNamespace(**wl, unpadded=True), _replace(lay, zero_stage=1), 216.0) == 216.0
     assert S._unpadded_busiest(SimpleNamespace(**wl, unpadded=False), lay, 216.0) == 216.0
+
+
+def test_fsdp2_copies_are_charged_to_verl_fsdp2_only():
+    """verl's fsdp2 strategy runs torch FSDP2 (copy-out of every unshard, fp32 reduce-scatter copy-in on
+    the compute stream); its default fsdp (FSDP1) uses views of the gathered flat parameter."""
+    from rlsolve.frameworks.runtime import framework_costs
+    assert framework_costs("verl", strategy="fsdp2").fsdp_copy_bytes == (4, 10)
+    assert framework_costs("verl", strategy="fsdp").fsdp_copy_bytes is None
+    assert framework_costs("verl").fsdp_copy_bytes is None                     # default strategy: fsdp
+    assert framework_costs("nemo-rl").fsdp_copy_bytes == framework_costs("nemo-rl", strategy="megatron").fsdp_copy_bytes
+    fsdp1 = predict_rl_step(_row(remove_padding=True), headroom=False)
+    row = _row(remove_padding=True)
+    row["layout"]["train_strategy"] = "fsdp2"
+    fsdp2 = predict_rl_step(row, headroom=False)
+    for phase in ("old_logprob", "train"):
+        assert fsdp2.extra["phases_s"][phase] > fsdp1.extra["phases_s"][phase]
+    assert fsdp2.extra["phases_s"]["generation"] == pytest.approx(fsdp1.extra["phases_s"]["generation"], rel=1e-9)
