@@ -619,9 +619,11 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
              "engine_sync_output": eager and v0,
              # fixed micro-batches without their padding (verl use_remove_padding): memory of the real tokens
              "unpadded": budget is None and bool(tr.get("remove_padding", False))}
-    if fw_name is not None and lay.get("framework_version") is not None:
-        # the costs of the release the row ran, where a fact changed between releases
-        micro["framework"] = framework_costs(fw_name, str(lay["framework_version"]))
+    if fw_name is not None and (lay.get("framework_version") is not None or strategy is not None):
+        # the costs of the release the row ran, where a fact changed between releases, and of the
+        # training strategy it ran, where a fact holds for one (FSDP2's copies)
+        version = lay.get("framework_version")
+        micro["framework"] = framework_costs(fw_name, None if version is None else str(version), strategy)
     if _no_reference(row):
         reference = "none"
     else:

@@ -79,3 +79,49 @@ def test_a_run_without_reference_policy_has_no_reference_pass(unpadded):
     # a row that says nothing keeps the framework's reference
     kept = copy.deepcopy(_row(remove_padding=True))
     assert rl_step_spec(kept)["model"]["reference"] == "policy"
+
+
+def test_busiest_rank_share_follows_order_statistics():
+    """verl's fixed-count unpadded micro-batches: the busiest of dp ranks' micro-batch token sums."""
+    from rlsolve.perf.train import expected_max_std_normal, unpadded_busiest_share
+    assert expected_max_std_normal(1) == 0.0
+    assert expected_max_std_normal(2) == pytest.approx(1 / 3.141592653589793 ** 0.5, rel=1e-3)
+    assert expected_max_std_normal(8) == pytest.approx(1.4236, rel=2e-3)  # tabulated order statistic
+    args = (83, 133, 1107 - 83, 0.0)
+    assert unpadded_busiest_share(80, 640, *args, 1) == 1.0           # one rank waits for nobody
+    assert unpadded_busiest_share(640, 640, *args, 8) == 1.0          # a rank's whole (balanced) share
+    small, large = unpadded_busiest_share(8, 640, *args, 8), unpadded_busiest_share(80, 640, *args, 8)
+    assert small > large > 1.0                                         # fewer sequences: wider spread
+    assert unpadded_busiest_share(80, 640, *args, 16) > large          # more ranks: a slower busiest one
+
+
+def test_unpadded_zero3_passes_run_at_the_busiest_rank(unpadded):
+    """FSDP gathers every layer over the ranks, so the unpadded row's passes run at the busiest
+    rank's micro-batch; Megatron-style ZeRO-1 ranks meet only at the gradient reduction."""
+    from dataclasses import replace as _replace
+    from types import SimpleNamespace
+
+    from rlsolve.perf import step as S
+    from rlsolve.perf.train import TrainLayout
+    wl = dict(samples=5120, prompt_len=83, response_mean=133, response_max=1024, clip_ratio=0.0, packed_tokens=None)
+    lay = TrainLayout(tp=1, pp=1, dp=8, micro_batch=80, zero_stage=3)
+    assert S._unpadded_busiest(SimpleNamespace(**wl, unpadded=True), lay, 216.0) > 216.0
+    assert S._unpadded_busiest(SimpleNamespace(**wl, unpadded=True), _replace(lay, zero_stage=1), 216.0) == 216.0
+    assert S._unpadded_busiest(SimpleNamespace(**wl, unpadded=False), lay, 216.0) == 216.0
+
+
+def test_fsdp2_copies_are_charged_to_verl_fsdp2_only():
+    """verl's fsdp2 strategy runs torch FSDP2 (copy-out of every unshard, fp32 reduce-scatter copy-in on
+    the compute stream); its default fsdp (FSDP1) uses views of the gathered flat parameter."""
+    from rlsolve.frameworks.runtime import framework_costs
+    assert framework_costs("verl", strategy="fsdp2").fsdp_copy_bytes == (4, 10)
+    assert framework_costs("verl", strategy="fsdp").fsdp_copy_bytes is None
+    assert framework_costs("verl").fsdp_copy_bytes is None                     # default strategy: fsdp
+    assert framework_costs("nemo-rl").fsdp_copy_bytes == framework_costs("nemo-rl", strategy="megatron").fsdp_copy_bytes
+    fsdp1 = predict_rl_step(_row(remove_padding=True), headroom=False)
+    row = _row(remove_padding=True)
+    row["layout"]["train_strategy"] = "fsdp2"
+    fsdp2 = predict_rl_step(row, headroom=False)
+    for phase in ("old_logprob", "train"):
+        assert fsdp2.extra["phases_s"][phase] > fsdp1.extra["phases_s"][phase]
+    assert fsdp2.extra["phases_s"]["generation"] == pytest.approx(fsdp1.extra["phases_s"]["generation"], rel=1e-9)

@@ -50,6 +50,9 @@ class _FloatUntil(_Float):
 
 class _FsdpCopyBytes(_Sourced):
     value: dict[Literal["forward", "backward"], float]
+    # the fact holds for this training strategy of the framework only (None: every FSDP it runs);
+    # a plan that names no strategy gets the framework's default train_strategy
+    strategy: Strategy | None = None
 
 
 class _ElementwiseBytes(_Sourced):
@@ -179,17 +182,27 @@ def _holds(entry, version: str | None):
     return entry if version is not None and release(version) < release(until) else None
 
 
-def framework_costs(framework: str, version: str | None = None) -> FrameworkCosts:
-    """The target's costs (of its release `version` where facts change between releases); `any`
-    (no framework chosen) takes the cheapest framework's, so a plan for any framework is never
-    charged for one it may not run on."""
+def _for_strategy(entry, fw: FrameworkRuntime, strategy: str | None):
+    """The entry where it holds for the training strategy run (`strategy`, else the framework's
+    default train_strategy): a fact read for one strategy (FSDP2's copies) only for that one."""
+    want = getattr(entry, "strategy", None)
+    if entry is None or want is None:
+        return entry
+    return entry if (strategy or fw.train_strategy.value) == want else None
+
+
+def framework_costs(framework: str, version: str | None = None, strategy: str | None = None) -> FrameworkCosts:
+    """The target's costs (of its release `version` where facts change between releases, and of
+    the training `strategy` it runs where a fact holds for one: None, the framework's default);
+    `any` (no framework chosen) takes the cheapest framework's, so a plan for any framework is
+    never charged for one it may not run on."""
     fws = runtime().frameworks
     chosen = list(fws.values()) if framework not in fws else [fws[framework]]
     logit = [f.logit_fp32_bytes_forward for f in chosen]
     reduce = [f.fsdp_grad_reduce_bytes_per_param for f in chosen]
     eager = [_holds(f.fsdp_model_elementwise_bytes, version) for f in chosen]
     logit_bwd = [_holds(f.logit_fp32_bytes_backward, version) for f in chosen]
-    copies = [f.fsdp_copy_bytes_per_param for f in chosen]
+    copies = [_for_strategy(f.fsdp_copy_bytes_per_param, f, strategy) for f in chosen]
     gather = [f.fsdp_refit_gather_bytes_per_param for f in chosen]
     gather_mcore = [_holds(f.megatron_refit_gather_bytes_per_param, version) for f in chosen]
     swap = [_holds(f.fsdp_reference_swap_bytes_per_param, version) for f in chosen]

@@ -11,6 +11,7 @@ from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, gen
                                    kv_bytes_per_token_per_gpu, prefill_time, simulate_decode, weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_seq_len,
+                                unpadded_busiest_share,
                                 model_flops, stage_times, train_memory, train_time)
 from rlsolve.resolve import PoolHW, Problem
 
@@ -269,9 +270,25 @@ def _train_pass_layout(wl, lay: TrainLayout) -> TrainLayout:
     return lay if wl.packed_micro_batch is None else replace(lay, micro_batch=wl.packed_micro_batch)
 
 
+def _unpadded_busiest(wl, lay: TrainLayout, seq: float) -> float:
+    """`seq` stretched to the busiest rank's micro-batch where fixed-count micro-batches run on their
+    own tokens (workload.unpadded) and ZeRO-3 / FSDP's per-layer gathers make the ranks wait for the
+    slowest (train.unpadded_busiest_share)."""
+    ranks = lay.dp * lay.cp
+    if not wl.unpadded or wl.packed_tokens is not None or lay.zero_stage < 3 or ranks <= 1:
+        return seq
+    return seq * unpadded_busiest_share(int(lay.micro_batch), int(wl.samples // ranks), wl.prompt_len,
+                                        wl.response_mean, wl.response_max, wl.clip_ratio, ranks)
+
+
 def _pass_seq_len(wl, lay: TrainLayout) -> float:
     """Tokens per sequence the policy's training micro-batches compute (padded packed
-    micro-batches under pipeline parallelism, where the framework pads them)."""
+    micro-batches under pipeline parallelism, where the framework pads them; unpadded fixed
+    micro-batches at the busiest rank's tokens, `_unpadded_busiest`)."""
+    return _unpadded_busiest(wl, lay, _packed_seq_len(wl, lay))
+
+
+def _packed_seq_len(wl, lay: TrainLayout) -> float:
     return micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.packed_tokens,
                                pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.global_batch,
                                prompt_len=wl.prompt_len, response_mean=wl.response_mean,
@@ -290,7 +307,8 @@ def _logprob_pass(wl, lay: TrainLayout) -> tuple[TrainLayout, float]:
                               pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.samples,
                               prompt_len=wl.prompt_len, response_mean=wl.response_mean,
                               response_max=wl.response_max, clip=wl.clip_ratio, dynamic_round=wl.dynamic_round)
-    return replace(lay, micro_batch=wl.logprob_micro_batch), seq
+    lay = replace(lay, micro_batch=wl.logprob_micro_batch)
+    return lay, _unpadded_busiest(wl, lay, seq)
 
 
 def _fsdp_elementwise(wl, lay: TrainLayout) -> tuple[float, float, float] | None:
@@ -342,9 +360,10 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
         a = problem.value
         eager = _fsdp_elementwise(wl, critic)
         # the forward and the update share one stage_times (both ask for it without LoRA)
-        st = cached_stage_times(a, dev, critic, wl.seq_mean, False, cache)
-        fwd = forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st, unfused_elementwise=eager)
-        upd = train_time(a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps, st=st,
+        seq = _unpadded_busiest(wl, critic, wl.seq_mean)
+        st = cached_stage_times(a, dev, critic, seq, False, cache)
+        fwd = forward_time(a, dev, critic, wl.samples, seq, st=st, unfused_elementwise=eager)
+        upd = train_time(a, dev, critic, wl.global_batch, seq, optimizer_steps=wl.optimizer_steps, st=st,
                          memo=cache, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
                          unfused_elementwise=eager).total
         cache[key] = (fwd, upd, critic_memory(problem, critic, cache).total)

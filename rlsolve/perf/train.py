@@ -732,6 +732,48 @@ def packed_busiest_share(sequences: int, prompt_len: float, response_mean: float
     return busiest * dp / total
 
 
+@lru_cache(maxsize=64)
+def expected_max_std_normal(n: int) -> float:
+    """E[max of n independent standard normals] (order statistics, by numerical integration of
+    n x phi(x) Phi(x)^(n-1) on a fine grid); 0 for n = 1."""
+    if n <= 1:
+        return 0.0
+    x = np.linspace(-10.0, 10.0, 20001)
+    phi = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    cdf = np.cumsum(phi) * (x[1] - x[0])
+    return float(np.sum(x * n * phi * np.clip(cdf, 0.0, 1.0) ** (n - 1)) * (x[1] - x[0]))
+
+
+@lru_cache(maxsize=256)
+def unpadded_busiest_share(micro_batch: int, per_rank: int, prompt_len: float, response_mean: float,
+                           response_max: float, clip: float | None, dp: int) -> float:
+    """Tokens of the busiest rank's micro-batch over the mean micro-batch when every rank runs
+    fixed-count micro-batches of `micro_batch` sequences on their own tokens (padding removed) and
+    the ranks wait for each other at every layer: verl's FSDP passes split each rank's share into
+    `micro_batch`-sequence micro-batches (verl v0.3.0.post0 verl/workers/actor/dp_actor.py line 209
+    compute_log_prob batch.split(micro_batch_size), line 265 update_policy
+    mini_batch.split(ppo_micro_batch_size_per_gpu); main b178a3cd5 lines 463, 558) and computes each
+    on its unpadded tokens (unpad_input, line 83), while FULL_SHARD FSDP all-gathers every layer's
+    parameters over the data-parallel ranks before its forward, so no rank runs ahead of the slowest
+    by more than a layer. verl's balance_batch (trainer.balance_batch: True in v0.3.0.post0
+    ppo_trainer.yaml line 179, main line 126; ray_trainer.py _balance_batch, seqlen_balancing.py
+    get_seqlen_balanced_partitions) equalises each rank's total tokens but keeps each rank's sequences
+    in rollout order (sorted(partition) by index), so a micro-batch is `micro_batch` draws from the
+    rank's `per_rank` sequences whose sum is fixed: its token count has the lengths' variance times
+    micro_batch x (1 - micro_batch / per_rank) (sampling without replacement). The busiest of the
+    `dp` ranks sits E[max of dp normals] standard deviations above the mean (normal approximation of
+    the sum). Lengths: the prompt plus the rollout's response-length distribution
+    (generate.length_quantiles)."""
+    k, n = max(1, int(micro_batch)), max(1, int(per_rank))
+    if dp <= 1 or k >= n:
+        return 1.0
+    u = (np.arange(2000) + 0.5) / 2000
+    resp = length_quantiles(response_mean, response_max, u, clip)
+    mean = prompt_len + float(resp.mean())
+    sd = math.sqrt(k * float(resp.var()) * (1.0 - k / n))
+    return 1.0 + expected_max_std_normal(int(dp)) * sd / (k * mean)
+
+
 # The model's own elementwise bytes per element (fused kernels, bf16): an RMSNorm reads and writes
 # its input, rotary embedding reads and writes q and k, a gated activation reads two and writes one.
 FUSED_ELEMENTWISE_BYTES = {"rms_norm": 4.0, "rotary": 4.0, "gated_activation": 6.0}
