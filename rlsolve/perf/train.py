@@ -85,6 +85,10 @@ class TrainLayout:
     # layer by layer, each one's expert all-to-all on a second stream under the other's compute
     # (see ep_overlap_exposed)
     moe_a2a_overlap: bool = False
+    # Megatron-Core expert_tensor_parallel_size where a recipe sets it; 0: Megatron's default rule
+    # (expert_tp below). Megatron-Core lays the expert grid out as etp x ep x expert-dp over each
+    # pipeline stage's tp*cp*dp ranks (megatron/core/parallel_state.py, commit 2edffadb, lines 789-799)
+    expert_tp_size: int = 0
     # bytes of each Adam moment (m, v): 4, or 2 where Megatron-Core's precision-aware optimizer keeps
     # them in bf16 (OptimizerConfig use_precision_aware_optimizer with exp_avg_dtype = exp_avg_sq_dtype =
     # bfloat16, megatron/core/optimizer/optimizer_config.py); the fp32 master weights stay
@@ -105,7 +109,7 @@ class TrainLayout:
 
     @property
     def etp(self) -> int:
-        return expert_tp(self.tp, self.dp, self.cp, self.ep)
+        return self.expert_tp_size or expert_tp(self.tp, self.dp, self.cp, self.ep)
 
     @property
     def expert_dp(self) -> int:
@@ -577,7 +581,8 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         mlp += dev.gemm_time(2 * tokens * h * E)  # router
         width_elem = k * w + arch.shared_experts * w
         # dispatch + combine all-to-all of the routed hidden states
-        span = lay.tp * lay.cp * lay.ep if lay.etp == lay.tp else lay.ep  # folded: EP spans the TP ranks
+        # folded (etp != tp): the expert grid's etp x ep ranks are consecutive, so EP spans etp*ep GPUs
+        span = lay.tp * lay.cp * lay.ep if lay.etp == lay.tp else lay.etp * lay.ep
         ep_comm = 2 * expert_all_to_all(dev, tokens * k * h * BF16 / tp, k, E, lay.ep, span,
                                         dedup=lay.moe_dispatcher != "alltoall")
         perm = 2 * (k * h + h) / tp  # permute (read h, write k*h) and unpermute (the reverse)
