@@ -172,8 +172,10 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     predict_train), `moe_dispatcher` (alltoall | deepep | hybridep) and `cuda_graphs` (none | partial |
     full_iteration), the MoE stack of perf/train.py moe_host_efficiency, `moe_a2a_overlap` (true: Megatron-Core
     overlap_moe_expert_parallel_comm, perf/train.py ep_overlap_exposed), `adam_moment_dtype` (fp32 | bf16:
-    Megatron-Core's precision-aware optimizer exp_avg_dtype / exp_avg_sq_dtype); `recompute_modules` and
-    `activation_offload_layers` are read in _fit_recompute."""
+    Megatron-Core's precision-aware optimizer exp_avg_dtype / exp_avg_sq_dtype), `etp` (Megatron-Core
+    expert_tensor_parallel_size where the recipe sets it; absent: Megatron's default, perf/train.py
+    expert_tp); `recompute_modules` and `activation_offload_layers` are read in _fit_recompute,
+    `overlap_grad_reduce` in predict_train."""
     lay_in = row.get("layout") or {}
     tp, pp, cp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1)), int(lay_in.get("cp", 1))
     strategy = str(lay_in.get("train_strategy", "megatron"))
@@ -209,8 +211,16 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
             raise ValueError("layout.moe_a2a_overlap with layout.pp > 1 needs a virtual pipeline (layout.vp > 1)")
         if recompute == "full":
             raise ValueError("layout.moe_a2a_overlap cannot run with layout.recompute full")
-    return TrainLayout(tp=tp, pp=pp, dp=int(lay_in.get("dp") or gpus // (tp * pp * cp)), cp=cp,
-                       ep=int(lay_in.get("ep", 1)), vp=int(lay_in.get("vp") or 1),
+    dp, ep = int(lay_in.get("dp") or gpus // (tp * pp * cp)), int(lay_in.get("ep", 1))
+    etp = lay_in.get("etp")
+    if etp is not None:
+        if isinstance(etp, bool) or not isinstance(etp, int) or etp < 1:
+            raise ValueError(f"layout.etp must be a positive integer, got {etp!r}")
+        if (tp * cp * dp) % (etp * ep):  # Megatron-Core parallel_state.py (commit 2edffadb) lines 792-799
+            raise ValueError(f"layout.etp: etp * ep = {etp * ep} does not divide a pipeline stage's "
+                             f"tp * cp * dp = {tp * cp * dp} ranks")
+    return TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=int(lay_in.get("vp") or 1),
+                       expert_tp_size=int(etp or 0),
                        zero_stage=int(lay_in.get("zero_stage", TRAIN_STRATEGIES[strategy])),
                        micro_batch=int(lay_in.get("micro_batch") or 1), recompute=recompute,
                        sequence_parallel=_sequence_parallel(row, tp), attention=_attention(row), offload=offload,
@@ -321,12 +331,22 @@ def predict_train(row: dict, profile: dict | None = None) -> CaseResult:
     lora_rank = int(lay_in.get("lora_rank") or 0)
     lay, mem, note = _fit_recompute(row, arch, lay, seq, pool.gpu.memory_gb * GB, lora_rank,
                                     _precision(row) == "fp8")
-    t = train_time(arch, dev, lay, gb, seq, lora_rank=lora_rank).total
+    t = train_time(arch, dev, lay, gb, seq, lora_rank=lora_rank, overlap_grad_reduce=_overlap_grad_reduce(lay_in)).total
     meas = row.get("measured") or {}
     r = _train_metric(row, meas, lay, arch, dev, tokens, seq, t, gpus)
     if r.error is not None:
         r.note, r.extra = note, {**r.extra, **mem}
     return r
+
+
+def _overlap_grad_reduce(lay_in: dict) -> bool:
+    """`layout.overlap_grad_reduce` of a train row: false where the recipe turns off Megatron-Core's
+    DDP overlap_grad_reduce (the gradient reduce-scatter then runs after the backward, exposed:
+    perf/train.py train_time); absent: true, the recipes' default."""
+    v = lay_in.get("overlap_grad_reduce", True)
+    if not isinstance(v, bool):
+        raise ValueError(f"layout.overlap_grad_reduce must be true or false, got {v!r}")
+    return v
 
 
 def _train_metric(row: dict, meas: dict, lay: TrainLayout, arch: Architecture, dev, tokens: float, seq: float,

@@ -344,3 +344,28 @@ def test_moe_a2a_overlap_is_read_and_checked_as_megatron_core_does():
                                  row(moe_a2a_overlap=True, ep=1)]}).rows
     assert [r.modelled for r in bad] == [False] * 4
     assert all("layout.moe_a2a_overlap" in r.note for r in bad)
+
+
+def test_expert_tp_and_overlap_grad_reduce_are_read_and_checked():
+    """layout.etp (Megatron-Core expert_tensor_parallel_size) overrides the model's default expert TP:
+    the DeepSeek-V3 H100 recipe's etp 1 at tp 2 keeps each expert whole, so a GPU holds twice the expert
+    weights; Megatron-Core's divisibility check is reported with the field's name.
+    layout.overlap_grad_reduce false exposes the gradient reduce-scatter: the step gets slower."""
+    def row(**layout):
+        lay = {"tp": 2, "pp": 8, "vp": 4, "ep": 64, "micro_batch": 1, "global_batch": 8192, "seq_len": 4096,
+               "recompute": "selective", "recompute_modules": ["mla_up_proj", "mlp"], "moe_dispatcher": "deepep",
+               "adam_moment_dtype": "bf16", **layout}
+        return {"id": "r", "kind": "train", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 1024, "gpus_per_node": 8,
+                                                         "network": "IB-NDR-400"},
+                "model": {"name": "deepseek-v3"}, "precision": "fp8", "layout": lay,
+                "measured": {"tokens_per_s_per_gpu": 1300}}
+    plain, etp1, etp2, no_ogr = score_cases({"cases": [row(), row(etp=1), row(etp=2),
+                                                       row(overlap_grad_reduce=False)]}).rows
+    assert all(r.modelled for r in (plain, etp1, etp2, no_ogr))
+    assert etp2.predicted == plain.predicted  # the default is etp = tp here (ep 64 divides dp 64)
+    assert etp1.extra["memory_gb"] > plain.extra["memory_gb"] + 1.0
+    assert etp1.predicted != plain.predicted
+    assert no_ogr.predicted < plain.predicted
+    bad = score_cases({"cases": [row(etp=3), row(etp="1"), row(etp=0), row(overlap_grad_reduce="no")]}).rows
+    assert [r.modelled for r in bad] == [False] * 4
+    assert all("layout.etp" in r.note for r in bad[:3]) and "layout.overlap_grad_reduce" in bad[3].note

@@ -407,6 +407,26 @@ def test_ep_a2a_overlap_hides_a_nic_all_to_all_under_the_other_micro_batch():
     assert ep_overlap_paired_share(TrainLayout(pp=8, vp=2, ep=32, dp=32), 128) == 0.0
 
 
+def test_the_flex_dispatchers_sms_slow_the_compute_they_overlap():
+    """Under the EP A2A overlap DeepEP's and HybridEP's kernels hold a set number of SMs (Megatron-Core
+    moe_deepep_num_sms 20, the Megatron-Bridge recipes' moe_hybridep_num_sms 32) while the compute
+    beside them runs on the rest: a hidden all-to-all of a seconds costs a * share, one longer than the
+    compute its excess; NCCL's all-to-all and a GPU without a recorded SM count take no share."""
+    from dataclasses import replace as _replace
+    from rlsolve.perf.train import ep_comm_sm_share, ep_overlap_exposed
+    dev = Device(h100_pool(4), "bf16")
+    assert ep_comm_sm_share(dev, TrainLayout(ep=32, dp=32, moe_dispatcher="deepep")) == pytest.approx(20 / 132)
+    assert ep_comm_sm_share(dev, TrainLayout(ep=32, dp=32, moe_dispatcher="hybridep")) == pytest.approx(32 / 132)
+    assert ep_comm_sm_share(dev, TrainLayout(ep=32, dp=32)) == 0.0
+    a100 = Device(_replace(h100_pool(4), gpu=find_gpu("A100-SXM-80GB")), "bf16")
+    assert ep_comm_sm_share(a100, TrainLayout(ep=32, dp=32, moe_dispatcher="deepep")) == 0.0
+    layer = (4.0, 1.0, 2.0, 0.0, 0.0, 2.0, 2.0, 2.0)  # one all-to-all = 1 beside 3 | 6 | 6
+    assert ep_overlap_exposed(layer, sm_share=0.25) == pytest.approx(0.25 + 0.5 + 0.25)
+    slow = (4.0, 1.0, 2.0, 0.0, 0.0, 10.0, 2.0, 10.0)  # one all-to-all = 5
+    assert ep_overlap_exposed(slow, sm_share=0.25) == pytest.approx((5 - 3) + (10 - 6) + 5 * 0.25)
+    assert ep_overlap_exposed(slow, sm_share=0.0) == ep_overlap_exposed(slow)
+
+
 def test_a_small_all_reduce_never_gets_cheaper_by_leaving_the_server():
     """Spreading a tensor-parallel group over more nodes adds network hops to the hops inside
     each node; it never replaces them."""

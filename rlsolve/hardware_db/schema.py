@@ -55,6 +55,9 @@ class GPU(_Strict):
     price_date: str = Field(description="When the price was read (YYYY-MM).")
     price_source: str
     efficiency: Efficiency
+    sm_count: Sourced | None = Field(None, description="Streaming multiprocessors the GPU runs kernels on, where "
+                                     "a model term needs them (None: not recorded; the terms that read it then "
+                                     "take no share of the GPU for a communication kernel).")
     source: str = Field(description="Datasheet or page the specs come from.")
 
     def peak_tflops(self, precision: str = "bf16") -> float:

@@ -85,6 +85,10 @@ class TrainLayout:
     # layer by layer, each one's expert all-to-all on a second stream under the other's compute
     # (see ep_overlap_exposed)
     moe_a2a_overlap: bool = False
+    # Megatron-Core expert_tensor_parallel_size where a recipe sets it; 0: Megatron's default rule
+    # (expert_tp below). Megatron-Core lays the expert grid out as etp x ep x expert-dp over each
+    # pipeline stage's tp*cp*dp ranks (megatron/core/parallel_state.py, commit 2edffadb, lines 789-799)
+    expert_tp_size: int = 0
     # bytes of each Adam moment (m, v): 4, or 2 where Megatron-Core's precision-aware optimizer keeps
     # them in bf16 (OptimizerConfig use_precision_aware_optimizer with exp_avg_dtype = exp_avg_sq_dtype =
     # bfloat16, megatron/core/optimizer/optimizer_config.py); the fp32 master weights stay
@@ -105,7 +109,7 @@ class TrainLayout:
 
     @property
     def etp(self) -> int:
-        return expert_tp(self.tp, self.dp, self.cp, self.ep)
+        return self.expert_tp_size or expert_tp(self.tp, self.dp, self.cp, self.ep)
 
     @property
     def expert_dp(self) -> int:
@@ -577,7 +581,8 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         mlp += dev.gemm_time(2 * tokens * h * E)  # router
         width_elem = k * w + arch.shared_experts * w
         # dispatch + combine all-to-all of the routed hidden states
-        span = lay.tp * lay.cp * lay.ep if lay.etp == lay.tp else lay.ep  # folded: EP spans the TP ranks
+        # folded (etp != tp): the expert grid's etp x ep ranks are consecutive, so EP spans etp*ep GPUs
+        span = lay.tp * lay.cp * lay.ep if lay.etp == lay.tp else lay.etp * lay.ep
         ep_comm = 2 * expert_all_to_all(dev, tokens * k * h * BF16 / tp, k, E, lay.ep, span,
                                         dedup=lay.moe_dispatcher != "alltoall")
         perm = 2 * (k * h + h) / tp  # permute (read h, write k*h) and unpermute (the reverse)
@@ -909,13 +914,30 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     p2p = dev.p2p(pp_bytes, pp_span) if lay.pp > 1 else 0.0
     ep_hidden = 0.0
     if lay.moe_a2a_overlap and arch.is_moe:
-        ep_hidden = layers_stage * moe_frac * (2 * moe[5] - ep_overlap_exposed(moe, bwd_gemm))
+        ep_hidden = layers_stage * moe_frac * (2 * moe[5] - ep_overlap_exposed(moe, bwd_gemm,
+                                                                                ep_comm_sm_share(dev, lay)))
     return {"fwd": sum(fwd.values()), "bwd": sum(bwd.values()), "fwd_compute": fwd["compute"],
             "bwd_compute": bwd["compute"], "tp": fwd["tp"] + bwd["tp"], "ep": fwd["ep"] + bwd["ep"],
             "cp": fwd["cp"] + bwd["cp"], "p2p": p2p, "ep_hidden": ep_hidden}
 
 
-def ep_overlap_exposed(moe_layer: tuple, bwd_gemm: float = 2.0) -> float:
+def ep_comm_sm_share(dev: Device, lay: TrainLayout) -> float:
+    """Share of the GPU's SMs the flex dispatcher's all-to-all kernels hold while they run: DeepEP's
+    and HybridEP's dispatch and combine are SM kernels of a set size (constants.yaml moe_deepep_num_sms,
+    moe_hybridep_num_sms) over the GPU's SM count (hardware_db sm_count). Under the EP A2A overlap the
+    compute beside them runs on the rest (ep_overlap_exposed). NCCL's all-to-all (the alltoall
+    dispatcher) takes one CTA per p2p channel, a count NCCL's topology search sets at init
+    (src/graph/paths.cc ncclTopoComputeP2pChannels: min(nChannels, NCCL_MAX_P2P_NCHANNELS)), which
+    no source states for these runs: 0, and an unrecorded SM count gives 0 too."""
+    sms = dev.pool.gpu.sm_count
+    if sms is None or lay.moe_dispatcher == "alltoall":
+        return 0.0
+    c = constants()
+    used = c["moe_deepep_num_sms"] if lay.moe_dispatcher == "deepep" else c["moe_hybridep_num_sms"]
+    return min(1.0, used / sms.value)
+
+
+def ep_overlap_exposed(moe_layer: tuple, bwd_gemm: float = 2.0, sm_share: float = 0.0) -> float:
     """Expert all-to-all seconds a MoE layer leaves exposed when one micro-batch's forward and
     another's backward run together under Megatron-Core's EP A2A overlap (`moe_layer`: _layer_fwd's
     tuple). Megatron-LM megatron/core/models/common/model_chunk_schedule_plan.py (commit 2edffadb,
@@ -928,13 +950,19 @@ def ep_overlap_exposed(moe_layer: tuple, bwd_gemm: float = 2.0) -> float:
     which a second stream does not shorten (one host launches both micro-batches' kernels). The
     attention side is the layer's compute less the MoE block (its
     backward: bwd_gemm GEMM passes, the attention backward, twice the elementwise bytes); the MoE
-    block's backward is bwd_gemm times its forward."""
+    block's backward is bwd_gemm times its forward.
+
+    `sm_share` (ep_comm_sm_share): the all-to-all kernel holds that share of the SMs while it runs,
+    so the compute beside it runs at 1 - sm_share of its speed until the transfer ends: with a
+    transfer of a seconds beside compute of C seconds, the pair takes C + a*sm_share when the
+    compute outlasts it, else a; exposed max(a*sm_share, a - C)."""
     gemm, attn, attn_b, elem, elem_b, ep, block, ep_kernel = moe_layer[:8]
     a, ak = ep / 2, ep_kernel / 2  # one all-to-all: the layer's forward runs two (dispatch, combine)
     attn_f = gemm - block + attn + elem
     attn_bw = bwd_gemm * (gemm - block) + attn_b + elem_b
     mlp = block * (1 + bwd_gemm)
-    hideable = max(0.0, ak - attn_f) + max(0.0, 2 * ak - mlp) + max(0.0, ak - attn_bw)
+    f = sm_share
+    hideable = max(ak * f, ak - attn_f) + max(2 * ak * f, 2 * ak - mlp) + max(ak * f, ak - attn_bw)
     return 4 * (a - ak) + hideable
 
 
