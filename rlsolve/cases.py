@@ -212,6 +212,7 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
         if recompute == "full":
             raise ValueError("layout.moe_a2a_overlap cannot run with layout.recompute full")
     dp, ep = int(lay_in.get("dp") or gpus // (tp * pp * cp)), int(lay_in.get("ep", 1))
+    modules = _recompute_modules(lay_in)
     etp = lay_in.get("etp")
     if etp is not None:
         if isinstance(etp, bool) or not isinstance(etp, int) or etp < 1:
@@ -226,14 +227,18 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                        sequence_parallel=_sequence_parallel(row, tp), attention=_attention(row), offload=offload,
                        main_grad_bytes=MAIN_GRAD_DTYPES[grad_dtype],
                        recompute_layers=int(lay_in.get("recompute_layers") or 0) if recompute == "full" else 0,
-                       recompute_modules=tuple(m for m in _recompute_modules(lay_in) if m in RECOMPUTED_MODULES),
+                       recompute_modules=tuple(m for m in modules if m in RECOMPUTED_MODULES),
+                       # a stated list replaces Megatron-Core's default ["core_attn"] (TrainLayout.recompute_core_attn)
+                       recompute_core_attn="core_attn" in modules if "recompute_modules" in lay_in else True,
                        pipeline_split_embedding_loss=split, moe_dispatcher=dispatcher, cuda_graphs=graphs,
                        moe_a2a_overlap=a2a_overlap,
                        adam_moment_bytes=ADAM_MOMENT_DTYPES[moments])
 
 
-# Megatron-Core's selective-recompute modules (TransformerConfig.recompute_modules). The model's
-# "selective" stores no attention scores (flash attention keeps none either way); of the others it
+# Megatron-Core's selective-recompute modules (TransformerConfig.recompute_modules). core_attn: the
+# attention core re-runs in the backward (and, unfused, stores no scores) only where the row's list
+# names it; a row without the list ran Megatron-Core's default ["core_attn"] (perf/train.py
+# TrainLayout.recompute_core_attn, checkpoints_core_attn). Of the others the model
 # counts (perf/train.py RECOMPUTED_MODULES: the memory they free and their re-run) the output-discarding
 # layernorm, moe_act, mla_up_proj and the normal checkpoints mlp (dense layers only) and shared_experts;
 # a row naming moe (the whole MoE layer, its dispatch re-run too) is scored without it, and its note says so.

@@ -175,7 +175,7 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # Medians of |predicted/measured - 1| on the extra file's train rows and on the RL rows' train phase
 # when this test was last updated (`python benchmarks/model_accuracy.py --cases
 # benchmarks/data/extra_cases.yaml --groups`); they move down with the model, never up.
-PINNED_EXTRA = {"train": 0.099, "phase train": 0.319}
+PINNED_EXTRA = {"train": 0.092, "phase train": 0.319}
 
 
 @pytest.fixture(scope="module")
@@ -299,6 +299,17 @@ def test_recipe_recompute_modules_and_activation_offload_are_read():
     assert "mlp" not in sel.note
     attn = score_cases({"cases": [_train_row(recompute="selective", recompute_modules=["core_attn"])]}).rows[0]
     assert attn.note == "" and attn.error is not None
+    # a stated list replaces Megatron-Core's default ["core_attn"] (transformer_config.py 2edffadb
+    # L1373-1374): without core_attn no attention forward re-runs (attention.py L328-331), so the row
+    # runs as fast as with no recompute; with it (or silent, the default) the attention re-runs
+    plain, listed_ln, ln, none = score_cases({"cases": [
+        _train_row(recompute="selective"),
+        _train_row(recompute="selective", recompute_modules=["core_attn", "layernorm"]),
+        _train_row(recompute="selective", recompute_modules=["layernorm"]),
+        _train_row(recompute="none")]}).rows
+    assert attn.predicted == pytest.approx(plain.predicted)
+    assert ln.predicted > listed_ln.predicted  # tokens/s: no attention re-run
+    assert ln.predicted < none.predicted  # the norms still re-run
     bad = score_cases({"cases": [_train_row(recompute="none", recompute_modules=["mlp"]),
                                  _train_row(recompute="selective", recompute_modules=["attention"])]}).rows
     assert [r.modelled for r in bad] == [False, False]

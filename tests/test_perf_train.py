@@ -119,3 +119,30 @@ def test_mlp_and_shared_experts_checkpoints_free_their_internals_and_rerun_their
     # the re-run: both GEMMs (3 f x h multiply-adds per token) and the activation, on every layer
     rerun = dev.gemm_time(2 * 4096 * dense.hidden * 3 * f) + dev.stream_time(4096 * 6.0 * f)
     assert st1["bwd_compute"] - st0["bwd_compute"] == pytest.approx(dense.layers * rerun)
+
+
+def test_selective_recompute_reruns_the_core_attention_only_when_core_attn_is_listed():
+    """Megatron-Core checkpoints the core attention only with "core_attn" in recompute_modules
+    (attention.py, commit 2edffadb, lines 328-331); its default list is ["core_attn"]
+    (transformer_config.py lines 1373-1374). A recipe's list without it (e.g. layernorm, moe_act)
+    re-runs no attention forward in the backward, and with unfused attention keeps the scores."""
+    from rlsolve.perf.train import UNFUSED_SCORE_BYTES_STORED, _layer_fwd, train_memory
+    dense, dev, seq = find_model("llama-3.1-8b"), gb200(), 4096
+    none = TrainLayout(tp=1, pp=1, dp=8, recompute="none", micro_batch=1)
+    default = TrainLayout(**{**none.__dict__, "recompute": "selective"})
+    no_attn = TrainLayout(**{**default.__dict__, "recompute_core_attn": False})
+    st_none, st_def, st_no = (stage_times(dense, dev, x, seq) for x in (none, default, no_attn))
+    attn_fwd = dense.layers * _layer_fwd(dense, dev, none, seq, seq, moe=False)[1]
+    assert attn_fwd > 0
+    assert st_def["bwd_compute"] - st_none["bwd_compute"] == pytest.approx(attn_fwd)
+    assert st_no["bwd_compute"] == pytest.approx(st_none["bwd_compute"])
+    assert st_no["fwd"] == pytest.approx(st_def["fwd"])
+    # flash attention: the same tensors stored either way (q, k, v and the output are kept)
+    assert train_memory(dense, no_attn, seq).activations == pytest.approx(train_memory(dense, default, seq).activations)
+    # unfused: the score matrix, softmax output and dropout mask stay without the core_attn checkpoint
+    unf = {x: TrainLayout(**{**x.__dict__, "attention": "unfused"}) for x in (none, default, no_attn)}
+    scores = seq * dense.layers * UNFUSED_SCORE_BYTES_STORED * dense.heads * seq
+    assert train_memory(dense, unf[no_attn], seq).activations - train_memory(dense, unf[default], seq).activations \
+        == pytest.approx(scores)
+    assert train_memory(dense, unf[no_attn], seq).activations == pytest.approx(
+        train_memory(dense, unf[none], seq).activations)

@@ -227,7 +227,8 @@ def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float
     pp_link = dev.link(2 * lay.tp * lay.cp * lay.dp) if lay.pp > 1 else None
     grad_shard = (lay.dp, lay.expert_dp) if lay.zero_stage >= 2 else None
     key = ("stage", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp,
-           lay.micro_batch, lay.recompute, lay.recompute_modules, lay.sequence_parallel, lay.attention, lay.etp,
+           lay.micro_batch, lay.recompute, lay.recompute_modules, lay.recompute_core_attn,
+           lay.sequence_parallel, lay.attention, lay.etp,
            lay.pipeline_split_embedding_loss, lay.moe_dispatcher, lay.cuda_graphs, grad_shard, pp_link,
            seq_len, lora)
     if key not in cache:

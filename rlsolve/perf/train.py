@@ -66,6 +66,12 @@ class TrainLayout:
     # with recompute "selective": Megatron-Core's output-discarding recompute modules beyond the
     # attention core (RECOMPUTED_MODULES); () = core_attn only, Megatron-Core's default
     recompute_modules: tuple[str, ...] = ()
+    # with recompute "selective": whether the core attention is checkpointed, "core_attn" in
+    # Megatron-Core's recompute_modules. Its default list is ["core_attn"]
+    # (megatron/core/transformer/transformer_config.py, commit 2edffadb, lines 1373-1374), and the
+    # layer checkpoints its core attention only when the list names it (attention.py, same commit,
+    # lines 328-331 checkpoint_core_attention, 1143); a recipe's own list replaces the default.
+    recompute_core_attn: bool = True
     # Megatron-Core account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split
     # (both, as the recipes set them): the embedding and the loss each take one layer's slot when the
     # layers are split over the pp x vp chunks, so (layers + 2) / (pp * vp) slots per chunk, the first
@@ -224,7 +230,7 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         act = _activations(arch, lay, seq_len, fp8=fp8)
     else:  # the activations depend on neither dp, ep nor ZeRO: layouts differing in those share them
         key = ("activations", id(arch), lay.tp, lay.sp, lay.cp, lay.pp, lay.vp, lay.micro_batch, lay.recompute,
-               lay.recompute_layers, lay.recompute_modules, lay.attention, seq_len, fp8,
+               lay.recompute_layers, lay.recompute_modules, lay.recompute_core_attn, lay.attention, seq_len, fp8,
                lay.pipeline_split_embedding_loss)
         act = memo.get(key)
         if act is None:
@@ -282,6 +288,16 @@ def _other(tracked: float, gpus: int) -> float:
     c = constants()
     nccl = c["nccl_buffers_gb"] if gpus > 1 else 0.0  # a lone GPU opens no communicator
     return (c["cuda_context_gb"] + nccl) * GB + c["fragmentation_fraction"] * tracked
+
+
+def checkpoints_core_attn(lay: TrainLayout) -> bool:
+    """Whether selective recompute checkpoints the core attention (TrainLayout.recompute_core_attn):
+    its forward re-runs in the backward and, unfused, its score matrix is not stored. With flash
+    attention the stored tensors are the same either way in this count: the checkpoint keeps q, k, v
+    (its inputs) and the output projection keeps the attention output, the tensors flash attention's
+    own backward saves, beside its per-head fp32 softmax statistics, which the per-layer count
+    (Architecture.activation_bytes_per_token_layer) leaves out under every recompute level."""
+    return lay.recompute == "selective" and lay.recompute_core_attn
 
 
 def recomputed_share(lay: TrainLayout, layers_stage: int) -> float:
@@ -419,8 +435,9 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
         per_tok_layer = repl - freed_whole + (per_tok_layer - repl - (freed - freed_whole)) / lay.tp
     else:
         per_tok_layer = (per_tok_layer - freed) / lay.tp
-    if lay.attention == "unfused" and lay.recompute == "none":
-        # the score matrix, softmax output and dropout mask per token (selective recompute drops them)
+    if lay.attention == "unfused" and lay.recompute != "full" and not checkpoints_core_attn(lay):
+        # the score matrix, softmax output and dropout mask per token (checkpointing the core attention
+        # drops them)
         per_tok_layer += UNFUSED_SCORE_BYTES_STORED * arch.heads * seq_len / lay.tp
     slots = pipeline_chunk_slots(arch, lay)
     layers_stage = math.ceil(arch.layers / lay.pp) if slots is None else lay.vp * slots
@@ -907,7 +924,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         for k in ("compute", "tp", "ep", "cp"):
             bwd[k] += share * (fwd[k] - (head + head_elem if k == "compute" else 0.0))
     elif lay.recompute == "selective":
-        bwd["compute"] += attn + layers_stage * recompute_module_rerun_fwd(arch, dev, lay, tokens)
+        bwd["compute"] += ((attn if checkpoints_core_attn(lay) else 0.0)
+                           + layers_stage * recompute_module_rerun_fwd(arch, dev, lay, tokens))
     # pipeline: send activations forward, gradients back, per (virtual) stage boundary
     pp_bytes = tokens * arch.hidden * BF16 / (lay.tp if lay.sp else 1)
     pp_span = 2 * lay.tp * lay.cp * lay.dp
