@@ -342,8 +342,12 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             kinds.remove("disagg")
         if limit is not None and kinds:
             if (n, pp) not in bounds:
-                bounds[n, pp] = (_lb_units(train_time_lower_bound(problem, pool, n, pp)),
-                                 time_units(send_time(problem, pool, n)), coloc_floor(n) if "colocated" in kinds else 0)
+                t_lb = _lb_units(train_time_lower_bound(problem, pool, n, pp))
+                # the engines' floor is asked only where training alone stays within the colocated
+                # limit: past it the candidate is beyond whatever the floor (>= 0) is
+                bounds[n, pp] = (t_lb, time_units(send_time(problem, pool, n)),
+                                 coloc_floor(n) if "colocated" in kinds and t_lb <= limit.get("colocated", -1)
+                                 else 0)
             t_lb, send_u, gen_lb = bounds[n, pp]
             kinds = [k for k in kinds if not _beyond(k, t_lb, send_u, limit, gen_lb if k == "colocated" else 0)]
         if not kinds:
