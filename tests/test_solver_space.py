@@ -805,6 +805,31 @@ def test_the_layout_rules_memo_keeps_every_verdict():
     assert checked > 500
 
 
+def test_skipped_engine_layouts_keep_every_verdict():
+    """`_legal_engines` with a skip (the engine shapes the bounded search has given up on) leaves
+    exactly those layouts out, and a later call without one, on the same memo, answers what a
+    fresh one does: each layout's verdict is memoized by itself, never the skipped list."""
+    from rlsolve.solver.budget import Deadline
+    from rlsolve.solver.candidates import _legal_engines
+    rng = random.Random(37)
+    checked = 0
+    for problem in _random_problems(6, 41):
+        for p, pool in enumerate(problem.pools):
+            memo: dict = {}
+            for n in role_counts(pool):
+                full = [(li, lay) for li, lay in enumerate(gen_universe(problem, pool, n))
+                        if not gen_violations(problem, pool, n, lay)]
+                shapes = {(lay.tp, lay.pp, lay.ep) for lay in gen_universe(problem, pool, n)}
+                gone = set(rng.sample(sorted(shapes), rng.randint(0, len(shapes))))
+                skipped = _legal_engines(problem, p, n, memo, Deadline(None),
+                                         skip=lambda lay: (lay.tp, lay.pp, lay.ep) in gone)
+                assert skipped == [(li, lay) for li, lay in full if (lay.tp, lay.pp, lay.ep) not in gone]
+                assert _legal_engines(problem, p, n, memo, Deadline(None)) == full
+                assert _legal_engines(problem, p, n, memo, Deadline(None), skip=lambda lay: True) == []
+                checked += len(full)
+    assert checked > 100
+
+
 def test_a_heavier_recompute_that_leaves_room_for_the_other_models_is_searched():
     """PPO on 2 nodes x 2 L4 with a wide 4-layer policy: the least recompute that fits the policy
     leaves no room for the reference, reward and critic beside it; a heavier one does (found by

@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from itertools import combinations, product
-from typing import Any
+from typing import Any, Callable
 
 from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.generate import GenLayout
@@ -342,8 +342,12 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             kinds.remove("disagg")
         if limit is not None and kinds:
             if (n, pp) not in bounds:
-                bounds[n, pp] = (_lb_units(train_time_lower_bound(problem, pool, n, pp)),
-                                 time_units(send_time(problem, pool, n)), coloc_floor(n) if "colocated" in kinds else 0)
+                t_lb = _lb_units(train_time_lower_bound(problem, pool, n, pp))
+                # the engines' floor is asked only where training alone stays within the colocated
+                # limit: past it the candidate is beyond whatever the floor (>= 0) is
+                bounds[n, pp] = (t_lb, time_units(send_time(problem, pool, n)),
+                                 coloc_floor(n) if "colocated" in kinds and t_lb <= limit.get("colocated", -1)
+                                 else 0)
             t_lb, send_u, gen_lb = bounds[n, pp]
             kinds = [k for k in kinds if not _beyond(k, t_lb, send_u, limit, gen_lb if k == "colocated" else 0)]
         if not kinds:
@@ -1302,8 +1306,12 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         # its time differs from the same engine's in sync: one candidate per such group of modes
         host_variants = [(hosts, q, group, k) for hosts, q, allowed_in in _gen_host_variants(problem, d_modes)
                          for group, k in _in_flight_groups(problem, allowed_in)]
+        # an engine shape (tp, pp, ep) whose every host variant is dead: no count of it is
+        # scored again, so its layouts need no rule check either (`_legal_engines`' skip)
+        dead_shapes: set[tuple] = set()
         for n in sorted(_gen_counts(problem, p, all_counts, out), reverse=True):
-            for li, lay in _legal_engines(problem, p, n, memo, deadline):
+            for li, lay in _legal_engines(problem, p, n, memo, deadline,
+                                          skip=lambda lay: (lay.tp, lay.pp, lay.ep) in dead_shapes):
                 # a pure function of the pool and the replica's degrees (`recv_time` reads tp, pp and ep
                 # through the GPU's weight share, never dp): asked once per replica shape, not per count
                 rkey = ("recv", p, lay.tp, lay.pp, lay.ep)
@@ -1322,6 +1330,8 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     if limit is not None and all(tg + recv + (fastest if m == "sync" else 0) > limit[m]
                                                  for m in allowed_in):
                         dead.add(key)
+                        if all((lay.tp, lay.pp, lay.ep, h, qq, kk) in dead for h, qq, _, kk in host_variants):
+                            dead_shapes.add((lay.tp, lay.pp, lay.ep))
                         continue
                     t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools))
                     if t is not None and bounded and len(problem.pools) == 1 and not out.aux:
@@ -1367,20 +1377,31 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
     return found
 
 
-def _legal_engines(problem: Problem, p: int, n: int, memo: dict, deadline: Deadline) -> list[tuple[int, GenLayout]]:
+def _legal_engines(problem: Problem, p: int, n: int, memo: dict, deadline: Deadline,
+                   skip: Callable[[GenLayout], bool] | None = None) -> list[tuple[int, GenLayout]]:
     """The engine layouts on n GPUs of pool p without `gen_violations`, each with its place in
     `gen_universe` (the order the candidates are scored in), memoized in `memo` across the probe
-    and the full enumeration (they ask for the same counts)."""
+    and the full enumeration (they ask for the same counts). `skip`: layouts the caller has no
+    use for, left out unchecked (each layout's verdict is memoized on its own, so a later call
+    without them checks only what it has not)."""
     key = ("legal engines", p, n)
-    if key not in memo:
-        pool = problem.pools[p]
-        legal = []
-        for li, lay in enumerate(gen_universe(problem, pool, n)):
+    if key in memo:
+        return memo[key] if skip is None else [(li, lay) for li, lay in memo[key] if not skip(lay)]
+    pool = problem.pools[p]
+    verdicts = memo.setdefault(("engine verdicts", p, n), {})
+    legal = []
+    for li, lay in enumerate(gen_universe(problem, pool, n)):
+        if skip is not None and skip(lay):
+            continue
+        ok = verdicts.get(li)
+        if ok is None:
             deadline.check("enumerating engine layouts")
-            if not gen_violations(problem, pool, n, lay):
-                legal.append((li, lay))
+            ok = verdicts[li] = not gen_violations(problem, pool, n, lay)
+        if ok:
+            legal.append((li, lay))
+    if skip is None:
         memo[key] = legal
-    return memo[key]
+    return legal
 
 
 def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserved_gb: int = 0,
