@@ -29,7 +29,7 @@ FACTORS = {
     "decode_step_overhead_us": (100.0, 500_000.0, "engine host time per decode step, us (generation)"),
     "train_efficiency": (0.05, 2.0, "share of the model's training speed reached (policy update)"),
     "logprob_efficiency": (0.05, 2.0, "share of the model's forward speed reached (log-prob passes)"),
-    "colocated_refit_gbps_per_gpu": (0.05, 1000.0, "colocated refit rate per engine GPU, GB/s"),
+    "colocated_refit_gbps_per_gpu": (0.05, 1000.0, "colocated refit: rate of the engine's wake per GPU, GB/s"),
     "step_overhead_s": (0.0, 3600.0, "framework time per step outside the modelled phases, s"),
 }
 MIN_STEPS = 2
@@ -228,8 +228,16 @@ def fit_table(spec: Any, layout: Any, table: PhaseTable, *, log_format: str, war
         unidentified["colocated_refit_gbps_per_gpu"] = f"mode {mode}: the refit is a broadcast over the NICs, " \
                                                        "which no factor scales"
     elif measured.get("refit", 0) > 0 and before["refit"] > 0:
+        # the rate scales the refit's wake of the engine's weights (perf/step.py colocated_wake_time);
+        # the rest of the refit (reshard, load, gathers, the trainers' offload) stays as modelled
         rate = dev_gen.refit_bytes_per_s / GB
-        set_factor("colocated_refit_gbps_per_gpu", gen_over, rate * before["refit"] / measured["refit"], rate, "refit")
+        wake_gb = plan0.memory_gb_per_gpu.generation.weights
+        rest = before["refit"] - max(wake_gb / rate, dev_gen.pcie_time(wake_gb * GB))
+        if measured["refit"] > rest > -1.0 and wake_gb > 0:
+            set_factor("colocated_refit_gbps_per_gpu", gen_over, wake_gb / (measured["refit"] - rest), rate, "refit")
+        else:
+            unidentified["colocated_refit_gbps_per_gpu"] = "the refit's terms besides the engine's wake already " \
+                                                           "take the measured refit"
     else:
         unidentified["colocated_refit_gbps_per_gpu"] = "the log shows no refit timer"
     if mode == "async":

@@ -102,13 +102,25 @@ def test_async_log_leaves_generation_unidentified():
 
 
 @pytest.mark.parametrize("key, value, term", [
-    ("train_efficiency", 0.5, "train"), ("logprob_efficiency", 0.5, "old_logprob"),
-    ("colocated_refit_gbps_per_gpu", 1.6, "weight_sync")])
+    ("train_efficiency", 0.5, "train"), ("logprob_efficiency", 0.5, "old_logprob")])
 def test_each_factor_acts_on_its_own_term(key, value, term):
     base = estimate(SPEC8B, LAY8B).time_s
     got = estimate(SPEC8B, LAY8B, profile={"H100-SXM-80GB": {key: value}}).time_s
     assert getattr(got, term) == pytest.approx(2 * getattr(base, term), rel=0.02)
     assert got.decode == pytest.approx(base.decode)
+
+
+def test_refit_factor_scales_the_engines_wake_alone():
+    """colocated_refit_gbps_per_gpu is the rate of the refit's wake of the engine's weights: half the
+    rate adds one more wake to weight_sync, and nothing else moves."""
+    from rlsolve.perf.hw import constants
+    rate = constants()["engine_wake_gbps_per_gpu"]
+    plan = estimate(SPEC8B, LAY8B)
+    base = plan.time_s
+    got = estimate(SPEC8B, LAY8B, profile={"H100-SXM-80GB": {"colocated_refit_gbps_per_gpu": rate / 2}}).time_s
+    wake = plan.memory_gb_per_gpu.generation.weights / rate
+    assert got.weight_sync - base.weight_sync == pytest.approx(wake, rel=0.02, abs=0.002)
+    assert (got.decode, got.train, got.switch) == pytest.approx((base.decode, base.train, base.switch))
 
 
 def test_overhead_factors_add_their_time():

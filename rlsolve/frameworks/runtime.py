@@ -104,6 +104,9 @@ class FrameworkRuntime(_Strict):
     # HBM bytes per parameter the engine moves quantizing the refit's bf16 weights to FP8 itself, on
     # every engine GPU (None: not read; none charged)
     fp8_refit_quantize_bytes_per_param: _Float | None = None
+    # a colocated refit first moves the trainer's offloaded states to host memory, inside the framework's
+    # refit timer (None: not read; the offload is timed with the switch)
+    refit_offloads_trainer_states: _Bool | None = None
 
 
 class _ZeroByStrategy(_Sourced):
@@ -142,7 +145,8 @@ class FrameworkCosts:
     sequence over a packed micro-batch (each sequence's logits a slice of the micro-batch's); the
     bytes per parameter its FSDP copies on the compute stream in a forward and a backward (None:
     not read, none charged); whether its disaggregated refit broadcasts the whole model to every
-    engine GPU; the HBM bytes per parameter its FP8 engines move quantizing each refit; the bytes
+    engine GPU, and whether its colocated refit timer holds the trainer's offload to host memory; the HBM
+    bytes per parameter its FP8 engines move quantizing each refit; the bytes
     per parameter its FSDP trainer all-gathers into full tensors for every refit, and its Megatron
     trainer over the tensor- and pipeline-parallel groups (None: none charged); the bytes per
     parameter of its local shard its FSDP trainer copies at each swap of the reference into the
@@ -163,6 +167,7 @@ class FrameworkCosts:
     fsdp_reference_swap_bytes: float | None = None
     refit_full_broadcast: bool = False
     fp8_refit_quantize_bytes: float | None = None
+    refit_offloads_trainer: bool = False
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -228,4 +233,6 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           fsdp_reference_swap_bytes=None if None in swap else min(x.value for x in swap),
                           refit_full_broadcast=all(f.refit_broadcasts_full_model is not None
                                                    and f.refit_broadcasts_full_model.value for f in chosen),
-                          fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant))
+                          fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant),
+                          refit_offloads_trainer=all(f.refit_offloads_trainer_states is not None
+                                                     and f.refit_offloads_trainer_states.value for f in chosen))

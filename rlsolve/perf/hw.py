@@ -101,9 +101,10 @@ class Device:
 
     @property
     def refit_bytes_per_s(self) -> float:
-        """Colocated refit rate per engine GPU: constants.yaml colocated_refit_gbps_per_gpu unless
-        a profile sets `colocated_refit_gbps_per_gpu`."""
-        return self._ov("colocated_refit_gbps_per_gpu", constants()["colocated_refit_gbps_per_gpu"]) * GB
+        """Rate per engine GPU at which a colocated refit wakes the sleeping engine's weights back from
+        host memory: constants.yaml engine_wake_gbps_per_gpu (measured in a vLLM issue), unless a
+        profile fitted on the user's own log sets `colocated_refit_gbps_per_gpu`."""
+        return self._ov("colocated_refit_gbps_per_gpu", constants()["engine_wake_gbps_per_gpu"]) * GB
 
     @property
     def step_overhead_s(self) -> float:

@@ -668,19 +668,60 @@ def sync_time(problem: Problem, pool_train: PoolHW, pool_gen: PoolHW, gen: GenLa
               colocated: bool) -> tuple[float, float]:
     """(total, exposed-to-generation) seconds to move the new policy weights to every
     engine. Disaggregated: a pipelined broadcast bounded by what each engine GPU must
-    receive and by what the trainers can send. Colocated: a reshard in HBM over NVLink, but
-    no faster than the frameworks' measured refit rate (gather, convert to the engine's
-    layout, hand over by CUDA IPC, load: constants.yaml colocated_refit_gbps_per_gpu)."""
+    receive and by what the trainers can send. Colocated, what the refit does on each engine GPU
+    (NeMo-RL v0.3.0 nemo_rl/algorithms/grpo.py refit_policy_generation lines 411-455), one term each:
+    `colocated_wake_time` (the sleeping engine's weights copied back from host memory), the CUDA-IPC
+    reshard of the new weights over NVLink and their copy into the engine's tensors (HBM), and
+    `engine_load_time` (one weight-loader call per checkpoint tensor). The trainers' gathers are
+    `refit_gather_time`, charged on the training side; the trainers' own offload inside the refit
+    timer is moved here by `combine` (framework refit_offloads_trainer)."""
     if colocated:
         dev = device(pool_gen, problem.workload.precision, problem.profile)
         share = weight_bytes_per_gpu(problem.policy, gen, 1.0) / problem.policy.total_params
         recv = _sync_bytes(problem) * share
         bw, lat = dev.link(min(pool_gen.scaleup_size, max(gen.tp * gen.pp, 2)))
-        t = max(recv / bw + lat + dev.stream_time(2 * recv), recv / dev.refit_bytes_per_s)
+        t = colocated_wake_time(problem, dev, recv) + recv / bw + lat + dev.stream_time(2 * recv)
         t += engine_load_time(problem, dev)
         return t, t
     recv = recv_time(problem, pool_gen, gen)
     return max(recv, send_time(problem, pool_train, n_train)), recv
+
+
+def colocated_wake_time(problem: Problem, dev: Device, recv: float) -> float:
+    """Seconds to wake a colocated engine's weights before the refit writes into them: level-1 sleep
+    (`engine_release_time`) backed the engine's weights up in pinned host memory, and the wake copies
+    them back (vLLM CuMemAllocator.wake_up) at the rate measured for it (constants.yaml
+    engine_wake_gbps_per_gpu; a profile's colocated_refit_gbps_per_gpu) and no faster than PCIe.
+    A LoRA refit updates adapters: the base weights are woken all the same (the bytes are the
+    engine's own weights, `recv` scaled back from the adapters is not what moves), so the engine's
+    full weight share is charged."""
+    if problem.workload.lora_rank:
+        recv = problem.policy.total_params * gen_dtype_bytes(problem) * recv / max(_sync_bytes(problem), 1.0)
+    return max(recv / dev.refit_bytes_per_s, dev.pcie_time(recv))
+
+
+def trainer_offload_time(problem: Problem, dev: Device, mem, resident: float, zero_stage: int) -> tuple[float, float]:
+    """(seconds inside the refit, seconds in the switch) for colocated trainers to move their states
+    to host memory for the rollout and back. Where the framework's refit holds the way out
+    (runtime.yaml refit_offloads_trainer_states, NeMo-RL): a Megatron trainer (zero_stage < 3) frees
+    its gradient buffer and copies its parameter buffer into the pinned host copy kept from the
+    previous step (Megatron-Core ParamAndGradBuffer.offload_to_cpu: PCIe), and every optimizer state
+    tensor with `.to('cpu')` into freshly allocated host memory; an FSDP trainer copies its model
+    and optimizer state that way (`.to('cpu')`). A copy into fresh host memory runs at the rate
+    measured for one (constants.yaml engine_sleep_offload_gbps_per_gpu). Elsewhere, and for the
+    way back: PCIe both ways over all the states (weights, gradients, optimizer, resident models).
+    The way out is never charged below PCIe over all the states, so the round trip is never below
+    2 x PCIe (the solver's pruning bound)."""
+    states = mem.states + resident
+    pcie = dev.pcie_time(states)
+    if not problem.workload.framework.refit_offloads_trainer:
+        return 0.0, 2 * pcie
+    fresh = constants()["engine_sleep_offload_gbps_per_gpu"] * GB
+    if zero_stage >= 3:
+        out = (mem.weights + mem.optimizer) / fresh + dev.pcie_time(resident)
+    else:
+        out = dev.pcie_time(mem.weights + resident) + mem.optimizer / fresh
+    return max(out, pcie), pcie
 
 
 def engine_release_time(gen: GenSide) -> float:
@@ -758,7 +799,10 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
         offload = 0.0
         if offload_states:  # out to host before rollout, back after
             dev = device(pool_train, problem.workload.precision, problem.profile)
-            offload = 2 * dev.pcie_time(train.states)
+            # the way out that the framework's refit holds is shown in weight_sync, the rest in the switch
+            out, offload = trainer_offload_time(problem, dev, train.mem, train.states - train.mem.states,
+                                                train.layout.zero_stage)
+            sync, exposed = sync + out, exposed + out
         switch = release + offload
         step = compose_step(mode, gen.time + release + sync, t_aux + train.time + offload, 0.0, 0.0)
         used = max(gen.gpus, train.gpus)

@@ -53,7 +53,7 @@ from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, compose_step,
                                critic_fits, critic_group_excess, critic_group_pass, critic_memory, critic_pass,
-                               engine_release_time, gen_side, policy_memory,
+                               engine_release_time, gen_side, policy_memory, trainer_offload_time,
                                recv_time, rollout_steps_in_flight, send_time, sync_time, train_aux,
                                train_core, with_critic)
 from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, moe_host_efficiency
@@ -476,7 +476,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of) \
                                 if kind == "colocated" else (False,)
                             for off in offloads:
-                                switch = 2 * dev.pcie_time(side.states) if off else 0.0
+                                switch = sum(trainer_offload_time(problem, dev, mem, resident, lay.zero_stage)) \
+                                    if off else 0.0
                                 if kind == "colocated" and front:
                                     # what `_prune_train` keeps of a colocated group: skip now what it would drop
                                     rank = (time_units(side.time + switch), 0 if off else mem_units_up(side.states),

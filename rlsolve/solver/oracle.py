@@ -19,7 +19,8 @@ from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, critic_fits, critic_group_excess,
                                critic_group_pass, critic_pass,
-                               engine_release_time, gen_side, policy_memory, recv_time, rollout_steps_in_flight, send_time,
+                               engine_release_time, gen_side, policy_memory, recv_time,
+                               trainer_offload_time, rollout_steps_in_flight, send_time,
                                sync_time, train_aux, train_core)
 from rlsolve.resolve import Problem
 from rlsolve.solver.rules import (aux_group_pools, aux_models, aux_shares_actor_degrees, critic_pair_violations,
@@ -113,7 +114,8 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                     value = "none" if problem.value is None else "training"
                     if colocated:
                         for off in (False, True):
-                            switch = 2 * dev.pcie_time(states) if off else 0.0
+                            switch = sum(trainer_offload_time(problem, dev, mem, resident, lay.zero_stage)) \
+                                if off else 0.0
                             out.append(Side(p, n, time_units(core + switch), 0, hosts,
                                             0 if off else mem_units_up(states), (lay, ref, q, off),
                                             _place(problem, (ref, on_train, q, off, value)), degrees))
