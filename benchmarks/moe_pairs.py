@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 IGNORED = ("global_batch", "vp")
 # defaults rlsolve.cases._train_layout applies to a field a row leaves out
 DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vp": 1, "micro_batch": 1, "moe_dispatcher": "alltoall",
-            "cuda_graphs": "none", "recompute": "none"}
+            "cuda_graphs": "none", "recompute": "none",
+            "moe_a2a_overlap": False}
 
 
 @dataclass

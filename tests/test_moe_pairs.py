@@ -49,6 +49,13 @@ def test_pairs_differ_in_one_field_and_same_pairs_are_predicted_alike(moe):
             # nothing the time model reads differs: it cannot tell the two rows apart
             assert a.predicted == pytest.approx(b.predicted, rel=1e-9)
     found = {(c, a.id, b.id): a.measured / b.measured for c, a, b in pairs}
-    # the same H100 Qwen3-30B-A3B layout, DeepEP (26.02) against HybridEP (26.02.01): 5113 / 9058
-    key = ("moe_dispatcher", "mbridge2602-qwen3-30b-a3b-h100-fp8-16g", "mbridge260201-qwen3-30b-a3b-h100-fp8-16g")
-    assert found[key] == pytest.approx(5113 / 9058)
+    # the same GB200 gpt-oss-120b layout, HybridEP (26.04) against the all-to-all dispatcher (26.04.01)
+    key = ("moe_dispatcher", "mbridge2604-gpt-oss-120b-gb200-bf16-64g", "mbridge260401-gpt-oss-120b-gb200-bf16-64g")
+    assert found[key] == pytest.approx(15938 / 16640)
+    # the H100 Qwen3-30B-A3B layout with DeepEP (26.02) and HybridEP (26.02.01) is no one-field pair: the
+    # 26.02 row also ran the EP A2A overlap (moe_a2a_overlap; a row that does not state it ran without)
+    by_id = {r.id: r for r in rows}
+    a, b = by_id["mbridge2602-qwen3-30b-a3b-h100-fp8-16g"], by_id["mbridge260201-qwen3-30b-a3b-h100-fp8-16g"]
+    assert sorted(k for k in set(a.fields) | set(b.fields) if a.fields.get(k) != b.fields.get(k)) == [
+        "moe_a2a_overlap", "moe_dispatcher"]
+    assert not any({x.id, y.id} == {a.id, b.id} for _, x, y in pairs)
