@@ -27,6 +27,7 @@ from rlsolve.perf.train import (BF16, BF16_MAIN_GRAD_BYTES, CUDA_GRAPHS, FP32_AD
                                 RECOMPUTED_MODULES, dynamic_batches, packed_sequences_per_bin, train_memory,
                                 train_time)
 from rlsolve.resolve import PoolHW, resolve
+from rlsolve.runlogs.phases import TIMERS
 from rlsolve.spec import load_spec
 
 # Rows of kind rl_step give the mean generated length (NeMo-RL's "G-average seq len": its
@@ -749,7 +750,6 @@ def _refit_inside_generation(row: dict, measured_phases: dict) -> bool:
     FrameworkTimers.refit_in_generation_unless, the one place that says so: verl's `gen` holds the
     hybrid engine's weight load until `update_weights` is timed apart), and the row gives no
     weight_sync of its own."""
-    from rlsolve.runlogs.phases import TIMERS
     try:
         timers = TIMERS.get(framework_name(row) or "")
     except ValueError:

@@ -230,7 +230,7 @@ def fit_table(spec: Any, layout: Any, table: PhaseTable, *, log_format: str, war
     elif measured.get("refit", 0) > 0 and before["refit"] > 0:
         # the rate scales the refit's wake of the engine's weights (perf/step.py colocated_wake_time);
         # the rest of the refit (reshard, load, gathers, the trainers' offload) stays as modelled
-        rate = dev_gen.refit_bytes_per_s / GB
+        rate = dev_gen.engine_wake_bytes_per_s / GB
         wake_gb = plan0.memory_gb_per_gpu.generation.weights
         rest = before["refit"] - max(wake_gb / rate, dev_gen.pcie_time(wake_gb * GB))
         if measured["refit"] > rest > -1.0 and wake_gb > 0:

@@ -100,7 +100,7 @@ class Device:
         return self._ov("logprob_efficiency", 1.0)
 
     @property
-    def refit_bytes_per_s(self) -> float:
+    def engine_wake_bytes_per_s(self) -> float:
         """Rate per engine GPU at which a colocated refit wakes the sleeping engine's weights back from
         host memory: constants.yaml engine_wake_gbps_per_gpu (measured in a vLLM issue), unless a
         profile fitted on the user's own log sets `colocated_refit_gbps_per_gpu`."""

@@ -507,8 +507,8 @@ def refit_gather_time(problem: Problem, pool: PoolHW, lay: TrainLayout) -> float
     received over the PP group, whose ranks sit tp x cp x dp apart (Megatron's default tp-cp-ep-dp-pp
     rank order) and so cross the nodes once the model spans more than one; the broadcasts from each
     stage in turn move what an all-gather of the whole model over the PP ranks moves. The rest of a
-    refit (conversion, CUDA-IPC hand-off, the engine's load) is in the measured refit rate, measured
-    where these gathers stay on NVLink. Expert-parallel gathers (MoE) are not counted here."""
+    refit (the engine's wake, the CUDA-IPC reshard, the engine's load) is `sync_time`'s. Expert-parallel
+    gathers (MoE) are not counted here."""
     fw, lora = problem.workload.framework, problem.workload.lora_rank
     if lora:
         return 0.0
@@ -697,7 +697,7 @@ def colocated_wake_time(problem: Problem, dev: Device, recv: float) -> float:
     full weight share is charged."""
     if problem.workload.lora_rank:
         recv = problem.policy.total_params * gen_dtype_bytes(problem) * recv / max(_sync_bytes(problem), 1.0)
-    return max(recv / dev.refit_bytes_per_s, dev.pcie_time(recv))
+    return max(recv / dev.engine_wake_bytes_per_s, dev.pcie_time(recv))
 
 
 def trainer_offload_time(problem: Problem, dev: Device, mem, resident: float, zero_stage: int) -> tuple[float, float]:
