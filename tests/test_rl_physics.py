@@ -326,3 +326,21 @@ def test_nemo_rls_fp8_engine_quantizes_every_refit_itself():
     assert extra == pytest.approx(quant + calls)
     verl8 = _replace(fp8, workload=_replace(fp8.workload, framework=framework_costs("verl")))
     assert engine_load_time(verl8, dev) == pytest.approx(engine_load_time(nemo, dev))
+
+
+def test_an_async_nemo_rl_engine_waits_for_the_trainers_refit_gathers():
+    """NeMo-RL's collective refit streams the trainers' export (its PP/TP/EP gathers) into the broadcast
+    while the engines sit in update_weights_from_collective: a 1-step-off DeepSeek-V3 step whose generation
+    outlasts training is generation + the whole refit, gathers included, not generation + the receive."""
+    import yaml
+    from pathlib import Path
+    from rlsolve.cases import _score_recipe
+    rows = yaml.safe_load((Path(__file__).resolve().parents[1] / "benchmarks/data/extra_cases.yaml").read_text())
+    row = next(r for r in rows["cases"] if r["id"] == "nemorl04-deepseek-v3-grpo-1stepoff-bf16-512g")
+    plan, how, _ = _score_recipe(row, None)
+    t = plan.time_s
+    assert how == "recipe layout" and plan.pipeline.mode == "async"
+    trainer = t.old_logprob + t.reference + t.train + t.weight_sync
+    assert t.prefill + t.decode > t.old_logprob + t.reference + t.train
+    assert t.step == pytest.approx(t.prefill + t.decode + t.weight_sync, abs=0.01)
+    assert t.step < trainer + t.prefill + t.decode  # still overlapped: training hides under generation

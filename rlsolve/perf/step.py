@@ -829,7 +829,12 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
         step = compose_step(mode, gen.time + release + sync, t_aux + train.time + offload, 0.0, 0.0)
         used = max(gen.gpus, train.gpus)
     else:
-        step = compose_step(mode, gen.time, t_aux + train.time, exposed, send_time(problem, pool_train, train.gpus))
+        # an async engine pauses for the whole refit; where the framework streams the trainers' gathers into
+        # its broadcast (NeMo-RL's collective refit, workload.framework.refit_full_broadcast) the engines wait
+        # for the gathers too, not only the trainers (sync and colocated steps run them in series anyway)
+        hold = train.refit_gather if mode == "async" and wl.framework.refit_full_broadcast else 0.0
+        step = compose_step(mode, gen.time + hold, t_aux + train.time, exposed,
+                            send_time(problem, pool_train, train.gpus))
         used = gen.gpus + train.gpus + train.critic_gpus
     used += aux.gpus if aux is not None else 0
     # framework time outside every modelled phase (0 unless a profile fitted on a log sets it)
