@@ -227,16 +227,17 @@ def test_an_fsdp_trainer_gathers_its_fp32_masters_for_every_refit_where_the_fram
     assert tp8 > p.policy.total_params * 4 * 7 / 8 / (p.pool.gpu.nvlink_gbps_per_dir * 1e9)
 
 
-def test_a_megatron_trainer_gathers_every_full_tensor_over_tp_and_pp_for_a_refit_before_nemo_rl_0_4():
-    """NeMo-RL 0.3's Megatron refit all-gathers each tensor over TP and broadcasts it from its stage over
-    the PP group: every trainer GPU receives the whole model in bf16, across the nodes when the pipeline
-    spans them; later releases (Megatron-Bridge export, not read) and plans without a release pay none."""
+def test_a_megatron_trainer_gathers_every_full_tensor_over_tp_pp_and_ep_for_a_refit():
+    """NeMo-RL's Megatron refit gives every trainer GPU every full tensor in bf16: 0.3's gather_params
+    all-gathers each tensor over TP, broadcasts it from its stage over the PP group and all-gathers a routed
+    expert's over the EP group; from 0.4 Megatron-Bridge's export does the same (broadcast_from_pp_rank,
+    the TP all-gather, gather_from_ep_ranks). Plans without a release get the current release's facts;
+    a framework whose refit was not read, and LoRA refits, pay none."""
     from dataclasses import replace as _replace
     from rlsolve.perf.step import refit_gather_time
     from rlsolve.perf.train import TrainLayout
-    assert framework_costs("nemo-rl", "0.3.0").megatron_refit_gather_bytes == 2
-    assert framework_costs("nemo-rl", "0.4.0").megatron_refit_gather_bytes is None
-    assert framework_costs("nemo-rl").megatron_refit_gather_bytes is None
+    for version in ("0.3.0", "0.4.0", "0.7.0", None):
+        assert framework_costs("nemo-rl", version).megatron_refit_gather_bytes == 2
     assert framework_costs("verl", "0.3.0").megatron_refit_gather_bytes is None
     p = resolve(load_spec({**SPEC, "model": {"policy": "llama-3.1-70b"},
                            "cluster": {"gpu": "H100-SXM-80GB", "nodes": 8, "gpus_per_node": 8}}))
@@ -245,15 +246,42 @@ def test_a_megatron_trainer_gathers_every_full_tensor_over_tp_and_pp_for_a_refit
     t = refit_gather_time(v03, p.pool, lay)
     # three of the four stages' bf16 tensors reach every GPU, through its own NIC at best
     assert t > p.policy.total_params * 2 * 3 / 4 / (p.pool.nic_gbytes_per_gpu * 1e9)
+    # the Megatron-Bridge export of later releases moves the same
+    v07 = _replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl", "0.7.0")))
+    assert refit_gather_time(v07, p.pool, lay) == pytest.approx(t)
     # a pipeline inside one server gathers over NVLink: far less
     small = resolve(load_spec({**SPEC, "model": {"policy": "llama-3.1-8b"}}))
     small03 = _replace(small, workload=_replace(small.workload, framework=framework_costs("nemo-rl", "0.3.0")))
     inside = refit_gather_time(small03, small.pool, TrainLayout(tp=1, pp=2, dp=4, zero_stage=1, micro_batch=1))
     assert 0 < inside < small.policy.total_params * 2 / (small.pool.nic_gbytes_per_gpu * 1e9)
-    assert refit_gather_time(_replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl", "0.4.0"))),
-                             p.pool, lay) == 0.0
+    verl = _replace(p, workload=_replace(p.workload, framework=framework_costs("verl", "0.3.0")))
+    assert refit_gather_time(verl, p.pool, lay) == 0.0
     lora = _replace(v03, workload=_replace(v03.workload, lora_rank=16))
     assert refit_gather_time(lora, p.pool, lay) == 0.0
+
+
+def test_a_moe_refit_gathers_the_routed_experts_over_the_expert_parallel_group():
+    """The PP step of a MoE refit moves only the rank's own experts; every GPU then receives the other EP
+    ranks' experts of every layer: an EP group that spans two servers takes at least what crosses into a
+    server through its NICs, one inside a server far less."""
+    from dataclasses import replace as _replace
+    from rlsolve.perf.step import _expert_refit_gather, refit_gather_time
+    from rlsolve.perf.train import TrainLayout
+    p = resolve(load_spec({**SPEC, "model": {"policy": "deepseek-v3"},
+                           "cluster": {"gpu": "H100-SXM-80GB", "nodes": 32, "gpus_per_node": 8}}))
+    nemo = _replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl", "0.4.0")))
+    experts = p.policy.routed_expert_params_total * 2
+    ep16 = refit_gather_time(nemo, p.pool, TrainLayout(tp=1, pp=16, dp=16, ep=16, zero_stage=1, micro_batch=1))
+    no_ep = refit_gather_time(nemo, p.pool, TrainLayout(tp=1, pp=16, dp=16, ep=1, zero_stage=1, micro_batch=1))
+    # half of the experts sit on the other server of the EP group: they enter through its 8 NICs
+    assert ep16 > experts / 2 / (8 * p.pool.nic_gbytes_per_gpu * 1e9)
+    # an EP group inside one server gathers over NVLink
+    dev = device(p.pool)
+    inside = _expert_refit_gather(dev, p.policy, TrainLayout(tp=1, pp=16, dp=16, ep=8, zero_stage=1, micro_batch=1), 2)
+    across = _expert_refit_gather(dev, p.policy, TrainLayout(tp=1, pp=16, dp=16, ep=16, zero_stage=1, micro_batch=1), 2)
+    assert 0 < inside < across
+    # without EP the PP step carries every expert: the whole model crosses the pipeline's nodes
+    assert no_ep > ep16
 
 
 def test_nemo_rls_disaggregated_refit_broadcasts_the_whole_model_to_every_engine_gpu():
@@ -298,3 +326,21 @@ def test_nemo_rls_fp8_engine_quantizes_every_refit_itself():
     assert extra == pytest.approx(quant + calls)
     verl8 = _replace(fp8, workload=_replace(fp8.workload, framework=framework_costs("verl")))
     assert engine_load_time(verl8, dev) == pytest.approx(engine_load_time(nemo, dev))
+
+
+def test_an_async_nemo_rl_engine_waits_for_the_trainers_refit_gathers():
+    """NeMo-RL's collective refit streams the trainers' export (its PP/TP/EP gathers) into the broadcast
+    while the engines sit in update_weights_from_collective: a 1-step-off DeepSeek-V3 step whose generation
+    outlasts training is generation + the whole refit, gathers included, not generation + the receive."""
+    import yaml
+    from pathlib import Path
+    from rlsolve.cases import _score_recipe
+    rows = yaml.safe_load((Path(__file__).resolve().parents[1] / "benchmarks/data/extra_cases.yaml").read_text())
+    row = next(r for r in rows["cases"] if r["id"] == "nemorl04-deepseek-v3-grpo-1stepoff-bf16-512g")
+    plan, how, _ = _score_recipe(row, None)
+    t = plan.time_s
+    assert how == "recipe layout" and plan.pipeline.mode == "async"
+    trainer = t.old_logprob + t.reference + t.train + t.weight_sync
+    assert t.prefill + t.decode > t.old_logprob + t.reference + t.train
+    assert t.step == pytest.approx(t.prefill + t.decode + t.weight_sync, abs=0.01)
+    assert t.step < trainer + t.prefill + t.decode  # still overlapped: training hides under generation

@@ -501,14 +501,15 @@ def refit_gather_time(problem: Problem, pool: PoolHW, lay: TrainLayout) -> float
     trainer gathers them. FSDP (workload.framework.fsdp_refit_gather_bytes: NeMo-RL's DTensor worker
     turns every fp32 master shard into its full tensor): an all-gather over the data-parallel (and
     context) ranks of the tensor-parallel shard, then over the tensor-parallel ranks. Sharded-optimizer
-    Megatron trainers (workload.framework.megatron_refit_gather_bytes: NeMo-RL before 0.4 gathers each
-    tensor over the TP group, then broadcasts it from its pipeline stage to the whole pipeline group):
-    the TP all-gather of this stage's tensors inside the TP group, then every other stage's full tensors
-    received over the PP group, whose ranks sit tp x cp x dp apart (Megatron's default tp-cp-ep-dp-pp
-    rank order) and so cross the nodes once the model spans more than one; the broadcasts from each
-    stage in turn move what an all-gather of the whole model over the PP ranks moves. The rest of a
-    refit (the engine's wake, the CUDA-IPC reshard, the engine's load) is `sync_time`'s. Expert-parallel
-    gathers (MoE) are not counted here."""
+    Megatron trainers (workload.framework.megatron_refit_gather_bytes: NeMo-RL's gather_params before 0.4
+    and Megatron-Bridge's export from 0.4 give every trainer GPU every full tensor): the TP all-gather of
+    this stage's tensors inside the TP group, then every other stage's full tensors received over the PP
+    group, whose ranks sit tp x cp x dp apart (Megatron's default tp-cp-ep-dp-pp rank order) and so cross
+    the nodes once the model spans more than one; the broadcasts from each stage in turn move what an
+    all-gather of the whole model over the PP ranks moves. A MoE's routed experts are then all-gathered
+    over the expert-parallel group (`_expert_refit_gather`): the PP step moved only this EP rank's
+    experts. The rest of a refit (the engine's wake, the CUDA-IPC reshard, the engine's load) is
+    `sync_time`'s."""
     fw, lora = problem.workload.framework, problem.workload.lora_rank
     if lora:
         return 0.0
@@ -522,8 +523,29 @@ def refit_gather_time(problem: Problem, pool: PoolHW, lay: TrainLayout) -> float
     b = fw.megatron_refit_gather_bytes
     if b is None:
         return 0.0
-    full = problem.policy.total_params * b
-    return dev.all_gather(full / lay.pp, lay.tp, lay.tp) + dev.all_gather(full, lay.pp, lay.gpus)
+    arch = problem.policy
+    full = (arch.total_params - _ep_only_params(arch, lay)) * b
+    return (dev.all_gather(full / lay.pp, lay.tp, lay.tp) + dev.all_gather(full, lay.pp, lay.gpus)
+            + _expert_refit_gather(dev, arch, lay, b))
+
+
+def _ep_only_params(arch: Architecture, lay: TrainLayout) -> float:
+    """Parameters of the routed experts that a pipeline rank does not hold because expert parallelism
+    left them on the other EP ranks (the refit's PP step moves each rank's own experts only)."""
+    return arch.routed_expert_params_total * (1.0 - 1.0 / lay.ep) if arch.is_moe and lay.ep > 1 else 0.0
+
+
+def _expert_refit_gather(dev: Device, arch: Architecture, lay: TrainLayout, bytes_per_param: float) -> float:
+    """The refit's all-gather of every routed expert over the expert-parallel group (NeMo-RL v0.3.0
+    refit_utils.py line 142; Megatron-Bridge gather_from_ep_ranks, runtime.yaml
+    megatron_refit_gather_bytes_per_param): each GPU receives the other EP ranks' experts of every layer.
+    The EP group's ranks are consecutive inside the expert grid: etp x ep GPUs apart from the folded
+    layout, tp x cp x ep where the expert TP is the dense one (the span perf/train.py gives the MoE
+    all-to-all)."""
+    if not arch.is_moe or lay.ep <= 1:
+        return 0.0
+    span = lay.tp * lay.cp * lay.ep if lay.etp == lay.tp else lay.etp * lay.ep
+    return dev.all_gather(arch.routed_expert_params_total * bytes_per_param / lay.etp, lay.ep, span)
 
 
 # --- auxiliary pool -----------------------------------------------------------------------
@@ -807,7 +829,12 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
         step = compose_step(mode, gen.time + release + sync, t_aux + train.time + offload, 0.0, 0.0)
         used = max(gen.gpus, train.gpus)
     else:
-        step = compose_step(mode, gen.time, t_aux + train.time, exposed, send_time(problem, pool_train, train.gpus))
+        # an async engine pauses for the whole refit; where the framework streams the trainers' gathers into
+        # its broadcast (NeMo-RL's collective refit, workload.framework.refit_full_broadcast) the engines wait
+        # for the gathers too, not only the trainers (sync and colocated steps run them in series anyway)
+        hold = train.refit_gather if mode == "async" and wl.framework.refit_full_broadcast else 0.0
+        step = compose_step(mode, gen.time + hold, t_aux + train.time, exposed,
+                            send_time(problem, pool_train, train.gpus))
         used = gen.gpus + train.gpus + train.critic_gpus
     used += aux.gpus if aux is not None else 0
     # framework time outside every modelled phase (0 unless a profile fitted on a log sets it)
