@@ -177,3 +177,27 @@ def test_verl_reference_is_an_fsdp_shard_in_host_memory_copied_in_every_micro_ba
     # the reference pass is the old log-prob pass (same sharding, micro-batches and bf16 compute)
     # plus six copies of the shard; nothing else separates them
     assert ph["reference"] - ph["old_logprob"] == pytest.approx(6 * dev.pcie_time(shard), rel=0.02)
+
+
+def test_the_per_micro_batch_reference_copies_hold_for_fsdp_layouts_only():
+    """The fact is read in verl's FSDP workers: a Megatron-style (ZeRO-1) layout keeps the plain host-memory
+    reference (one copy of its weights per step), an FSDP (ZeRO-3) layout copies its shard per micro-batch."""
+    from dataclasses import replace as _replace
+
+    from rlsolve.cases import _recipe_layout
+    from rlsolve.perf.step import train_aux
+    from rlsolve.perf.train import TrainLayout
+    from rlsolve.resolve import resolve
+    from rlsolve.spec import load_spec
+    row = _row(remove_padding=True)
+    problem = resolve(load_spec(rl_step_spec(row)))
+    _, _, _, micro = _recipe_layout(row, problem.workload)
+    verl = _replace(problem, workload=_replace(problem.workload, **micro))
+    assert verl.workload.framework.reference_fsdp_cpu_offload
+    plain = _replace(verl, workload=_replace(verl.workload, framework=_replace(verl.workload.framework,
+                                                                              reference_fsdp_cpu_offload=False)))
+    for zero, same in ((1, True), (3, False)):
+        lay = TrainLayout(tp=1, pp=1, dp=8, micro_batch=80, zero_stage=zero)
+        a = train_aux(verl, verl.pool, lay, reference="cpu_offload", reward="cpu", reward_quant="none")[0]
+        b = train_aux(plain, plain.pool, lay, reference="cpu_offload", reward="cpu", reward_quant="none")[0]
+        assert (a == pytest.approx(b, rel=1e-12)) is same

@@ -414,10 +414,11 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     # > 1: NeMo-RL's use_reference_model) runs the reference pass on the policy's sharding: a ZeRO-3
     # policy gathers every layer in each reference micro-batch, and swaps only its local shard
     in_policy = reference == "cpu_offload" and wl.framework.reference_swap_copies > 1
-    # a framework whose reference is an FSDP module of its own with its parameters in host memory (verl:
-    # workload.framework.reference_fsdp_cpu_offload) shards it as the policy is: its pass gathers every
-    # layer as a ZeRO-3 policy's does, and what each micro-batch copies in is the rank's shard
-    fsdp_offload = reference == "cpu_offload" and wl.framework.reference_fsdp_cpu_offload
+    # a framework whose FSDP trainer keeps the reference as an FSDP module of its own with its parameters in
+    # host memory (verl: workload.framework.reference_fsdp_cpu_offload, read for its FSDP workers, so ZeRO-3
+    # layouts only) shards it as the policy is: its pass gathers every layer as a ZeRO-3 policy's does, and
+    # what each micro-batch copies in is the rank's shard
+    fsdp_offload = reference == "cpu_offload" and wl.framework.reference_fsdp_cpu_offload and lay.zero_stage >= 3
 
     def forward(role: str, a: Architecture, wbytes_per_param: float) -> tuple[float, float]:
         key = (role, dims, wbytes_per_param, eager, in_policy, fsdp_offload)
