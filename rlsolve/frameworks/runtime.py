@@ -39,6 +39,11 @@ class _Bool(_Sourced):
     value: bool
 
 
+class _BoolUntil(_Bool):
+    # the fact holds for the framework's releases before this one (None: every release read)
+    until_version: str | None = Field(None, pattern=r"^\d+\.\d+(\.\d+)?$")
+
+
 class _Float(_Sourced):
     value: float
 
@@ -71,6 +76,9 @@ class FrameworkRuntime(_Strict):
     max_num_seqs: _OptInt
     orchestration_s_per_step: _Float
     rollout_logprobs: _Bool
+    # the engine is asked for the sampled tokens' log-probs in the releases before `until_version`
+    # (an earlier default that rollout_logprobs, read in the current release, no longer holds; None: not read)
+    earlier_rollout_logprobs: _BoolUntil | None = None
     # the framework's asynchronous (off-policy) mode drives vLLM's AsyncLLM, built without max_num_seqs
     # (None: not read; the engine's LLM-class default applies)
     async_engine_when_async: _Bool | None = None
@@ -82,6 +90,10 @@ class FrameworkRuntime(_Strict):
     # RL-specific costs of the training and log-prob passes, where read in the framework's source
     # (None: not read; the model's own physics applies)
     reference_swap_copies: _Int | None = None
+    # the reference is an FSDP module of its own, sharded as the policy is, with its parameters in host
+    # memory (FSDP CPUOffload): each unshard copies the local shard in again, so every forward micro-batch
+    # of the reference pass copies the rank's shard (None: not read; one copy per step of its weights)
+    reference_fsdp_cpu_offload: _Bool | None = None
     logit_fp32_bytes_forward: _Float | None = None
     pipeline_pads_packed_micro_batches: _Bool | None = None
     fsdp_grad_reduce_bytes_per_param: _Float | None = None
@@ -155,6 +167,7 @@ class FrameworkCosts:
     orchestration_s: float
     rollout_logprobs: bool
     reference_swap_copies: int = 1
+    reference_fsdp_cpu_offload: bool = False
     logit_fp32_bytes_forward: float | None = None
     pipeline_pads_packed: bool = False
     fsdp_grad_reduce_bytes: float | None = None
@@ -196,6 +209,12 @@ def _for_strategy(entry, fw: FrameworkRuntime, strategy: str | None):
     return entry if (strategy or fw.train_strategy.value) == want else None
 
 
+def _earlier_logprobs(fw: FrameworkRuntime, version: str | None) -> bool:
+    """True where the stated release predates the change that stopped asking the engine for log-probs."""
+    entry = _holds(fw.earlier_rollout_logprobs, version)
+    return entry is not None and entry.value
+
+
 def framework_costs(framework: str, version: str | None = None, strategy: str | None = None) -> FrameworkCosts:
     """The target's costs (of its release `version` where facts change between releases, and of
     the training `strategy` it runs where a fact holds for one: None, the framework's default);
@@ -213,9 +232,13 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     swap = [_holds(f.fsdp_reference_swap_bytes_per_param, version) for f in chosen]
     quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
-                          rollout_logprobs=all(f.rollout_logprobs.value for f in chosen),
+                          rollout_logprobs=all(f.rollout_logprobs.value or _earlier_logprobs(f, version)
+                                               for f in chosen),
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
                                                     for f in chosen),
+                          reference_fsdp_cpu_offload=all(
+                              f.reference_fsdp_cpu_offload is not None
+                              and f.reference_fsdp_cpu_offload.value for f in chosen),
                           logit_fp32_bytes_forward=None if None in logit else min(x.value for x in logit),
                           pipeline_pads_packed=all(f.pipeline_pads_packed_micro_batches is not None
                                                    and f.pipeline_pads_packed_micro_batches.value for f in chosen),

@@ -3,6 +3,7 @@ combines them (SPEC sections 6-7). Both the solver and `estimate` call these fun
 a plan re-scored by `estimate` gives the numbers the solver reported."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -413,16 +414,21 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     # > 1: NeMo-RL's use_reference_model) runs the reference pass on the policy's sharding: a ZeRO-3
     # policy gathers every layer in each reference micro-batch, and swaps only its local shard
     in_policy = reference == "cpu_offload" and wl.framework.reference_swap_copies > 1
+    # a framework whose FSDP trainer keeps the reference as an FSDP module of its own with its parameters in
+    # host memory (verl: workload.framework.reference_fsdp_cpu_offload, read for its FSDP workers, so ZeRO-3
+    # layouts only) shards it as the policy is: its pass gathers every layer as a ZeRO-3 policy's does, and
+    # what each micro-batch copies in is the rank's shard
+    fsdp_offload = reference == "cpu_offload" and wl.framework.reference_fsdp_cpu_offload and lay.zero_stage >= 3
 
     def forward(role: str, a: Architecture, wbytes_per_param: float) -> tuple[float, float]:
-        key = (role, dims, wbytes_per_param, eager, in_policy)
+        key = (role, dims, wbytes_per_param, eager, in_policy, fsdp_offload)
         if key not in cache:
             al = _aux_layout(a, lay)
             # the reference computes the policy's log-probs on the policy's log-prob micro-batches
             if role == "reference":
                 lp, seq = _logprob_pass(wl, lay)
                 al, logits = replace(al, micro_batch=lp.micro_batch), wl.framework.logit_fp32_bytes_forward
-                if in_policy:
+                if in_policy or fsdp_offload:
                     al = replace(al, zero_stage=lay.zero_stage)
             else:
                 seq, logits = seq_mean, None
@@ -440,8 +446,13 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
         if reference == "cpu_offload":
             # streamed in each step, not overlapped (conservative); a framework that swaps the
             # reference into the policy's own model also copies the policy's weights out and back
-            # (workload.framework.reference_swap_copies)
-            ref_t += wl.framework.reference_swap_copies * dev.pcie_time(wbytes)
+            # (workload.framework.reference_swap_copies); one whose FSDP offloads the reference's
+            # parameters copies the shard in again for every forward micro-batch
+            # (workload.framework.reference_fsdp_cpu_offload, verl)
+            copies = wl.framework.reference_swap_copies
+            if fsdp_offload:
+                copies *= reference_micro_batches(wl, lay)
+            ref_t += copies * dev.pcie_time(wbytes)
         else:
             resident += wbytes
     if problem.reward is not None and reward == "training":
@@ -453,6 +464,15 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             **_aux_layout(problem.value, lay).__dict__, "zero_stage": lay.zero_stage, "recompute": lay.recompute})
         return with_critic((ref_t, rew_t, val_t, resident), critic_pass(problem, pool, vl, cache))
     return ref_t, rew_t, val_t, resident
+
+
+def reference_micro_batches(wl, lay: TrainLayout) -> int:
+    """Forward micro-batches of the reference pass on one data-parallel rank: its share of the rollout
+    batch over the log-prob micro-batch (`_logprob_pass`; the training one where none is given),
+    the last one partial (verl dp_actor.py compute_log_prob: batch.split(micro_batch_size))."""
+    lp, _ = _logprob_pass(wl, lay)
+    per_rank = wl.samples / max(1, lay.dp * lay.cp)
+    return max(1, math.ceil(per_rank / max(float(lp.micro_batch), 1.0) - 1e-9))
 
 
 def with_critic(aux: tuple[float, float, float, float], critic: tuple[float, float, float]
