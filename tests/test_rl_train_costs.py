@@ -373,3 +373,36 @@ def test_the_fsdp_root_unit_opens_and_closes_every_pass_exposed():
     fsdp, megatron = TrainLayout(tp=1, dp=8, micro_batch=2, zero_stage=3), TrainLayout(tp=1, dp=8, micro_batch=2)
     assert train_core(on, on.pool, fsdp)[0].dp_comm > train_core(off, off.pool, fsdp)[0].dp_comm
     assert train_core(on, on.pool, megatron)[0].total == pytest.approx(train_core(off, off.pool, megatron)[0].total)
+
+
+def test_fsdp2_mixed_precision_casts_every_layer_boundary():
+    """NeMo-RL's DTensor worker gives every fully_shard output_dtype=float32: each decoder layer's output
+    is cast to fp32 (2 read + 4 written per hidden element) and the next layer's input back to bf16 (4 + 2),
+    12 bytes per hidden element per layer in a forward and again in the backward, on ZeRO-3 layouts only."""
+    from rlsolve.perf.train import fsdp_layer_cast_time
+    assert framework_costs("nemo-rl", "0.3.0", "fsdp2").fsdp_layer_cast_bytes == 12
+    assert framework_costs("nemo-rl", "0.3.0", "megatron").fsdp_layer_cast_bytes is None
+    assert framework_costs("verl", None, "fsdp2").fsdp_layer_cast_bytes is None  # verl sets no output_dtype
+    assert framework_costs("any").fsdp_layer_cast_bytes is None
+    p = _problem()
+    dev = device(p.pool)
+    arch = p.policy
+    lay = TrainLayout(tp=1, dp=8, micro_batch=2, zero_stage=3)
+    # 2 sequences x 1000 tokens x hidden 4096 x 12 bytes x 32 layers
+    assert fsdp_layer_cast_time(arch, dev, lay, 1000, 12) == pytest.approx(dev.stream_time(2000 * 4096 * 12 * 32))
+    assert fsdp_layer_cast_time(arch, dev, lay, 1000, None) == 0.0
+    # without sequence parallelism the hidden states are whole on every TP rank; with it, split
+    tp2 = replace(lay, tp=2, sequence_parallel=False)
+    assert fsdp_layer_cast_time(arch, dev, tp2, 1000, 12) == pytest.approx(fsdp_layer_cast_time(arch, dev, lay, 1000, 12))
+    assert fsdp_layer_cast_time(arch, dev, replace(tp2, sequence_parallel=True), 1000, 12) == pytest.approx(
+        fsdp_layer_cast_time(arch, dev, lay, 1000, 12) / 2)
+    q = _problem("nemo-rl")
+    on, off = (_with_costs(q, fsdp_layer_cast_bytes=v) for v in (12.0, None))
+    fsdp, megatron = TrainLayout(tp=1, dp=8, micro_batch=2, zero_stage=3), TrainLayout(tp=1, dp=8, micro_batch=2)
+    a, b = train_core(on, on.pool, fsdp), train_core(off, off.pool, fsdp)
+    seq = q.workload.seq_mean
+    m = q.workload.global_batch / (8 * 2)
+    cast = fsdp_layer_cast_time(arch, dev, fsdp, seq, 12)
+    assert a[0].compute - b[0].compute == pytest.approx(m * 2 * cast * q.workload.optimizer_steps, rel=1e-6)
+    assert a[2] > b[2]  # the old log-prob pass runs the same casts in its forward
+    assert train_core(on, on.pool, megatron)[0].total == pytest.approx(train_core(off, off.pool, megatron)[0].total)

@@ -60,6 +60,11 @@ class _BoolForStrategy(_Bool):
     strategy: Strategy | None = None
 
 
+class _FloatForStrategy(_Float):
+    # the fact holds for this training strategy of the framework only (None: every one it runs)
+    strategy: Strategy | None = None
+
+
 class _ElementwiseBytes(_Sourced):
     value: dict[Literal["rms_norm", "rotary", "gated_activation"], float]
     # the fact holds for the framework's releases before this one (None: every release read)
@@ -101,6 +106,10 @@ class FrameworkRuntime(_Strict):
     # every pass and their gradients' reduce-scatter closes every backward, with nothing to hide under (None:
     # not read; every parameter is gathered with the layers)
     fsdp_root_holds_embeddings: _BoolForStrategy | None = None
+    # bytes per hidden element per decoder layer that the FSDP trainer's mixed-precision policy moves casting
+    # each layer's output to fp32 and the next layer's input back to bf16, in a forward (the backward the same)
+    # (None: not read; none charged)
+    fsdp_layer_output_cast_bytes: _FloatForStrategy | None = None
     # bytes per parameter the FSDP trainer all-gathers to build the full tensors it hands the engine
     # at each refit (None: not read; no gather is charged)
     fsdp_refit_gather_bytes_per_param: _Float | None = None
@@ -164,7 +173,9 @@ class FrameworkCosts:
     parameter of its local shard its FSDP trainer copies at each swap of the reference into the
     policy's model (None: the reference's 16-bit weights); whether its FSDP trainer pads every packed
     training micro-batch to the token budget, and whether its FSDP root unit holds the embedding and output
-    layer (gathered before a pass's first layer, reduce-scattered after its backward's last)."""
+    layer (gathered before a pass's first layer, reduce-scattered after its backward's last); the bytes per
+    hidden element per layer its FSDP mixed-precision policy moves casting each layer's output to fp32 and
+    back (None: none charged)."""
 
     orchestration_s: float
     rollout_logprobs: bool
@@ -184,6 +195,7 @@ class FrameworkCosts:
     refit_offloads_trainer: bool = False
     fsdp_pads_packed_to_budget: bool = False
     fsdp_root_embeddings: bool = False
+    fsdp_layer_cast_bytes: float | None = None
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -228,6 +240,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     gather_mcore = [_holds(f.megatron_refit_gather_bytes_per_param, version) for f in chosen]
     swap = [_holds(f.fsdp_reference_swap_bytes_per_param, version) for f in chosen]
     quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
+    casts = [_for_strategy(f.fsdp_layer_output_cast_bytes, f, strategy) for f in chosen]
 
     def flag(name: str) -> bool:  # a strategy's yes/no fact, held by every chosen framework
         return all((e := _for_strategy(getattr(f, name), f, strategy)) is not None and e.value for f in chosen)
@@ -256,4 +269,5 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           refit_offloads_trainer=all(f.refit_offloads_trainer_states is not None
                                                      and f.refit_offloads_trainer_states.value for f in chosen),
                           fsdp_pads_packed_to_budget=flag("fsdp_pads_packed_to_budget"),
-                          fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"))
+                          fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"),
+                          fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts))

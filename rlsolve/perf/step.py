@@ -255,12 +255,13 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
                    logit_bytes_fwd=logits, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
                    unfused_elementwise=eager, logit_bytes_bwd=logit_bwd,
                    loss_per_packed_sequence=wl.framework.loss_per_packed_sequence and wl.packed_micro_batch is not None,
-                   fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_root=wl.framework.fsdp_root_embeddings)
+                   fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_root=wl.framework.fsdp_root_embeddings,
+                   fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes)
     lp, lp_seq = _logprob_pass(wl, lay)
     if lora or lp is not lay:  # the old log-prob pass is a plain forward, on its own micro-batches
         st = cached_stage_times(arch, dev, lp, lp_seq, False, cache)
     old = forward_time(arch, dev, lp, wl.samples, lp_seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager,
-                       fsdp_copy_bytes=wl.framework.fsdp_copy_bytes)
+                       fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes)
     return t, mem or policy_memory(problem, planned), old
 
 
@@ -433,7 +434,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
                 seq, logits = seq_mean, None
             st = cached_stage_times(a, dev, al, seq, False, cache)
             cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
-                                       unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes),
+                                       unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes,
+                                       fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes),
                           train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
         return cache[key]
 

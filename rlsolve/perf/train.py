@@ -1019,7 +1019,8 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
                fsdp_reduce_bytes: float | None = None,
                unfused_elementwise: tuple[float, float, float] | None = None,
                logit_bytes_bwd: float | None = None, loss_per_packed_sequence: bool = False,
-               fsdp_copy_bytes: tuple[float, float] | None = None, fsdp_root: bool = False) -> TrainTime:
+               fsdp_copy_bytes: tuple[float, float] | None = None, fsdp_root: bool = False,
+               fsdp_cast_bytes: float | None = None) -> TrainTime:
     """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens.
     `memo` (optional, the caller's) keeps the gradient collectives and the optimizer step,
     which depend on neither the micro-batch, vp nor recompute. `logit_bytes_fwd`: the
@@ -1028,7 +1029,8 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
     bits; `unfused_elementwise`: see unfused_elementwise_fwd, its backward moving twice the
     forward's bytes as the fused count does; `logit_bytes_bwd`, `loss_per_packed_sequence`: the
     framework's log-prob backward, see logit_extra_bwd; `fsdp_copy_bytes`: see fsdp_copy_time; `fsdp_root`:
-    the framework's FSDP root unit holds the embedding and output layer (zero3_exposed's `root`)."""
+    the framework's FSDP root unit holds the embedding and output layer (zero3_exposed's `root`);
+    `fsdp_cast_bytes`: see fsdp_layer_cast_time (forward and backward, ZeRO-3 layouts only)."""
     st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
     logits = logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
@@ -1061,6 +1063,7 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
         dp_exposed = m * zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp),
                                        (BF16 * base_dense, BF16 * base_expert), grad_bytes, root)
         logits += fsdp_copy_time(dev, base_dense + base_expert, dense + expert, fsdp_copy_bytes, backward=True)
+        logits += 2 * fsdp_layer_cast_time(arch, dev, lay, seq_len, fsdp_cast_bytes)
     else:
         dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
     t = TrainTime(
@@ -1157,11 +1160,26 @@ def fsdp_copy_time(dev: Device, params: float, trained: float, copy_bytes: tuple
     return dev.stream_time(nbytes)
 
 
+def fsdp_layer_cast_time(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float,
+                         bytes_per_element: float | None) -> float:
+    """Seconds one micro-batch's forward spends, over the stage's layers, on the casts the framework's FSDP
+    mixed-precision policy makes at every decoder layer's boundary (frameworks/runtime.yaml
+    fsdp_layer_output_cast_bytes: each layer's output to fp32, the next one's input back to bf16),
+    `bytes_per_element` per hidden element of every token (split by tp only with sequence parallelism);
+    a backward moves the same again."""
+    if not bytes_per_element:
+        return 0.0
+    tokens = lay.micro_batch * seq_len / lay.cp
+    return dev.stream_time(tokens * arch.hidden / (lay.tp if lay.sp else 1) * bytes_per_element
+                           * math.ceil(arch.layers / lay.pp))
+
+
 def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float,
                  st: dict | None = None, logit_bytes_fwd: float | None = None,
                  unfused_elementwise: tuple[float, float, float] | None = None,
-                 fsdp_copy_bytes: tuple[float, float] | None = None) -> float:
-    """Forward-only pass (log-probs, reference, reward, value) over `sequences`."""
+                 fsdp_copy_bytes: tuple[float, float] | None = None, fsdp_cast_bytes: float | None = None) -> float:
+    """Forward-only pass (log-probs, reference, reward, value) over `sequences` (`fsdp_cast_bytes`: see
+    fsdp_layer_cast_time, ZeRO-3 layouts only)."""
     st = st or stage_times(arch, dev, lay, seq_len)
     m = max(1.0, sequences / (lay.dp * lay.micro_batch))
     per_mb = (st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0) + logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
@@ -1170,6 +1188,7 @@ def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: i
         dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
         per_mb += zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp), (BF16 * dense, BF16 * expert), None)
         per_mb += fsdp_copy_time(dev, dense + expert, 0.0, fsdp_copy_bytes, backward=False)
+        per_mb += fsdp_layer_cast_time(arch, dev, lay, seq_len, fsdp_cast_bytes)
     return (m + lay.pp - 1) * per_mb / dev.logprob_efficiency
 
 
