@@ -60,6 +60,16 @@ class _FsdpCopyBytes(_Sourced):
     strategy: Strategy | None = None
 
 
+class _BoolForStrategy(_Bool):
+    # the fact holds for this training strategy of the framework only (None: every one it runs)
+    strategy: Strategy | None = None
+
+
+class _FloatForStrategy(_Float):
+    # the fact holds for this training strategy of the framework only (None: every one it runs)
+    strategy: Strategy | None = None
+
+
 class _ElementwiseBytes(_Sourced):
     value: dict[Literal["rms_norm", "rotary", "gated_activation"], float]
     # the fact holds for the framework's releases before this one (None: every release read)
@@ -101,6 +111,17 @@ class FrameworkRuntime(_Strict):
     loss_per_packed_sequence: _Bool | None = None
     fsdp_copy_bytes_per_param: _FsdpCopyBytes | None = None
     fsdp_model_elementwise_bytes: _ElementwiseBytes | None = None
+    # the FSDP trainer pads every packed training micro-batch to the token budget (None: not read; the bins'
+    # own lengths)
+    fsdp_pads_packed_to_budget: _BoolForStrategy | None = None
+    # the FSDP trainer's root unit holds the embedding, final norm and output layer: their all-gather opens
+    # every pass and their gradients' reduce-scatter closes every backward, with nothing to hide under (None:
+    # not read; every parameter is gathered with the layers)
+    fsdp_root_holds_embeddings: _BoolForStrategy | None = None
+    # bytes per hidden element per decoder layer that the FSDP trainer's mixed-precision policy moves casting
+    # each layer's output to fp32 and the next layer's input back to bf16, in a forward (the backward the same)
+    # (None: not read; none charged)
+    fsdp_layer_output_cast_bytes: _FloatForStrategy | None = None
     # bytes per parameter the FSDP trainer all-gathers to build the full tensors it hands the engine
     # at each refit (None: not read; no gather is charged)
     fsdp_refit_gather_bytes_per_param: _Float | None = None
@@ -162,7 +183,11 @@ class FrameworkCosts:
     per parameter its FSDP trainer all-gathers into full tensors for every refit, and its Megatron
     trainer over the tensor- and pipeline-parallel groups (None: none charged); the bytes per
     parameter of its local shard its FSDP trainer copies at each swap of the reference into the
-    policy's model (None: the reference's 16-bit weights)."""
+    policy's model (None: the reference's 16-bit weights); whether its FSDP trainer pads every packed
+    training micro-batch to the token budget, and whether its FSDP root unit holds the embedding and output
+    layer (gathered before a pass's first layer, reduce-scattered after its backward's last); the bytes per
+    hidden element per layer its FSDP mixed-precision policy moves casting each layer's output to fp32 and
+    back (None: none charged)."""
 
     orchestration_s: float
     rollout_logprobs: bool
@@ -181,6 +206,9 @@ class FrameworkCosts:
     refit_full_broadcast: bool = False
     fp8_refit_quantize_bytes: float | None = None
     refit_offloads_trainer: bool = False
+    fsdp_pads_packed_to_budget: bool = False
+    fsdp_root_embeddings: bool = False
+    fsdp_layer_cast_bytes: float | None = None
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -231,6 +259,10 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     gather_mcore = [_holds(f.megatron_refit_gather_bytes_per_param, version) for f in chosen]
     swap = [_holds(f.fsdp_reference_swap_bytes_per_param, version) for f in chosen]
     quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
+    casts = [_for_strategy(f.fsdp_layer_output_cast_bytes, f, strategy) for f in chosen]
+
+    def flag(name: str) -> bool:  # a strategy's yes/no fact, held by every chosen framework
+        return all((e := _for_strategy(getattr(f, name), f, strategy)) is not None and e.value for f in chosen)
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
                           rollout_logprobs=all(f.rollout_logprobs.value or _earlier_logprobs(f, version)
                                                for f in chosen),
@@ -258,4 +290,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                                                    and f.refit_broadcasts_full_model.value for f in chosen),
                           fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant),
                           refit_offloads_trainer=all(f.refit_offloads_trainer_states is not None
-                                                     and f.refit_offloads_trainer_states.value for f in chosen))
+                                                     and f.refit_offloads_trainer_states.value for f in chosen),
+                          fsdp_pads_packed_to_budget=flag("fsdp_pads_packed_to_budget"),
+                          fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"),
+                          fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts))

@@ -256,12 +256,13 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
                    logit_bytes_fwd=logits, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
                    unfused_elementwise=eager, logit_bytes_bwd=logit_bwd,
                    loss_per_packed_sequence=wl.framework.loss_per_packed_sequence and wl.packed_micro_batch is not None,
-                   fsdp_copy_bytes=wl.framework.fsdp_copy_bytes)
+                   fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_root=wl.framework.fsdp_root_embeddings,
+                   fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes)
     lp, lp_seq = _logprob_pass(wl, lay)
     if lora or lp is not lay:  # the old log-prob pass is a plain forward, on its own micro-batches
         st = cached_stage_times(arch, dev, lp, lp_seq, False, cache)
     old = forward_time(arch, dev, lp, wl.samples, lp_seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager,
-                       fsdp_copy_bytes=wl.framework.fsdp_copy_bytes)
+                       fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes)
     return t, mem or policy_memory(problem, planned), old
 
 
@@ -285,16 +286,21 @@ def _unpadded_busiest(wl, lay: TrainLayout, seq: float) -> float:
 
 def _pass_seq_len(wl, lay: TrainLayout) -> float:
     """Tokens per sequence the policy's training micro-batches compute (padded packed
-    micro-batches under pipeline parallelism, where the framework pads them; unpadded fixed
-    micro-batches at the busiest rank's tokens, `_unpadded_busiest`)."""
+    micro-batches under pipeline parallelism, or on an FSDP trainer that pads them to the token budget,
+    where the framework pads them; unpadded fixed micro-batches at the busiest rank's tokens,
+    `_unpadded_busiest`)."""
     return _unpadded_busiest(wl, lay, _packed_seq_len(wl, lay))
 
 
-def _packed_seq_len(wl, lay: TrainLayout) -> float:
+def _packed_seq_len(wl, lay: TrainLayout, train: bool = True) -> float:
+    """`train`: the training pass, which an FSDP trainer may pad to the token budget (the log-prob passes
+    keep their bins' own lengths)."""
     return micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.packed_tokens,
                                pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.global_batch,
                                prompt_len=wl.prompt_len, response_mean=wl.response_mean,
-                               response_max=wl.response_max, clip=wl.clip_ratio, dynamic_round=wl.dynamic_round)
+                               response_max=wl.response_max, clip=wl.clip_ratio, dynamic_round=wl.dynamic_round,
+                               pads_to_budget=train and wl.framework.fsdp_pads_packed_to_budget
+                               and lay.zero_stage >= 3)
 
 
 def _logprob_pass(wl, lay: TrainLayout) -> tuple[TrainLayout, float]:
@@ -304,7 +310,7 @@ def _logprob_pass(wl, lay: TrainLayout) -> tuple[TrainLayout, float]:
     batch_size=None), else the training ones."""
     if wl.logprob_micro_batch is None:
         lay = _train_pass_layout(wl, lay)
-        return lay, _pass_seq_len(wl, lay)
+        return lay, _unpadded_busiest(wl, lay, _packed_seq_len(wl, lay, train=False))
     seq = micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.logprob_packed_tokens,
                               pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.samples,
                               prompt_len=wl.prompt_len, response_mean=wl.response_mean,
@@ -434,7 +440,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
                 seq, logits = seq_mean, None
             st = cached_stage_times(a, dev, al, seq, False, cache)
             cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
-                                       unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes),
+                                       unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes,
+                                       fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes),
                           train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
         return cache[key]
 
