@@ -445,14 +445,18 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         tries = product(variants_of(kind), enumerate(paired))
                         if lighter:
                             tries = _still_to_try(kind, tries, ckeys, done if critics_vary else None, left)
-                        last = others = None  # the variant of the previous try and its other models' passes
+                        disagg = kind == "disagg"
+                        # tries come variant by variant: what depends on the variant alone is set at its first
+                        last = others = None  # the variant, and its other models' passes (asked where needed)
                         for variant, (i, critic) in tries:
-                            hosts, ref, quant, allowed_in = variant
-                            vkey = variant[:3]
+                            if variant is not last:
+                                last, others = variant, None
+                                hosts, ref, quant, allowed_in = variant
+                                vkey = variant[:3]
+                                gkey = (n, hosts, ref, quant) + apart_of  # a disagg group
                             if critic is not None and kept_states.get(vkey) == -math.inf:
                                 continue  # disaggregated: a faster critic already fits beside this trainer
-                            gkey = (n, hosts, ref, quant) + apart_of  # a disagg group
-                            if kind == "disagg" and core + (passes[i][0] if critic is not None else 0.0) >= \
+                            if disagg and core + (passes[i][0] if critic is not None else 0.0) >= \
                                     best_disagg.get(gkey, math.inf):
                                 continue  # the test below, before the other models' passes (they only add)
                             if critic is not None and passes[i][1] >= kept_critic.get(vkey, math.inf):
@@ -462,11 +466,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                                                         None, cache, aux_of)
                             else:
                                 # `_aux_of` with this critic, written out: the other models' passes are asked
-                                # once per variant (tries come variant by variant), the critic's added as
-                                # `with_critic` adds them
-                                if variant is not last:
-                                    last, others = variant, _others_of(problem, pool, lay, dims, hosts, ref, quant,
-                                                                       cache, aux_of)
+                                # once per variant, the critic's added as `with_critic` adds them
+                                if others is None:
+                                    others = _others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of)
                                 ref_t, rew_t, val_t, resident = others[0], others[1], passes[i][0], \
                                     others[3] + passes[i][1]
                             if mem.total + resident > cap or (critic is not None and not critic_fits(
@@ -485,7 +487,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                     continue
                                 kept_states[vkey] = -math.inf if kind == "disagg" else resident
                                 kept_critic[vkey] = -math.inf if kind == "disagg" else passes[i][1]
-                            if kind == "disagg":  # only the fastest of a group survives the front: skip the rest early
+                            if disagg:  # only the fastest of a group survives the front: skip the rest early
                                 total = core + ref_t + rew_t + val_t
                                 if total >= best_disagg.get(gkey, math.inf):
                                     continue
@@ -615,6 +617,8 @@ def _with_critics(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout, crit
     if problem.value is None:
         return [None], [None], [(None,)]
     like = critic_like_policy(problem, lay)
+    if target_caps(problem) is None:
+        return _critics_beside(problem, pool, n, like, critics, positions, cache)
     key = ("with critics", n, like, lay.ep, lay.vp)
     hit = critics.get(key)
     if hit is not None:
@@ -627,6 +631,39 @@ def _with_critics(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout, crit
     ckeys = [((at[id(c)],) if id(c) in at else ()) + (("like",) if c == like else ()) for c in paired]
     hit = critics[key] = (paired, passes, ckeys)
     return hit
+
+
+def _critics_beside(problem: Problem, pool: PoolHW, n: int, like: TrainLayout, critics: dict, positions: dict,
+                    cache: dict) -> tuple[list, list, list[tuple]]:
+    """`_with_critics` without a target: no pair rule, so every trainer on n GPUs pairs with all of
+    `_critic_options` and, unless among them or against the rules, the critic on its own degrees
+    (`like`). The options are sorted once per count as `_critics_for` sorts them (fastest, then fewer
+    states kept; a stable sort); `like` then takes the place that sort gives it (first among its
+    ties), by bisection: the same lists as `_critics_for`'s, without comparing it to each option (a
+    property test checks they agree)."""
+    key = ("sorted", n)
+    hit = critics.get(key)
+    if hit is None:
+        if n not in critics:  # (as `_critics_for` fills it)
+            critics[n] = [(c, critic_pass(problem, pool, c, cache)) for _, c in _critic_options(problem, pool, n, cache)]
+        if n not in positions:
+            positions[n] = {id(c): i for i, (c, _) in enumerate(critics[n])}
+        at = positions[n]
+        order = sorted(critics[n], key=lambda c: c[1][:2])
+        hit = critics[key] = ([c for c, _ in order], [c_pass for _, c_pass in order], [c_pass[:2] for _, c_pass in order],
+                              [(at[id(c)],) for c, _ in order], {c: i for i, (c, _) in enumerate(order)})
+    paired, passes, keys, ckeys, index = hit
+    i = index.get(like)
+    if i is not None:  # among the options: first among its ties
+        j = bisect.bisect_left(keys, keys[i])
+        return (paired[:j] + [paired[i]] + paired[j:i] + paired[i + 1:],
+                passes[:j] + [passes[i]] + passes[j:i] + passes[i + 1:],
+                ckeys[:j] + [ckeys[i] + ("like",)] + ckeys[j:i] + ckeys[i + 1:])
+    if critic_violations(problem, pool, n, like):
+        return paired, passes, ckeys
+    like_pass = critic_pass(problem, pool, like, cache)
+    j = bisect.bisect_left(keys, like_pass[:2])
+    return paired[:j] + [like] + paired[j:], passes[:j] + [like_pass] + passes[j:], ckeys[:j] + [("like",)] + ckeys[j:]
 
 
 def _aux_dims(problem: Problem, lay: TrainLayout) -> tuple:
@@ -772,10 +809,13 @@ def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: f
             like = like or critic_like_policy(problem, lay)
             tries.append(like)
         for c in tries:
-            aux = _aux_of(problem, pool, lay, dims, hosts, ref, quant, c, cache, aux_of)
+            if c is None:
+                aux = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
+            else:  # (`_aux_of` with this critic, written out as in `_train_candidates`)
+                c_pass = critic_pass(problem, pool, c, cache)
+                aux = with_critic(_others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of), c_pass)
             resident = aux[3]
-            if mem.total + resident <= cap and (c is None or critic_fits(
-                    mem, resident, *critic_pass(problem, pool, c, cache)[1:], cap)) and (
+            if mem.total + resident <= cap and (c is None or critic_fits(mem, resident, *c_pass[1:], cap)) and (
                     beaten is None or not beaten(kind, hosts, ref, quant, lay, core_lb, aux, mem.states + resident)):
                 return True
     return False
