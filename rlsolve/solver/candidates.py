@@ -439,6 +439,12 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         dims = _aux_dims(problem, lay)
                         core = t.total + old
                         apart_of = tuple(getattr(lay, k) for k in apart)
+                        m_total, m_states = mem.total, mem.states
+                        # the least states a critic paired here keeps: where the policy's states, the other
+                        # models' and these exceed the memory, no critic fits nor could fit at a heavier
+                        # recompute (the policy's memory holds its states at least; float sums are monotone)
+                        least = min(c_pass[1] for c_pass in passes) if problem.value is not None and passes and \
+                            m_total >= m_states else None
                     for kind in live:
                         kept_states: dict[tuple, float] = {}
                         kept_critic: dict[tuple, float] = {}  # colocated: the states of the critic kept last
@@ -469,15 +475,18 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                 # once per variant, the critic's added as `with_critic` adds them
                                 if others is None:
                                     others = _others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of)
+                                    hopeless = least is not None and m_states + (others[3] + least) > cap
+                                if hopeless:
+                                    continue  # (what the memory test below does for each critic of this variant)
                                 ref_t, rew_t, val_t, resident = others[0], others[1], passes[i][0], \
                                     others[3] + passes[i][1]
-                            if mem.total + resident > cap or (critic is not None and not critic_fits(
-                                    mem, resident, *passes[i][1:], cap)):
+                            too_big = m_total + resident > cap
+                            fits = None if critic is None or (too_big and m_states + resident > cap) else \
+                                critic_fits(mem, resident, *passes[i][1:], cap)  # (asked once, where it matters)
+                            if too_big or fits is False:
                                 # worth a heavier recompute unless no recompute can fit it: the policy's
                                 # states stay (its memory is never less), and so does a critic of its own
-                                if mem.states + resident <= cap and (
-                                        critic is None or "like" in ckeys[i] or critic_fits(mem, resident,
-                                                                                          *passes[i][1:], cap)):
+                                if m_states + resident <= cap and (critic is None or "like" in ckeys[i] or fits):
                                     failed[kind, hosts, ref, quant, ckeys[i]] = critic
                                 continue
                             if critic is not None:
@@ -494,7 +503,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                 best_disagg[gkey] = total
                             side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t,
                                              reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
-                                             fits=True, states=mem.states + resident,
+                                             fits=True, states=m_states + resident,
                                              orchestration=problem.workload.framework.orchestration_s)
                             offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of) \
                                 if kind == "colocated" else (False,)
