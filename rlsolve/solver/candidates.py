@@ -810,6 +810,8 @@ def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: f
     with a trainer do not read its recompute)."""
     dims = _aux_dims(problem, lay)
     like = None
+    m_total, m_states = mem.total, mem.states
+    passes: dict[int, tuple] = {}  # critic_pass by the critic's id (each critic recurs once per variant)
     for (kind, hosts, ref, quant, keys), critic in failed.items():
         if kind in dead:
             continue
@@ -821,11 +823,13 @@ def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: f
             if c is None:
                 aux = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
             else:  # (`_aux_of` with this critic, written out as in `_train_candidates`)
-                c_pass = critic_pass(problem, pool, c, cache)
+                c_pass = passes.get(id(c))
+                if c_pass is None:  # (the critics live in `failed` and `like` while this runs: their ids hold)
+                    c_pass = passes[id(c)] = critic_pass(problem, pool, c, cache)
                 aux = with_critic(_others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of), c_pass)
             resident = aux[3]
-            if mem.total + resident <= cap and (c is None or critic_fits(mem, resident, *c_pass[1:], cap)) and (
-                    beaten is None or not beaten(kind, hosts, ref, quant, lay, core_lb, aux, mem.states + resident)):
+            if m_total + resident <= cap and (c is None or critic_fits(mem, resident, *c_pass[1:], cap)) and (
+                    beaten is None or not beaten(kind, hosts, ref, quant, lay, core_lb, aux, m_states + resident)):
                 return True
     return False
 
