@@ -45,7 +45,7 @@ import bisect
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from itertools import combinations, product
+from itertools import accumulate, combinations, product
 from typing import Any, Callable
 
 from rlsolve.frameworks.rules import strategies
@@ -445,6 +445,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         # recompute (the policy's memory holds its states at least; float sums are monotone)
                         least = min(c_pass[1] for c_pass in passes) if problem.value is not None and passes and \
                             m_total >= m_states else None
+                        # the least states kept by the critics from each on (the kept-states test below)
+                        least_from = list(accumulate([c_pass[1] for c_pass in reversed(passes)], min))[::-1] \
+                            if problem.value is not None else None
                     for kind in live:
                         kept_states: dict[tuple, float] = {}
                         kept_critic: dict[tuple, float] = {}  # colocated: the states of the critic kept last
@@ -454,18 +457,27 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         disagg = kind == "disagg"
                         # tries come variant by variant: what depends on the variant alone is set at its first
                         last = others = None  # the variant, and its other models' passes (asked where needed)
+                        # a variant whose critics left would each be skipped by the tests below: its tries come
+                        # in the order of `paired` (fastest first), so each test that skips one skips the rest
+                        skip = None
                         for variant, (i, critic) in tries:
+                            if variant is skip:
+                                continue
                             if variant is not last:
                                 last, others = variant, None
                                 hosts, ref, quant, allowed_in = variant
                                 vkey = variant[:3]
                                 gkey = (n, hosts, ref, quant) + apart_of  # a disagg group
                             if critic is not None and kept_states.get(vkey) == -math.inf:
+                                skip = variant  # (and stays so for the variant)
                                 continue  # disaggregated: a faster critic already fits beside this trainer
                             if disagg and core + (passes[i][0] if critic is not None else 0.0) >= \
                                     best_disagg.get(gkey, math.inf):
+                                skip = variant  # (the critics after it are no faster; the best only falls)
                                 continue  # the test below, before the other models' passes (they only add)
-                            if critic is not None and passes[i][1] >= kept_critic.get(vkey, math.inf):
+                            if critic is not None and passes[i][1] >= (kept := kept_critic.get(vkey, math.inf)):
+                                if least_from[i] >= kept:
+                                    skip = variant  # (none after it keeps less; the kept states only fall)
                                 continue  # the kept-states test below: the other models' bytes are the same
                             if critic is None:
                                 ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant,
@@ -477,6 +489,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                     others = _others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of)
                                     hopeless = least is not None and m_states + (others[3] + least) > cap
                                 if hopeless:
+                                    skip = variant
                                     continue  # (what the memory test below does for each critic of this variant)
                                 ref_t, rew_t, val_t, resident = others[0], others[1], passes[i][0], \
                                     others[3] + passes[i][1]
