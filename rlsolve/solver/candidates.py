@@ -689,10 +689,13 @@ def _critics_beside(problem: Problem, pool: PoolHW, n: int, like: TrainLayout, c
 
 
 def _aux_dims(problem: Problem, lay: TrainLayout) -> tuple:
-    """What the other models' passes read of the trainer's layout (its ZeRO stage and recompute too
-    without a value model, as the key always had)."""
+    """What the other models' passes (`train_aux`, the critic apart or none) read of the trainer's
+    layout: its degrees, micro-batch and whether it shards parameters (ZeRO-3), and its ZeRO stage
+    where the framework swaps the reference into the policy's own model (reference_swap_copies > 1:
+    the reference pass then runs on the policy's sharding). Not its recompute (read only for a critic
+    on the policy's degrees, which the callers add themselves). A property test checks the key."""
     return (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage >= 3) + (
-        (lay.zero_stage, lay.recompute) if problem.value is None else ())
+        (lay.zero_stage,) if problem.workload.framework.reference_swap_copies > 1 else ())
 
 
 def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts: frozenset, ref: str, quant: str,
