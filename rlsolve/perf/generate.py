@@ -250,6 +250,7 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
     for _ in range(50 * g):
         used = fresh if fresh is not None else sum([w[i] * (p + done[i]) for i in active])
         n_act = sum([w[i] for i in active])
+        admitted = False
         while queue:  # admit
             i = queue[0]
             need = w[i] * (p + done[i])
@@ -261,6 +262,7 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
             active.append(i)
             used += need
             n_act += w[i]
+            admitted = True
             if done[i] > 0:
                 reprefill += need
         if not active:
@@ -270,7 +272,9 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
             dt_over = max(1.0, (cap - used) / n_act)
             if dt_over < dt:
                 dt, limited = dt_over, True
-        ctx = sum([w[i] * (p + done[i]) for i in active]) / n_act + dt / 2
+        # the KV in use summed over the batch: `used` is that very sum (the same terms in the same order)
+        # unless a request was admitted above (then it was added to, not summed)
+        ctx = (sum([w[i] * (p + done[i]) for i in active]) if admitted else used) / n_act + dt / 2
         t += dt * step_time(n_act, ctx)
         steps += dt
         area += n_act * dt

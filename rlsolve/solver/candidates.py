@@ -45,7 +45,7 @@ import bisect
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from itertools import combinations, product
+from itertools import accumulate, combinations, product
 from typing import Any, Callable
 
 from rlsolve.frameworks.rules import strategies
@@ -207,7 +207,7 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     for p in range(len(problem.pools)):
         out.train += _train_candidates(problem, p, modes, out, deadline, limit=_relaxed(incumbent),
                                        front=prune and not keep_apart, apart=_apart_degrees(keep_apart),
-                                       every_count=not prune or "gpus" in keep_apart)
+                                       every_count=not prune or "gpus" in keep_apart, memo=memo)
     if prune:
         out.train = _prune_train(out.train, keep_apart)
     if incumbent is not None:
@@ -271,25 +271,32 @@ def _aux_candidates(problem: Problem, deadline: Deadline) -> list[AuxCand]:
 
 def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidates, deadline: Deadline,
                       shapes: list | None = None, probe: bool = False, limit: dict | None = None,
-                      front: bool = False, apart: tuple[str, ...] = (), every_count: bool = False) -> list[TrainCand]:
+                      front: bool = False, apart: tuple[str, ...] = (), every_count: bool = False,
+                      memo: dict | None = None) -> list[TrainCand]:
     """Training candidates of pool p: every legal layout (or those of `shapes`; `probe`:
     without interleaved stages) that memory fits. `limit` (ms per mode): skip a GPU count
     whose `train_time_lower_bound` exceeds it in every mode the candidate would serve.
     `front`: skip at once a colocated candidate `_prune_train` would drop (no degree is kept
     apart). `apart`: training degrees whose candidates are never compared. `every_count`: every GPU
-    count of a critic group of its own (no front over them: unpruned, or constraints on the GPUs used)."""
+    count of a critic group of its own (no front over them: unpruned, or constraints on the GPUs used).
+    `memo`: the caller's, shared by the probe and the full enumeration: the pure memos of pool p
+    (scored passes and memory, the other models' passes, critics per count, rules per degrees) live
+    in it under ("train", p), so the full enumeration does not score again what the probe did."""
     pool = problem.pools[p]
     dev = device(pool, problem.workload.precision, problem.profile)
     cap = capacity_bytes(pool, problem.workload.headroom)
     single = len(problem.pools) == 1
     colocated_ok = "colocated" in modes
     disagg_ok = any(m in modes for m in ("sync", "async"))
-    cache: dict[tuple, Any] = {}
+    # pure functions of the problem, the pool and their keys (nothing here reads `limit`, `shapes` or the
+    # fronts), so one set serves the probe and the full enumeration
+    pure = (memo if memo is not None else {}).setdefault(("train", p), ({}, {}, {}, {}, {}))
+    cache: dict[tuple, Any] = pure[0]
     found: list[TrainCand] = []
     best_disagg: dict[tuple, float] = {}
-    critics: dict[int, list] = {}
-    positions: dict[int, dict] = {}  # critic layouts of their own on n GPUs: id -> place in critics[n]
-    aux_of: dict[tuple, tuple] = {}  # train_aux by what it depends on (see the loop)
+    critics: dict[int, list] = pure[1]
+    positions: dict[int, dict] = pure[2]  # critic layouts of their own on n GPUs: id -> place in critics[n]
+    aux_of: dict[tuple, tuple] = pure[3]  # train_aux by what it depends on (see the loop)
     variants = {kind: [(*v, allowed_in) for v in _aux_variants(problem)
                        if (allowed_in := _train_modes(problem, modes, kind, *v))] for kind in ("colocated", "disagg")}
     whole_pool = [v for v in variants["colocated"] if not _hosts_elsewhere(problem, v[0])]
@@ -297,7 +304,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         variants["colocated"] = whole_pool
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
     fronts: dict[tuple, list[tuple]] = {}
-    rules_of: dict[tuple, dict] = {}  # per (tp, pp, cp): the `_layout_allowed` memo
+    rules_of: dict[tuple, dict] = pure[4]  # per (tp, pp, cp): the `_layout_allowed` memo
 
     def beaten(kind: str, hosts: frozenset, ref: str, quant: str, lay: TrainLayout, core_lb: float, aux: tuple,
                states: float) -> bool:
@@ -430,31 +437,69 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     if live:
                         paired, passes, ckeys = _with_critics(problem, pool, n, lay, critics, positions, cache)
                         dims = _aux_dims(problem, lay)
+                        core = t.total + old
+                        apart_of = tuple(getattr(lay, k) for k in apart)
+                        m_total, m_states = mem.total, mem.states
+                        # the least states a critic paired here keeps: where the policy's states, the other
+                        # models' and these exceed the memory, no critic fits nor could fit at a heavier
+                        # recompute (the policy's memory holds its states at least; float sums are monotone)
+                        least = min(c_pass[1] for c_pass in passes) if problem.value is not None and passes and \
+                            m_total >= m_states else None
+                        # the least states kept by the critics from each on (the kept-states test below)
+                        least_from = list(accumulate([c_pass[1] for c_pass in reversed(passes)], min))[::-1] \
+                            if problem.value is not None else None
                     for kind in live:
                         kept_states: dict[tuple, float] = {}
                         kept_critic: dict[tuple, float] = {}  # colocated: the states of the critic kept last
                         tries = product(variants_of(kind), enumerate(paired))
                         if lighter:
                             tries = _still_to_try(kind, tries, ckeys, done if critics_vary else None, left)
-                        for (hosts, ref, quant, allowed_in), (i, critic) in tries:
-                            vkey = (hosts, ref, quant)
+                        disagg = kind == "disagg"
+                        # tries come variant by variant: what depends on the variant alone is set at its first
+                        last = others = None  # the variant, and its other models' passes (asked where needed)
+                        # a variant whose critics left would each be skipped by the tests below: its tries come
+                        # in the order of `paired` (fastest first), so each test that skips one skips the rest
+                        skip = None
+                        for variant, (i, critic) in tries:
+                            if variant is skip:
+                                continue
+                            if variant is not last:
+                                last, others = variant, None
+                                hosts, ref, quant, allowed_in = variant
+                                vkey = variant[:3]
+                                gkey = (n, hosts, ref, quant) + apart_of  # a disagg group
                             if critic is not None and kept_states.get(vkey) == -math.inf:
+                                skip = variant  # (and stays so for the variant)
                                 continue  # disaggregated: a faster critic already fits beside this trainer
-                            gkey = (n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart)  # a disagg group
-                            if kind == "disagg" and t.total + old + (passes[i][0] if critic is not None else 0.0) >= \
+                            if disagg and core + (passes[i][0] if critic is not None else 0.0) >= \
                                     best_disagg.get(gkey, math.inf):
+                                skip = variant  # (the critics after it are no faster; the best only falls)
                                 continue  # the test below, before the other models' passes (they only add)
-                            if critic is not None and passes[i][1] >= kept_critic.get(vkey, math.inf):
+                            if critic is not None and passes[i][1] >= (kept := kept_critic.get(vkey, math.inf)):
+                                if least_from[i] >= kept:
+                                    skip = variant  # (none after it keeps less; the kept states only fall)
                                 continue  # the kept-states test below: the other models' bytes are the same
-                            ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant,
-                                                                    critic, cache, aux_of, passes[i])
-                            if mem.total + resident > cap or (critic is not None and not critic_fits(
-                                    mem, resident, *passes[i][1:], cap)):
+                            if critic is None:
+                                ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant,
+                                                                        None, cache, aux_of)
+                            else:
+                                # `_aux_of` with this critic, written out: the other models' passes are asked
+                                # once per variant, the critic's added as `with_critic` adds them
+                                if others is None:
+                                    others = _others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of)
+                                    hopeless = least is not None and m_states + (others[3] + least) > cap
+                                if hopeless:
+                                    skip = variant
+                                    continue  # (what the memory test below does for each critic of this variant)
+                                ref_t, rew_t, val_t, resident = others[0], others[1], passes[i][0], \
+                                    others[3] + passes[i][1]
+                            too_big = m_total + resident > cap
+                            fits = None if critic is None or (too_big and m_states + resident > cap) else \
+                                critic_fits(mem, resident, *passes[i][1:], cap)  # (asked once, where it matters)
+                            if too_big or fits is False:
                                 # worth a heavier recompute unless no recompute can fit it: the policy's
                                 # states stay (its memory is never less), and so does a critic of its own
-                                if mem.states + resident <= cap and (
-                                        critic is None or "like" in ckeys[i] or critic_fits(mem, resident,
-                                                                                          *passes[i][1:], cap)):
+                                if m_states + resident <= cap and (critic is None or "like" in ckeys[i] or fits):
                                     failed[kind, hosts, ref, quant, ckeys[i]] = critic
                                 continue
                             if critic is not None:
@@ -464,14 +509,14 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                     continue
                                 kept_states[vkey] = -math.inf if kind == "disagg" else resident
                                 kept_critic[vkey] = -math.inf if kind == "disagg" else passes[i][1]
-                            if kind == "disagg":  # only the fastest of a group survives the front: skip the rest early
-                                total = t.total + old + ref_t + rew_t + val_t
+                            if disagg:  # only the fastest of a group survives the front: skip the rest early
+                                total = core + ref_t + rew_t + val_t
                                 if total >= best_disagg.get(gkey, math.inf):
                                     continue
                                 best_disagg[gkey] = total
                             side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t,
                                              reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
-                                             fits=True, states=mem.states + resident,
+                                             fits=True, states=m_states + resident,
                                              orchestration=problem.workload.framework.orchestration_s)
                             offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of) \
                                 if kind == "colocated" else (False,)
@@ -587,23 +632,70 @@ def _with_critics(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout, crit
     """The critics to pair with this trainer (`_critics_for`), their passes, and each one's variant
     keys: its place among the critic layouts of its own on n GPUs (`positions`, memoized), and
     `like` when it runs the policy's degrees (the same critic as beside a lighter recompute of the
-    policy, with that recompute); (None,) without a critic."""
+    policy, with that recompute); (None,) without a critic. Memoized in `critics` by what they read
+    of the trainer: the critic on its degrees (`critic_like_policy`: all of them but ep and vp) and
+    its ep and vp (`critic_pair_violations` asks the target's engines about the policy's own); the
+    lists are shared, never changed."""
+    if problem.value is None:
+        return [None], [None], [(None,)]
+    like = critic_like_policy(problem, lay)
+    if target_caps(problem) is None:
+        return _critics_beside(problem, pool, n, like, critics, positions, cache)
+    key = ("with critics", n, like, lay.ep, lay.vp)
+    hit = critics.get(key)
+    if hit is not None:
+        return hit
     pairs = _critics_for(problem, pool, n, lay, critics, cache)
     paired, passes = [c for c, _ in pairs], [c_pass for _, c_pass in pairs]
-    if problem.value is None:
-        return paired, passes, [(None,)] * len(paired)
     if n not in positions:
         positions[n] = {id(c): i for i, (c, _) in enumerate(critics.get(n, ()))}  # (they live as long as `critics`)
-    at, like = positions[n], critic_like_policy(problem, lay)
+    at = positions[n]
     ckeys = [((at[id(c)],) if id(c) in at else ()) + (("like",) if c == like else ()) for c in paired]
-    return paired, passes, ckeys
+    hit = critics[key] = (paired, passes, ckeys)
+    return hit
+
+
+def _critics_beside(problem: Problem, pool: PoolHW, n: int, like: TrainLayout, critics: dict, positions: dict,
+                    cache: dict) -> tuple[list, list, list[tuple]]:
+    """`_with_critics` without a target: no pair rule, so every trainer on n GPUs pairs with all of
+    `_critic_options` and, unless among them or against the rules, the critic on its own degrees
+    (`like`). The options are sorted once per count as `_critics_for` sorts them (fastest, then fewer
+    states kept; a stable sort); `like` then takes the place that sort gives it (first among its
+    ties), by bisection: the same lists as `_critics_for`'s, without comparing it to each option (a
+    property test checks they agree)."""
+    key = ("sorted", n)
+    hit = critics.get(key)
+    if hit is None:
+        if n not in critics:  # (as `_critics_for` fills it)
+            critics[n] = [(c, critic_pass(problem, pool, c, cache)) for _, c in _critic_options(problem, pool, n, cache)]
+        if n not in positions:
+            positions[n] = {id(c): i for i, (c, _) in enumerate(critics[n])}
+        at = positions[n]
+        order = sorted(critics[n], key=lambda c: c[1][:2])
+        hit = critics[key] = ([c for c, _ in order], [c_pass for _, c_pass in order], [c_pass[:2] for _, c_pass in order],
+                              [(at[id(c)],) for c, _ in order], {c: i for i, (c, _) in enumerate(order)})
+    paired, passes, keys, ckeys, index = hit
+    i = index.get(like)
+    if i is not None:  # among the options: first among its ties
+        j = bisect.bisect_left(keys, keys[i])
+        return (paired[:j] + [paired[i]] + paired[j:i] + paired[i + 1:],
+                passes[:j] + [passes[i]] + passes[j:i] + passes[i + 1:],
+                ckeys[:j] + [ckeys[i] + ("like",)] + ckeys[j:i] + ckeys[i + 1:])
+    if critic_violations(problem, pool, n, like):
+        return paired, passes, ckeys
+    like_pass = critic_pass(problem, pool, like, cache)
+    j = bisect.bisect_left(keys, like_pass[:2])
+    return paired[:j] + [like] + paired[j:], passes[:j] + [like_pass] + passes[j:], ckeys[:j] + [("like",)] + ckeys[j:]
 
 
 def _aux_dims(problem: Problem, lay: TrainLayout) -> tuple:
-    """What the other models' passes read of the trainer's layout (its ZeRO stage and recompute too
-    without a value model, as the key always had)."""
+    """What the other models' passes (`train_aux`, the critic apart or none) read of the trainer's
+    layout: its degrees, micro-batch and whether it shards parameters (ZeRO-3), and its ZeRO stage
+    where the framework swaps the reference into the policy's own model (reference_swap_copies > 1:
+    the reference pass then runs on the policy's sharding). Not its recompute (read only for a critic
+    on the policy's degrees, which the callers add themselves). A property test checks the key."""
     return (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage >= 3) + (
-        (lay.zero_stage, lay.recompute) if problem.value is None else ())
+        (lay.zero_stage,) if problem.workload.framework.reference_swap_copies > 1 else ())
 
 
 def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts: frozenset, ref: str, quant: str,
@@ -620,14 +712,23 @@ def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts
             aux = train_aux(problem, pool, lay, reference=ref, reward=reward, reward_quant=quant, cache=cache,
                             critic=critic)
         else:
-            bkey = ("others", dims, ref, reward, quant)
-            others = aux_of.get(bkey)
-            if others is None:
-                others = aux_of[bkey] = train_aux(problem, pool, lay, reference=ref, reward=reward, reward_quant=quant,
-                                                  cache=cache, critic_apart=True)
-            aux = with_critic(others, critic_pass_of or critic_pass(problem, pool, critic, cache))
+            aux = with_critic(_others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of),
+                              critic_pass_of or critic_pass(problem, pool, critic, cache))
         hit = aux_of[akey] = (critic, aux)
     return hit[1]
+
+
+def _others_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts: frozenset, ref: str, quant: str,
+               cache: dict, aux_of: dict) -> tuple:
+    """`train_aux` with the critic apart (the other models' passes, that a critic's are added to),
+    memoized in `aux_of` by what it depends on (`dims`)."""
+    reward = "training" if "reward" in hosts else "elsewhere"
+    bkey = ("others", dims, ref, reward, quant)
+    others = aux_of.get(bkey)
+    if others is None:
+        others = aux_of[bkey] = train_aux(problem, pool, lay, reference=ref, reward=reward, reward_quant=quant,
+                                          cache=cache, critic_apart=True)
+    return others
 
 
 def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: float, plain: tuple,
@@ -725,6 +826,8 @@ def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: f
     with a trainer do not read its recompute)."""
     dims = _aux_dims(problem, lay)
     like = None
+    m_total, m_states = mem.total, mem.states
+    passes: dict[int, tuple] = {}  # critic_pass by the critic's id (each critic recurs once per variant)
     for (kind, hosts, ref, quant, keys), critic in failed.items():
         if kind in dead:
             continue
@@ -733,11 +836,16 @@ def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: f
             like = like or critic_like_policy(problem, lay)
             tries.append(like)
         for c in tries:
-            aux = _aux_of(problem, pool, lay, dims, hosts, ref, quant, c, cache, aux_of)
+            if c is None:
+                aux = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
+            else:  # (`_aux_of` with this critic, written out as in `_train_candidates`)
+                c_pass = passes.get(id(c))
+                if c_pass is None:  # (the critics live in `failed` and `like` while this runs: their ids hold)
+                    c_pass = passes[id(c)] = critic_pass(problem, pool, c, cache)
+                aux = with_critic(_others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of), c_pass)
             resident = aux[3]
-            if mem.total + resident <= cap and (c is None or critic_fits(
-                    mem, resident, *critic_pass(problem, pool, c, cache)[1:], cap)) and (
-                    beaten is None or not beaten(kind, hosts, ref, quant, lay, core_lb, aux, mem.states + resident)):
+            if m_total + resident <= cap and (c is None or critic_fits(mem, resident, *c_pass[1:], cap)) and (
+                    beaten is None or not beaten(kind, hosts, ref, quant, lay, core_lb, aux, m_states + resident)):
                 return True
     return False
 
@@ -1147,7 +1255,7 @@ def _probe_incumbents(problem: Problem, modes: list[str], deadline: Deadline, ou
     probe = Candidates(gen=[], train=[])
     for p, pool in enumerate(problem.pools):
         probe.train += _train_candidates(problem, p, modes, probe, deadline, shapes=_probe_shapes(problem, pool),
-                                         probe=True, front=True)
+                                         probe=True, front=True, memo=memo)
     probe.train = _prune_train(probe.train)
     incumbent = {m: INF_TIME for m in modes}
     for p in range(len(problem.pools)):
