@@ -72,6 +72,22 @@ def test_efficiency_fractions_are_strictly_between_0_and_1(name):
     assert 1 <= eff.kernel_launch_us.value <= 20
 
 
+@pytest.mark.parametrize("name", ["H100-SXM-80GB", "H200-SXM-141GB", "H800-SXM-80GB"])
+def test_hopper_700w_gemm_rates_are_the_sustained_ones(name):
+    """A training step is one long run at the power cap, so the 700 W Hopper GPUs take the
+    sustained GEMM rates: BF16 the H200's MSMF (744.8 of 989.4 TFLOPS, ml-engineering), FP8
+    cuBLASLt after 10,000 warmup iterations (Azure ND_H100_v5 1377.3 / ND_H200_v5 1366.3 of
+    1978.9), each below its best-shape short-run MAMF (BF16 794.5, FP8 1402.6 / 1453.4)."""
+    gpu = find_gpu(name)
+    eff = gpu.efficiency
+    assert eff.gemm_fraction.value * gpu.bf16_tflops == pytest.approx(744.8, abs=0.6)
+    assert eff.gemm_fraction.value < 794.5 / 989.4
+    assert "MSMF" in eff.gemm_fraction.source
+    fp8 = eff.gemm_fp8_fraction.value * gpu.fp8_tflops
+    assert fp8 == pytest.approx(1366.3 if name.startswith("H200") else 1377.3, abs=1.0)
+    assert fp8 < 1402.6
+
+
 def test_fp8_fraction_only_where_fp8_exists():
     for gpu in list_gpus():
         assert (gpu.fp8_tflops is None) == (gpu.efficiency.gemm_fp8_fraction is None), gpu.name
