@@ -3,6 +3,7 @@ combines them (SPEC sections 6-7). Both the solver and `estimate` call these fun
 a plan re-scored by `estimate` gives the numbers the solver reported."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -119,7 +120,11 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     dev = device(pool, problem.workload.precision, problem.profile)
     wb = gen_dtype_bytes(problem)
     weights = weight_bytes_per_gpu(arch, lay, wb)
-    other = gen_other_bytes(arch, lay)
+    k = max(1, int(in_flight))
+    n_req = k * wl.samples / lay.dp
+    # vLLM's profile run warms the sampler up over max_num_seqs rows; with no cap the exported engine
+    # gets a step's requests per replica (export/common.py max_num_seqs)
+    other = gen_other_bytes(arch, lay, max_num_seqs or math.ceil(n_req), wl.engine_version)
     aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
     cap = capacity_bytes(pool, problem.workload.headroom)
     free = min(cap - reserved, engine_cap_bytes(problem, pool)) - weights - other - aux_bytes
@@ -129,8 +134,6 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     kv_tokens = max(kv, 0.0) / kv_tok_gpu
     # a replica must hold at least one full-length sequence
     fits = fits and kv_tokens >= wl.seq_max
-    k = max(1, int(in_flight))
-    n_req = k * wl.samples / lay.dp
     prompts = k * wl.prompts / lay.dp
     # the engine returns each sampled token's log-prob when the framework asks for it
     host_per_seq = dev.decode_host_per_seq_s if wl.framework.rollout_logprobs else 0.0
