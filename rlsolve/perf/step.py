@@ -174,6 +174,10 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
                     if t_alt + 1e-9 < total:
                         total, res, chosen_cap = t_alt, alt, cap
         decode, peak, limited, rep = res.time, res.peak_batch, res.kv_limited, res.reprefill_tokens
+        if chosen_cap is not None and max_num_seqs is None:
+            # the plan exports the cap: the engine's profile run reserves for it, not for a step's requests;
+            # the KV cache stays the one simulated (a plan re-scored with its cap and kv_cache_gb gets it back)
+            other = gen_other_bytes(arch, lay, chosen_cap, wl.engine_version)
     else:
         decode, peak, limited, rep = float("inf"), 0.0, True, 0.0
     # prefix caching: each prompt is prefilled once for its samples_per_prompt responses;
