@@ -172,10 +172,10 @@ def test_every_metric_of_the_format_the_model_can_predict_is_scored():
 
 
 EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
-# Medians of |predicted/measured - 1| on the extra file's train rows and on the RL rows' train phase
+# Medians of |predicted/measured - 1| on the extra file's train rows and on the RL rows' train and reference phases
 # when this test was last updated (`python benchmarks/model_accuracy.py --cases
 # benchmarks/data/extra_cases.yaml --groups`); they move down with the model, never up.
-PINNED_EXTRA = {"train": 0.092, "phase train": 0.319}
+PINNED_EXTRA = {"train": 0.092, "phase train": 0.308, "phase reference": 0.329}
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +197,8 @@ def test_the_extra_train_medians_do_not_regress(extra_report):
     s = extra_report.summary()
     assert s["train"]["median_abs_error"] <= PINNED_EXTRA["train"], s["train"]
     assert s["rl_phases"]["train"]["median_abs_error"] <= PINNED_EXTRA["phase train"], s["rl_phases"]["train"]
+    # verl's reference runs from host memory, its shard copied in per micro-batch (runtime.yaml verl)
+    assert s["rl_phases"]["reference"]["median_abs_error"] <= PINNED_EXTRA["phase reference"], s["rl_phases"]["reference"]
 
 
 def test_colocated_rows_run_the_engine_at_the_frameworks_default_share():

@@ -205,13 +205,15 @@ def test_a_refit_pays_the_engines_load_call_for_every_checkpoint_tensor():
 def test_an_fsdp_trainer_gathers_its_fp32_masters_for_every_refit_where_the_framework_does():
     """NeMo-RL's DTensor worker builds each full fp32 parameter (full_tensor) for the engine at every
     refit: an all-gather of 4 bytes per parameter over the FSDP mesh, charged to the trainers and shown
-    in weight_sync; Megatron (ZeRO-1) trainers and frameworks whose refit was not read pay none."""
+    in weight_sync (verl's vLLM loader the same: full_tensor() of its fp32 actor's shards); Megatron (ZeRO-1)
+    trainers and frameworks whose refit was not read pay none."""
     from dataclasses import replace as _replace
     from rlsolve.frameworks.runtime import framework_costs
     from rlsolve.perf.step import refit_gather_time
     from rlsolve.perf.train import TrainLayout
     assert framework_costs("nemo-rl").fsdp_refit_gather_bytes == 4
-    assert framework_costs("verl").fsdp_refit_gather_bytes is None
+    assert framework_costs("verl").fsdp_refit_gather_bytes == 4  # verl's dtensor loader: full_tensor() of fp32
+    assert framework_costs("openrlhf").fsdp_refit_gather_bytes is None
     assert framework_costs("any").fsdp_refit_gather_bytes is None
     p = resolve(load_spec({**SPEC, "cluster": {"gpu": "H100-SXM-80GB", "nodes": 2, "gpus_per_node": 8}}))
     nemo = _replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl")))
@@ -220,8 +222,8 @@ def test_an_fsdp_trainer_gathers_its_fp32_masters_for_every_refit_where_the_fram
     # 8B x 4 bytes gathered to every GPU, half of it from the other node through that node's 8 NICs
     assert t > p.policy.total_params * 4 / 2 / (8 * p.pool.nic_gbytes_per_gpu * 1e9)
     assert refit_gather_time(nemo, p.pool, _replace(fsdp, zero_stage=1)) == 0.0
-    verl = _replace(p, workload=_replace(p.workload, framework=framework_costs("verl")))
-    assert refit_gather_time(verl, p.pool, fsdp) == 0.0
+    unread = _replace(p, workload=_replace(p.workload, framework=framework_costs("openrlhf")))
+    assert refit_gather_time(unread, p.pool, fsdp) == 0.0
     # with TP the cross-node part shrinks to the TP shard; the full tensor is then gathered over NVLink
     tp8 = refit_gather_time(nemo, p.pool, TrainLayout(tp=8, dp=2, zero_stage=3, micro_batch=1))
     assert tp8 > p.policy.total_params * 4 * 7 / 8 / (p.pool.gpu.nvlink_gbps_per_dir * 1e9)

@@ -305,3 +305,104 @@ def test_unpadded_packed_bins_pace_at_the_busiest_ranks_tokens():
     assert micro_batch_seq_len(100, 1, 2, pads_packed=False, **kw) == pytest.approx(100 * 4 / 3)
     assert micro_batch_seq_len(100, 1, 1, pads_packed=False, **kw) == pytest.approx(100)  # one rank: no wait
     assert micro_batch_seq_len(100, 1, 2, pads_packed=False, **{**kw, "packed_tokens": None}) == 100
+
+
+def test_nemo_rl_dtensor_pads_every_packed_training_bin_to_the_budget():
+    """NeMo-RL's DTensor worker packs each training micro-batch with min_seq_len = train_mb_tokens: 8
+    sequences of 100 tokens in bins of 201 make 4 bins of 200 tokens, each run as 201; dealt to 3 ranks
+    the busiest (and, with the dummy micro-batches, every) rank runs 2 of them, 402 tokens against its
+    share of 800 / 3. 5 sequences in bins of 250 make bins of 2, 2 and 1: two ranks run 2 x 250 where the
+    mean is 250. Only the training pass pads, only on the FSDP (DTensor) path."""
+    from rlsolve.perf.train import packed_budget_pad_factor
+    assert packed_budget_pad_factor(8, 0, 100, 100, None, 201, 3) == pytest.approx(402 / (800 / 3))
+    assert packed_budget_pad_factor(5, 0, 100, 100, None, 250, 2) == pytest.approx(500 / 250)
+    kw = dict(packed_tokens=201, global_batch=8, prompt_len=0, response_mean=100, response_max=100, clip=None)
+    assert micro_batch_seq_len(100, 1, 3, pads_packed=False, pads_to_budget=True, **kw) == pytest.approx(150.75)
+    assert micro_batch_seq_len(100, 1, 3, pads_packed=False, **kw) == pytest.approx(150)  # the bins' own lengths
+    assert micro_batch_seq_len(100, 1, 3, pads_packed=False, pads_to_budget=True,
+                               **{**kw, "packed_tokens": None}) == 100  # nothing packed: nothing padded
+    # read for NeMo-RL's DTensor (fsdp2) workers only
+    assert framework_costs("nemo-rl", "0.3.0", "fsdp2").fsdp_pads_packed_to_budget
+    assert not framework_costs("nemo-rl", "0.3.0", "megatron").fsdp_pads_packed_to_budget
+    assert not framework_costs("verl", None, "fsdp2").fsdp_pads_packed_to_budget
+    assert not framework_costs("any").fsdp_pads_packed_to_budget
+    p = _problem("nemo-rl")
+    packed = replace(p, workload=replace(p.workload, packed_tokens=3072, packed_micro_batch=2.0))
+    on, off = (_with_costs(packed, fsdp_pads_packed_to_budget=v) for v in (True, False))
+    fsdp, megatron = TrainLayout(tp=1, dp=8, micro_batch=2, zero_stage=3), TrainLayout(tp=1, dp=8, micro_batch=2)
+    a, b = train_core(on, on.pool, fsdp), train_core(off, off.pool, fsdp)
+    assert a[0].total > b[0].total
+    assert a[2] == pytest.approx(b[2])  # the log-prob pass keeps its bins' lengths
+    assert train_core(on, on.pool, megatron)[0].total == pytest.approx(train_core(off, off.pool, megatron)[0].total)
+
+
+def test_the_fsdp_root_unit_opens_and_closes_every_pass_exposed():
+    """NeMo-RL's DTensor worker keeps the embedding, final norm and output layer in FSDP2's root unit:
+    each pass starts with the root's all-gather and the first layer's, nothing to hide them under, and
+    each backward ends waiting for the first layer's reduce-scatter and the root's. With compute long
+    enough to hide every other layer's collectives that is all that shows; the layers share the rest."""
+    from rlsolve.perf.train import fsdp_root_params, zero3_exposed
+    p = _problem()
+    dev = device(p.pool)
+    arch = p.policy
+    lay = TrainLayout(tp=1, dp=8, micro_batch=1, zero_stage=3)
+    # Llama-3.1-8B: untied embedding and output layer of 128256 x 4096 each, and the final norm
+    assert fsdp_root_params(arch, lay) == pytest.approx(2 * 128256 * 4096 + 4096)
+    assert fsdp_root_params(arch, replace(lay, tp=2)) == pytest.approx((2 * 128256 * 4096 + 4096) / 2)
+    long = {"fwd_compute": 1e3, "bwd_compute": 1e3}
+    weights, grads, root = (8e9, 0.0), (16e9, 0.0), (2e9, 4e9)
+    layers = 32
+    ag = lambda b: dev.all_gather(b, 8, 8)  # noqa: E731
+    rs = lambda b: dev.reduce_scatter(b, 8, 8)  # noqa: E731
+    none_ag, none_rs = ag(0.0), rs(0.0)  # the expert share (no experts here) still pays its latency
+    # opening: the root's 2e9 bytes and the first layer's share of the other 6e9; closing: the first
+    # layer's share of the other 12e9 gradient bytes and the root's 4e9
+    want = ag(2e9) + ag(6e9 / layers) + none_ag + rs(12e9 / layers) + none_rs + rs(4e9)
+    assert zero3_exposed(dev, lay, long, layers, weights, grads, root) == pytest.approx(want)
+    # without the root fact: the first (average) layer's gather only
+    assert zero3_exposed(dev, lay, long, layers, weights, grads) == pytest.approx(ag(8e9 / layers) + none_ag)
+    # forward only: the opening
+    assert zero3_exposed(dev, lay, long, layers, weights, None, root) == pytest.approx(
+        ag(2e9) + ag(6e9 / layers) + none_ag)
+    # read for NeMo-RL's DTensor workers; charged on ZeRO-3 layouts only
+    assert framework_costs("nemo-rl", "0.3.0", "fsdp2").fsdp_root_embeddings
+    assert not framework_costs("nemo-rl", "0.3.0", "megatron").fsdp_root_embeddings
+    assert not framework_costs("any").fsdp_root_embeddings
+    q = _problem("nemo-rl")
+    on, off = (_with_costs(q, fsdp_root_embeddings=v) for v in (True, False))
+    fsdp, megatron = TrainLayout(tp=1, dp=8, micro_batch=2, zero_stage=3), TrainLayout(tp=1, dp=8, micro_batch=2)
+    assert train_core(on, on.pool, fsdp)[0].dp_comm > train_core(off, off.pool, fsdp)[0].dp_comm
+    assert train_core(on, on.pool, megatron)[0].total == pytest.approx(train_core(off, off.pool, megatron)[0].total)
+
+
+def test_fsdp2_mixed_precision_casts_every_layer_boundary():
+    """NeMo-RL's DTensor worker gives every fully_shard output_dtype=float32: each decoder layer's output
+    is cast to fp32 (2 read + 4 written per hidden element) and the next layer's input back to bf16 (4 + 2),
+    12 bytes per hidden element per layer in a forward and again in the backward, on ZeRO-3 layouts only."""
+    from rlsolve.perf.train import fsdp_layer_cast_time
+    assert framework_costs("nemo-rl", "0.3.0", "fsdp2").fsdp_layer_cast_bytes == 12
+    assert framework_costs("nemo-rl", "0.3.0", "megatron").fsdp_layer_cast_bytes is None
+    assert framework_costs("verl", None, "fsdp2").fsdp_layer_cast_bytes is None  # verl sets no output_dtype
+    assert framework_costs("any").fsdp_layer_cast_bytes is None
+    p = _problem()
+    dev = device(p.pool)
+    arch = p.policy
+    lay = TrainLayout(tp=1, dp=8, micro_batch=2, zero_stage=3)
+    # 2 sequences x 1000 tokens x hidden 4096 x 12 bytes x 32 layers
+    assert fsdp_layer_cast_time(arch, dev, lay, 1000, 12) == pytest.approx(dev.stream_time(2000 * 4096 * 12 * 32))
+    assert fsdp_layer_cast_time(arch, dev, lay, 1000, None) == 0.0
+    # without sequence parallelism the hidden states are whole on every TP rank; with it, split
+    tp2 = replace(lay, tp=2, sequence_parallel=False)
+    assert fsdp_layer_cast_time(arch, dev, tp2, 1000, 12) == pytest.approx(fsdp_layer_cast_time(arch, dev, lay, 1000, 12))
+    assert fsdp_layer_cast_time(arch, dev, replace(tp2, sequence_parallel=True), 1000, 12) == pytest.approx(
+        fsdp_layer_cast_time(arch, dev, lay, 1000, 12) / 2)
+    q = _problem("nemo-rl")
+    on, off = (_with_costs(q, fsdp_layer_cast_bytes=v) for v in (12.0, None))
+    fsdp, megatron = TrainLayout(tp=1, dp=8, micro_batch=2, zero_stage=3), TrainLayout(tp=1, dp=8, micro_batch=2)
+    a, b = train_core(on, on.pool, fsdp), train_core(off, off.pool, fsdp)
+    seq = q.workload.seq_mean
+    m = q.workload.global_batch / (8 * 2)
+    cast = fsdp_layer_cast_time(arch, dev, fsdp, seq, 12)
+    assert a[0].compute - b[0].compute == pytest.approx(m * 2 * cast * q.workload.optimizer_steps, rel=1e-6)
+    assert a[2] > b[2]  # the old log-prob pass runs the same casts in its forward
+    assert train_core(on, on.pool, megatron)[0].total == pytest.approx(train_core(off, off.pool, megatron)[0].total)

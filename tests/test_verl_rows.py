@@ -125,3 +125,79 @@ def test_fsdp2_copies_are_charged_to_verl_fsdp2_only():
     for phase in ("old_logprob", "train"):
         assert fsdp2.extra["phases_s"][phase] > fsdp1.extra["phases_s"][phase]
     assert fsdp2.extra["phases_s"]["generation"] == pytest.approx(fsdp1.extra["phases_s"]["generation"], rel=1e-9)
+
+
+def test_verl_before_0_7_asks_its_rollout_for_log_probs():
+    """verl's synchronous vLLM rollout built SamplingParams(logprobs=0) up to v0.6.1 (vllm_rollout.py
+    v0.3.0.post0 lines 120-123); v0.7.0's async rollout asks only with calculate_log_probs. A row that
+    states an earlier release pays the engine's host work per sequence for them; one that names none
+    gets the current release's."""
+    from rlsolve.frameworks.runtime import framework_costs
+    assert framework_costs("verl", "0.3.0.post0").rollout_logprobs is True
+    assert framework_costs("verl", "0.2.0.dev").rollout_logprobs is True
+    assert framework_costs("verl", "0.6.1").rollout_logprobs is True
+    assert framework_costs("verl", "0.7.0").rollout_logprobs is False
+    assert framework_costs("verl").rollout_logprobs is False
+    old, new = _row(remove_padding=True), _row(remove_padding=True)
+    old["layout"]["framework_version"], new["layout"]["framework_version"] = "0.3.0.post0", "0.7.0"
+    p_old, p_new = predict_rl_step(old, headroom=False), predict_rl_step(new, headroom=False)
+    from rlsolve.perf.hw import constants
+    # the extra host time is per running sequence and step: at least the rollout's response tokens per
+    # engine (5120 x 133 over 4 engines) x decode_host_us_per_seq
+    floor = 5120 * 133 / 4 * constants()["decode_host_us_per_seq"] * 1e-6
+    extra = p_old.extra["phases_s"]["generation"] - p_new.extra["phases_s"]["generation"]
+    assert extra >= floor * 0.99 and extra < floor * 1.5
+    for phase in ("old_logprob", "reference", "train"):
+        assert p_old.extra["phases_s"][phase] == pytest.approx(p_new.extra["phases_s"][phase], rel=1e-9)
+
+
+def test_verl_reference_is_an_fsdp_shard_in_host_memory_copied_in_every_micro_batch(unpadded):
+    """verl forces CPUOffload on its FSDP reference (fsdp_workers.py v0.3.0.post0 lines 251-253, main
+    b178a3cd5 lines 523-526): a row that says nothing runs it there, sharded as the policy is, and each
+    of a rank's log-prob micro-batches copies the rank's bf16 shard in again over PCIe."""
+    import math
+
+    from rlsolve.cases import _recipe_layout
+    from rlsolve.perf.hw import device
+    from rlsolve.perf.step import reference_micro_batches
+    from rlsolve.resolve import resolve
+    from rlsolve.spec import load_spec
+    assert any("reference placement = cpu_offload" in a for a in unpadded.extra["assumed"])
+    row = _row(remove_padding=True)
+    problem = resolve(load_spec(rl_step_spec(row)))
+    _, _, _, micro = _recipe_layout(row, problem.workload)
+    from dataclasses import replace as _replace
+    wl = _replace(problem.workload, **micro)
+    from rlsolve.perf.train import TrainLayout
+    lay = TrainLayout(tp=1, pp=1, dp=8, micro_batch=80, zero_stage=3)
+    assert reference_micro_batches(wl, lay) == math.ceil(640 / 110) == 6
+    ph = unpadded.extra["phases_s"]
+    dev = device(problem.pool, problem.workload.precision, problem.profile)
+    shard = problem.policy.total_params * 2 / 8
+    # the reference pass is the old log-prob pass (same sharding, micro-batches and bf16 compute)
+    # plus six copies of the shard; nothing else separates them
+    assert ph["reference"] - ph["old_logprob"] == pytest.approx(6 * dev.pcie_time(shard), rel=0.02)
+
+
+def test_the_per_micro_batch_reference_copies_hold_for_fsdp_layouts_only():
+    """The fact is read in verl's FSDP workers: a Megatron-style (ZeRO-1) layout keeps the plain host-memory
+    reference (one copy of its weights per step), an FSDP (ZeRO-3) layout copies its shard per micro-batch."""
+    from dataclasses import replace as _replace
+
+    from rlsolve.cases import _recipe_layout
+    from rlsolve.perf.step import train_aux
+    from rlsolve.perf.train import TrainLayout
+    from rlsolve.resolve import resolve
+    from rlsolve.spec import load_spec
+    row = _row(remove_padding=True)
+    problem = resolve(load_spec(rl_step_spec(row)))
+    _, _, _, micro = _recipe_layout(row, problem.workload)
+    verl = _replace(problem, workload=_replace(problem.workload, **micro))
+    assert verl.workload.framework.reference_fsdp_cpu_offload
+    plain = _replace(verl, workload=_replace(verl.workload, framework=_replace(verl.workload.framework,
+                                                                              reference_fsdp_cpu_offload=False)))
+    for zero, same in ((1, True), (3, False)):
+        lay = TrainLayout(tp=1, pp=1, dp=8, micro_batch=80, zero_stage=zero)
+        a = train_aux(verl, verl.pool, lay, reference="cpu_offload", reward="cpu", reward_quant="none")[0]
+        b = train_aux(plain, plain.pool, lay, reference="cpu_offload", reward="cpu", reward_quant="none")[0]
+        assert (a == pytest.approx(b, rel=1e-12)) is same

@@ -39,6 +39,11 @@ class _Bool(_Sourced):
     value: bool
 
 
+class _BoolUntil(_Bool):
+    # the fact holds for the framework's releases before this one (None: every release read)
+    until_version: str | None = Field(None, pattern=r"^\d+\.\d+(\.\d+)?$")
+
+
 class _Float(_Sourced):
     value: float
 
@@ -52,6 +57,16 @@ class _FsdpCopyBytes(_Sourced):
     value: dict[Literal["forward", "backward"], float]
     # the fact holds for this training strategy of the framework only (None: every FSDP it runs);
     # a plan that names no strategy gets the framework's default train_strategy
+    strategy: Strategy | None = None
+
+
+class _BoolForStrategy(_Bool):
+    # the fact holds for this training strategy of the framework only (None: every one it runs)
+    strategy: Strategy | None = None
+
+
+class _FloatForStrategy(_Float):
+    # the fact holds for this training strategy of the framework only (None: every one it runs)
     strategy: Strategy | None = None
 
 
@@ -71,6 +86,9 @@ class FrameworkRuntime(_Strict):
     max_num_seqs: _OptInt
     orchestration_s_per_step: _Float
     rollout_logprobs: _Bool
+    # the engine is asked for the sampled tokens' log-probs in the releases before `until_version`
+    # (an earlier default that rollout_logprobs, read in the current release, no longer holds; None: not read)
+    earlier_rollout_logprobs: _BoolUntil | None = None
     # the framework's asynchronous (off-policy) mode drives vLLM's AsyncLLM, built without max_num_seqs
     # (None: not read; the engine's LLM-class default applies)
     async_engine_when_async: _Bool | None = None
@@ -82,6 +100,10 @@ class FrameworkRuntime(_Strict):
     # RL-specific costs of the training and log-prob passes, where read in the framework's source
     # (None: not read; the model's own physics applies)
     reference_swap_copies: _Int | None = None
+    # the reference is an FSDP module of its own, sharded as the policy is, with its parameters in host
+    # memory (FSDP CPUOffload): each unshard copies the local shard in again, so every forward micro-batch
+    # of the reference pass copies the rank's shard (None: not read; one copy per step of its weights)
+    reference_fsdp_cpu_offload: _Bool | None = None
     logit_fp32_bytes_forward: _Float | None = None
     pipeline_pads_packed_micro_batches: _Bool | None = None
     fsdp_grad_reduce_bytes_per_param: _Float | None = None
@@ -89,6 +111,17 @@ class FrameworkRuntime(_Strict):
     loss_per_packed_sequence: _Bool | None = None
     fsdp_copy_bytes_per_param: _FsdpCopyBytes | None = None
     fsdp_model_elementwise_bytes: _ElementwiseBytes | None = None
+    # the FSDP trainer pads every packed training micro-batch to the token budget (None: not read; the bins'
+    # own lengths)
+    fsdp_pads_packed_to_budget: _BoolForStrategy | None = None
+    # the FSDP trainer's root unit holds the embedding, final norm and output layer: their all-gather opens
+    # every pass and their gradients' reduce-scatter closes every backward, with nothing to hide under (None:
+    # not read; every parameter is gathered with the layers)
+    fsdp_root_holds_embeddings: _BoolForStrategy | None = None
+    # bytes per hidden element per decoder layer that the FSDP trainer's mixed-precision policy moves casting
+    # each layer's output to fp32 and the next layer's input back to bf16, in a forward (the backward the same)
+    # (None: not read; none charged)
+    fsdp_layer_output_cast_bytes: _FloatForStrategy | None = None
     # bytes per parameter the FSDP trainer all-gathers to build the full tensors it hands the engine
     # at each refit (None: not read; no gather is charged)
     fsdp_refit_gather_bytes_per_param: _Float | None = None
@@ -156,11 +189,16 @@ class FrameworkCosts:
     per parameter its FSDP trainer all-gathers into full tensors for every refit, and its Megatron
     trainer over the tensor- and pipeline-parallel groups (None: none charged); the bytes per
     parameter of its local shard its FSDP trainer copies at each swap of the reference into the
-    policy's model (None: the reference's 16-bit weights)."""
+    policy's model (None: the reference's 16-bit weights); whether its FSDP trainer pads every packed
+    training micro-batch to the token budget, and whether its FSDP root unit holds the embedding and output
+    layer (gathered before a pass's first layer, reduce-scattered after its backward's last); the bytes per
+    hidden element per layer its FSDP mixed-precision policy moves casting each layer's output to fp32 and
+    back (None: none charged)."""
 
     orchestration_s: float
     rollout_logprobs: bool
     reference_swap_copies: int = 1
+    reference_fsdp_cpu_offload: bool = False
     logit_fp32_bytes_forward: float | None = None
     pipeline_pads_packed: bool = False
     fsdp_grad_reduce_bytes: float | None = None
@@ -174,6 +212,9 @@ class FrameworkCosts:
     refit_full_broadcast: bool = False
     fp8_refit_quantize_bytes: float | None = None
     refit_offloads_trainer: bool = False
+    fsdp_pads_packed_to_budget: bool = False
+    fsdp_root_embeddings: bool = False
+    fsdp_layer_cast_bytes: float | None = None
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -202,6 +243,12 @@ def _for_strategy(entry, fw: FrameworkRuntime, strategy: str | None):
     return entry if (strategy or fw.train_strategy.value) == want else None
 
 
+def _earlier_logprobs(fw: FrameworkRuntime, version: str | None) -> bool:
+    """True where the stated release predates the change that stopped asking the engine for log-probs."""
+    entry = _holds(fw.earlier_rollout_logprobs, version)
+    return entry is not None and entry.value
+
+
 def framework_costs(framework: str, version: str | None = None, strategy: str | None = None) -> FrameworkCosts:
     """The target's costs (of its release `version` where facts change between releases, and of
     the training `strategy` it runs where a fact holds for one: None, the framework's default);
@@ -218,10 +265,18 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     gather_mcore = [_holds(f.megatron_refit_gather_bytes_per_param, version) for f in chosen]
     swap = [_holds(f.fsdp_reference_swap_bytes_per_param, version) for f in chosen]
     quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
+    casts = [_for_strategy(f.fsdp_layer_output_cast_bytes, f, strategy) for f in chosen]
+
+    def flag(name: str) -> bool:  # a strategy's yes/no fact, held by every chosen framework
+        return all((e := _for_strategy(getattr(f, name), f, strategy)) is not None and e.value for f in chosen)
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
-                          rollout_logprobs=all(f.rollout_logprobs.value for f in chosen),
+                          rollout_logprobs=all(f.rollout_logprobs.value or _earlier_logprobs(f, version)
+                                               for f in chosen),
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
                                                     for f in chosen),
+                          reference_fsdp_cpu_offload=all(
+                              f.reference_fsdp_cpu_offload is not None
+                              and f.reference_fsdp_cpu_offload.value for f in chosen),
                           logit_fp32_bytes_forward=None if None in logit else min(x.value for x in logit),
                           pipeline_pads_packed=all(f.pipeline_pads_packed_micro_batches is not None
                                                    and f.pipeline_pads_packed_micro_batches.value for f in chosen),
@@ -241,4 +296,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                                                    and f.refit_broadcasts_full_model.value for f in chosen),
                           fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant),
                           refit_offloads_trainer=all(f.refit_offloads_trainer_states is not None
-                                                     and f.refit_offloads_trainer_states.value for f in chosen))
+                                                     and f.refit_offloads_trainer_states.value for f in chosen),
+                          fsdp_pads_packed_to_budget=flag("fsdp_pads_packed_to_budget"),
+                          fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"),
+                          fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts))

@@ -262,12 +262,13 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
                    logit_bytes_fwd=logits, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
                    unfused_elementwise=eager, logit_bytes_bwd=logit_bwd,
                    loss_per_packed_sequence=wl.framework.loss_per_packed_sequence and wl.packed_micro_batch is not None,
-                   fsdp_copy_bytes=wl.framework.fsdp_copy_bytes)
+                   fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_root=wl.framework.fsdp_root_embeddings,
+                   fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes)
     lp, lp_seq = _logprob_pass(wl, lay)
     if lora or lp is not lay:  # the old log-prob pass is a plain forward, on its own micro-batches
         st = cached_stage_times(arch, dev, lp, lp_seq, False, cache)
     old = forward_time(arch, dev, lp, wl.samples, lp_seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager,
-                       fsdp_copy_bytes=wl.framework.fsdp_copy_bytes)
+                       fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes)
     return t, mem or policy_memory(problem, planned), old
 
 
@@ -291,16 +292,21 @@ def _unpadded_busiest(wl, lay: TrainLayout, seq: float) -> float:
 
 def _pass_seq_len(wl, lay: TrainLayout) -> float:
     """Tokens per sequence the policy's training micro-batches compute (padded packed
-    micro-batches under pipeline parallelism, where the framework pads them; unpadded fixed
-    micro-batches at the busiest rank's tokens, `_unpadded_busiest`)."""
+    micro-batches under pipeline parallelism, or on an FSDP trainer that pads them to the token budget,
+    where the framework pads them; unpadded fixed micro-batches at the busiest rank's tokens,
+    `_unpadded_busiest`)."""
     return _unpadded_busiest(wl, lay, _packed_seq_len(wl, lay))
 
 
-def _packed_seq_len(wl, lay: TrainLayout) -> float:
+def _packed_seq_len(wl, lay: TrainLayout, train: bool = True) -> float:
+    """`train`: the training pass, which an FSDP trainer may pad to the token budget (the log-prob passes
+    keep their bins' own lengths)."""
     return micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.packed_tokens,
                                pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.global_batch,
                                prompt_len=wl.prompt_len, response_mean=wl.response_mean,
-                               response_max=wl.response_max, clip=wl.clip_ratio, dynamic_round=wl.dynamic_round)
+                               response_max=wl.response_max, clip=wl.clip_ratio, dynamic_round=wl.dynamic_round,
+                               pads_to_budget=train and wl.framework.fsdp_pads_packed_to_budget
+                               and lay.zero_stage >= 3)
 
 
 def _logprob_pass(wl, lay: TrainLayout) -> tuple[TrainLayout, float]:
@@ -310,7 +316,7 @@ def _logprob_pass(wl, lay: TrainLayout) -> tuple[TrainLayout, float]:
     batch_size=None), else the training ones."""
     if wl.logprob_micro_batch is None:
         lay = _train_pass_layout(wl, lay)
-        return lay, _pass_seq_len(wl, lay)
+        return lay, _unpadded_busiest(wl, lay, _packed_seq_len(wl, lay, train=False))
     seq = micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.logprob_packed_tokens,
                               pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.samples,
                               prompt_len=wl.prompt_len, response_mean=wl.response_mean,
@@ -420,22 +426,28 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     # > 1: NeMo-RL's use_reference_model) runs the reference pass on the policy's sharding: a ZeRO-3
     # policy gathers every layer in each reference micro-batch, and swaps only its local shard
     in_policy = reference == "cpu_offload" and wl.framework.reference_swap_copies > 1
+    # a framework whose FSDP trainer keeps the reference as an FSDP module of its own with its parameters in
+    # host memory (verl: workload.framework.reference_fsdp_cpu_offload, read for its FSDP workers, so ZeRO-3
+    # layouts only) shards it as the policy is: its pass gathers every layer as a ZeRO-3 policy's does, and
+    # what each micro-batch copies in is the rank's shard
+    fsdp_offload = reference == "cpu_offload" and wl.framework.reference_fsdp_cpu_offload and lay.zero_stage >= 3
 
     def forward(role: str, a: Architecture, wbytes_per_param: float) -> tuple[float, float]:
-        key = (role, dims, wbytes_per_param, eager, in_policy)
+        key = (role, dims, wbytes_per_param, eager, in_policy, fsdp_offload)
         if key not in cache:
             al = _aux_layout(a, lay)
             # the reference computes the policy's log-probs on the policy's log-prob micro-batches
             if role == "reference":
                 lp, seq = _logprob_pass(wl, lay)
                 al, logits = replace(al, micro_batch=lp.micro_batch), wl.framework.logit_fp32_bytes_forward
-                if in_policy:
+                if in_policy or fsdp_offload:
                     al = replace(al, zero_stage=lay.zero_stage)
             else:
                 seq, logits = seq_mean, None
             st = cached_stage_times(a, dev, al, seq, False, cache)
             cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
-                                       unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes),
+                                       unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes,
+                                       fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes),
                           train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
         return cache[key]
 
@@ -447,8 +459,13 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
         if reference == "cpu_offload":
             # streamed in each step, not overlapped (conservative); a framework that swaps the
             # reference into the policy's own model also copies the policy's weights out and back
-            # (workload.framework.reference_swap_copies)
-            ref_t += wl.framework.reference_swap_copies * dev.pcie_time(wbytes)
+            # (workload.framework.reference_swap_copies); one whose FSDP offloads the reference's
+            # parameters copies the shard in again for every forward micro-batch
+            # (workload.framework.reference_fsdp_cpu_offload, verl)
+            copies = wl.framework.reference_swap_copies
+            if fsdp_offload:
+                copies *= reference_micro_batches(wl, lay)
+            ref_t += copies * dev.pcie_time(wbytes)
         else:
             resident += wbytes
     if problem.reward is not None and reward == "training":
@@ -460,6 +477,15 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             **_aux_layout(problem.value, lay).__dict__, "zero_stage": lay.zero_stage, "recompute": lay.recompute})
         return with_critic((ref_t, rew_t, val_t, resident), critic_pass(problem, pool, vl, cache))
     return ref_t, rew_t, val_t, resident
+
+
+def reference_micro_batches(wl, lay: TrainLayout) -> int:
+    """Forward micro-batches of the reference pass on one data-parallel rank: its share of the rollout
+    batch over the log-prob micro-batch (`_logprob_pass`; the training one where none is given),
+    the last one partial (verl dp_actor.py compute_log_prob: batch.split(micro_batch_size))."""
+    lp, _ = _logprob_pass(wl, lay)
+    per_rank = wl.samples / max(1, lay.dp * lay.cp)
+    return max(1, math.ceil(per_rank / max(float(lp.micro_batch), 1.0) - 1e-9))
 
 
 def with_critic(aux: tuple[float, float, float, float], critic: tuple[float, float, float]

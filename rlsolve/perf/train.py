@@ -742,6 +742,16 @@ def packed_pad_factor(sequences: int, prompt_len: float, response_mean: float, r
     return float(busiest * dp / total)
 
 
+def packed_budget_pad_factor(sequences: int, prompt_len: float, response_mean: float, response_max: float,
+                             clip: float | None, budget: int, dp: int) -> float:
+    """Tokens the busiest rank computes over its share of the real tokens when every packed bin is padded
+    to the whole `budget` (frameworks/runtime.yaml fsdp_pads_packed_to_budget: NeMo-RL's DTensor worker packs
+    each training micro-batch with min_seq_len = train_mb_tokens) and the ranks with fewer bins run dummy
+    micro-batches up to the most any rank has: ceil(bins / dp) bins of `budget` tokens on every rank."""
+    bins, total = packed_bins(int(sequences), prompt_len, response_mean, response_max, clip, int(budget))
+    return float(math.ceil(len(bins) / dp) * int(budget) * dp / total)
+
+
 def packed_busiest_share(sequences: int, prompt_len: float, response_mean: float, response_max: float,
                          clip: float | None, budget: int, dp: int) -> float:
     """Real tokens of the busiest rank over the ranks' mean when the bins of a packed batch are dealt
@@ -851,15 +861,19 @@ def dynamic_batches(sequences: int, prompt_len: float, response_mean: float, res
 
 def micro_batch_seq_len(seq_mean: float, pp: int, dp: int, *, packed_tokens: int | None, pads_packed: bool,
                         global_batch: int, prompt_len: float, response_mean: float, response_max: float,
-                        clip: float | None, dynamic_round: int | None = None) -> float:
+                        clip: float | None, dynamic_round: int | None = None, pads_to_budget: bool = False) -> float:
     """Tokens per sequence the training and log-prob micro-batches compute: the mean sequence,
     stretched by the padding of packed micro-batches where the framework pads them (pipeline
-    parallelism: every micro-batch must have one shape), or by the padding of NeMo-RL's dynamic
+    parallelism: every micro-batch must have one shape; `pads_to_budget`: every bin to the whole
+    token budget, `packed_budget_pad_factor`), or by the padding of NeMo-RL's dynamic
     batches (`dynamic_round`: its sequence_length_round; `dynamic_batches`); unpadded packed
     micro-batches by the busiest rank's share of the bins (`packed_busiest_share`)."""
     if dynamic_round and packed_tokens:
         return seq_mean * dynamic_batches(global_batch, prompt_len, response_mean, response_max, clip,
                                           int(packed_tokens), dp, int(dynamic_round))[1]
+    if pads_to_budget and packed_tokens:
+        return seq_mean * max(1.0, packed_budget_pad_factor(global_batch, prompt_len, response_mean, response_max,
+                                                            clip, int(packed_tokens), dp))
     if pads_packed and packed_tokens and pp > 1:
         return seq_mean * max(1.0, packed_pad_factor(global_batch, prompt_len, response_mean, response_max,
                                                       clip, int(packed_tokens), dp))
@@ -1005,7 +1019,8 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
                fsdp_reduce_bytes: float | None = None,
                unfused_elementwise: tuple[float, float, float] | None = None,
                logit_bytes_bwd: float | None = None, loss_per_packed_sequence: bool = False,
-               fsdp_copy_bytes: tuple[float, float] | None = None) -> TrainTime:
+               fsdp_copy_bytes: tuple[float, float] | None = None, fsdp_root: bool = False,
+               fsdp_cast_bytes: float | None = None) -> TrainTime:
     """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens.
     `memo` (optional, the caller's) keeps the gradient collectives and the optimizer step,
     which depend on neither the micro-batch, vp nor recompute. `logit_bytes_fwd`: the
@@ -1013,7 +1028,9 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
     per parameter the framework's FSDP reduce-scatters gradients in, None: the parameters' 16
     bits; `unfused_elementwise`: see unfused_elementwise_fwd, its backward moving twice the
     forward's bytes as the fused count does; `logit_bytes_bwd`, `loss_per_packed_sequence`: the
-    framework's log-prob backward, see logit_extra_bwd; `fsdp_copy_bytes`: see fsdp_copy_time."""
+    framework's log-prob backward, see logit_extra_bwd; `fsdp_copy_bytes`: see fsdp_copy_time; `fsdp_root`:
+    the framework's FSDP root unit holds the embedding and output layer (zero3_exposed's `root`);
+    `fsdp_cast_bytes`: see fsdp_layer_cast_time (forward and backward, ZeRO-3 layouts only)."""
     st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
     logits = logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
@@ -1039,9 +1056,14 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
         grad_bytes = (BF16 * dense, BF16 * expert)
         if fsdp_reduce_bytes is not None:
             grad_bytes = tuple(fsdp_reduce_bytes * x for x in (dense, expert))
+        root = None
+        if fsdp_root and lay.pp == 1:
+            rp = fsdp_root_params(arch, lay)
+            root = (BF16 * rp, 0.0 if lora_rank > 0 else (fsdp_reduce_bytes or BF16) * rp)
         dp_exposed = m * zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp),
-                                       (BF16 * base_dense, BF16 * base_expert), grad_bytes)
+                                       (BF16 * base_dense, BF16 * base_expert), grad_bytes, root)
         logits += fsdp_copy_time(dev, base_dense + base_expert, dense + expert, fsdp_copy_bytes, backward=True)
+        logits += 2 * fsdp_layer_cast_time(arch, dev, lay, seq_len, fsdp_cast_bytes)
     else:
         dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
     t = TrainTime(
@@ -1086,23 +1108,41 @@ def _grad_sync_and_step(arch: Architecture, dev: Device, lay: TrainLayout, lora_
 
 
 def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_bytes: tuple[float, float],
-                  grad_bytes: tuple[float, float] | None) -> float:
+                  grad_bytes: tuple[float, float] | None, root: tuple[float, float] | None = None) -> float:
     """Exposed ZeRO-3 / FSDP communication of one micro-batch on one stage. Each layer's
     parameters are all-gathered before its forward and again before its backward, and its
     gradients reduce-scattered after it (`grad_bytes` None: forward only); every collective pays
     its latency. Prefetching overlaps the next layer's collectives with this layer's compute
     (FSDP forward/backward prefetch, DeepSpeed stage3_prefetch_bucket_size), so a layer exposes
     what its compute does not cover, and the first gather of the pass is exposed whole
-    (nothing runs before it)."""
+    (nothing runs before it).
+
+    `root`: (gathered, reduce-scattered) bytes of the FSDP root unit's parameters, the embedding and
+    output layer, where the framework's FSDP keeps them in the root (frameworks/runtime.yaml
+    fsdp_root_holds_embeddings): the root is gathered whole before the first layer's gather, both
+    exposed, and a backward ends waiting for the first layer's reduce-scatter and then the root's
+    (FSDP2's final callback); the layers share the rest of the dense bytes."""
     span = lay.tp * lay.cp * lay.dp
     groups = ((lay.dp * lay.cp), lay.expert_dp)
+    if root is not None:
+        weight_bytes = (max(0.0, weight_bytes[0] - root[0]), weight_bytes[1])
+        if grad_bytes is not None:
+            grad_bytes = (max(0.0, grad_bytes[0] - root[1]), grad_bytes[1])
     gather = sum(dev.all_gather(b / layers, n, span) for b, n in zip(weight_bytes, groups))
     fwd_layer = st["fwd_compute"] / layers
+    opening = gather + (dev.all_gather(root[0], groups[0], span) if root is not None else 0.0)
     if grad_bytes is None:
-        return gather + layers * max(0.0, gather - fwd_layer)
+        return opening + layers * max(0.0, gather - fwd_layer)
     scatter = sum(dev.reduce_scatter(b / layers, n, span) for b, n in zip(grad_bytes, groups))
     bwd_layer = st["bwd_compute"] / layers
-    return gather + layers * (max(0.0, gather - fwd_layer) + max(0.0, gather + scatter - bwd_layer))
+    closing = (scatter + dev.reduce_scatter(root[1], groups[0], span)) if root is not None else 0.0
+    return opening + closing + layers * (max(0.0, gather - fwd_layer) + max(0.0, gather + scatter - bwd_layer))
+
+
+def fsdp_root_params(arch: Architecture, lay: TrainLayout) -> float:
+    """Parameters per GPU of the FSDP root unit where it holds everything outside the decoder layers: the
+    input embedding, the output layer (one matrix when tied) and the final norm, sharded by tp."""
+    return (arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2) + arch.hidden) / lay.tp
 
 
 def fsdp_copy_time(dev: Device, params: float, trained: float, copy_bytes: tuple[float, float] | None,
@@ -1120,11 +1160,26 @@ def fsdp_copy_time(dev: Device, params: float, trained: float, copy_bytes: tuple
     return dev.stream_time(nbytes)
 
 
+def fsdp_layer_cast_time(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float,
+                         bytes_per_element: float | None) -> float:
+    """Seconds one micro-batch's forward spends, over the stage's layers, on the casts the framework's FSDP
+    mixed-precision policy makes at every decoder layer's boundary (frameworks/runtime.yaml
+    fsdp_layer_output_cast_bytes: each layer's output to fp32, the next one's input back to bf16),
+    `bytes_per_element` per hidden element of every token (split by tp only with sequence parallelism);
+    a backward moves the same again."""
+    if not bytes_per_element:
+        return 0.0
+    tokens = lay.micro_batch * seq_len / lay.cp
+    return dev.stream_time(tokens * arch.hidden / (lay.tp if lay.sp else 1) * bytes_per_element
+                           * math.ceil(arch.layers / lay.pp))
+
+
 def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float,
                  st: dict | None = None, logit_bytes_fwd: float | None = None,
                  unfused_elementwise: tuple[float, float, float] | None = None,
-                 fsdp_copy_bytes: tuple[float, float] | None = None) -> float:
-    """Forward-only pass (log-probs, reference, reward, value) over `sequences`."""
+                 fsdp_copy_bytes: tuple[float, float] | None = None, fsdp_cast_bytes: float | None = None) -> float:
+    """Forward-only pass (log-probs, reference, reward, value) over `sequences` (`fsdp_cast_bytes`: see
+    fsdp_layer_cast_time, ZeRO-3 layouts only)."""
     st = st or stage_times(arch, dev, lay, seq_len)
     m = max(1.0, sequences / (lay.dp * lay.micro_batch))
     per_mb = (st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0) + logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
@@ -1133,6 +1188,7 @@ def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: i
         dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
         per_mb += zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp), (BF16 * dense, BF16 * expert), None)
         per_mb += fsdp_copy_time(dev, dense + expert, 0.0, fsdp_copy_bytes, backward=False)
+        per_mb += fsdp_layer_cast_time(arch, dev, lay, seq_len, fsdp_cast_bytes)
     return (m + lay.pp - 1) * per_mb / dev.logprob_efficiency
 
 
