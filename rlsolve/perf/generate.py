@@ -61,18 +61,19 @@ def profile_sampler_bytes_per_logit(engine_version: str | None = None) -> float:
 
 def gen_other_bytes(arch: Architecture, lay: GenLayout, max_num_seqs: float,
                     engine_version: str | None = None) -> float:
-    """What vLLM's profile run keeps from the KV cache besides the weights: context, NCCL buffers,
-    the activation workspace of one prefill chunk of max_num_batched_tokens (`prefill_chunk_tokens`)
-    and the sampler warm-up's peak over min(max_num_seqs, max_num_batched_tokens) rows of the full
-    vocabulary (every TP rank holds the gathered logits; frameworks/runtime.yaml
-    engine_profile_sampler_bytes_per_logit)."""
+    """What vLLM's profile run keeps from the KV cache besides the weights: context, NCCL buffers and
+    the run's peak, the larger of its two parts: the activation workspace of the forward over one
+    prefill chunk of max_num_batched_tokens (`prefill_chunk_tokens`), and the sampler warm-up over
+    min(max_num_seqs, max_num_batched_tokens) rows of the full vocabulary (every TP rank holds the
+    gathered logits; frameworks/runtime.yaml engine_profile_sampler_bytes_per_logit) beside the
+    forward's bf16 hidden states, which profile_run holds until the sampler has run."""
     c = constants()
     chunk = c["prefill_chunk_tokens"]
     act = chunk * (4 * arch.hidden + 3 * (arch.d_moe_ffn if arch.is_moe else arch.d_ffn) / lay.tp) * 2.0
     rows = max(1.0, min(float(max_num_seqs), chunk))
-    sampler = rows * arch.vocab * profile_sampler_bytes_per_logit(engine_version)
+    sampler = chunk * arch.hidden * 2.0 + rows * arch.vocab * profile_sampler_bytes_per_logit(engine_version)
     nccl = c["nccl_buffers_gb"] if lay.tp * lay.pp > 1 else 0.0  # a lone GPU opens no communicator
-    return (c["cuda_context_gb"] + nccl) * GB + act + sampler
+    return (c["cuda_context_gb"] + nccl) * GB + max(act, sampler)
 
 
 def eager_launches_per_layer(tp: int) -> float:
