@@ -84,11 +84,10 @@ def test_a_smaller_cap_leaves_more_kv_cache():
         1024 * p.policy.vocab * (28.0 - 14.0))
 
 
-def test_without_a_cap_the_reserve_is_for_a_steps_requests_and_a_chosen_cap_reserves_for_itself():
-    """No cap: the exporters write a step's requests per replica as max_num_seqs, and the profile run warms
-    the sampler up over that many rows. When the engine's own search picks a cap (KV memory oversubscribed),
-    the plan exports that cap, and the reserve is the cap's."""
-    import math
+def test_without_a_cap_the_reserve_is_the_engine_defaults_and_a_chosen_cap_reserves_for_itself():
+    """No cap: the reserve is for vLLM's default max_num_seqs (1024 on an H100), whatever the replica
+    count (the engine search's count loop needs fitting independent of dp). When the engine's own search
+    picks a cap (KV memory oversubscribed), the plan exports that cap, and the reserve is the cap's."""
     spec = {**SPEC, "rl": {**SPEC["rl"], "prompts_per_step": 512, "samples_per_prompt": 16, "prompt_len": 1024,
                            "response_len": {"max": 8192, "mean": 3000}}}
     p = resolve(load_spec(spec))
@@ -99,4 +98,5 @@ def test_without_a_cap_the_reserve_is_for_a_steps_requests_and_a_chosen_cap_rese
     few = resolve(load_spec(SPEC))  # 64 prompts x 8 samples: 64 requests per replica, all in KV memory at once
     uncapped = gen_side(few, few.pool, lay)
     assert uncapped.max_num_seqs is None
-    assert uncapped.other == pytest.approx(gen_other_bytes(few.policy, lay, math.ceil(64 * 8 / 8)))
+    assert uncapped.other == pytest.approx(gen_other_bytes(few.policy, lay, 1024))
+    assert gen_side(few, few.pool, GenLayout(tp=1, dp=1)).other == pytest.approx(uncapped.other)
