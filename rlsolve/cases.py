@@ -399,7 +399,8 @@ def predict_generate(row: dict, profile: dict | None = None) -> CaseResult:
     step = StepModel(arch, dev, lay, wb, wb)
     # engines give the KV cache a fraction of what the weights leave (TensorRT-LLM's
     # kv_cache_free_gpu_mem_fraction default 0.9)
-    cap = KV_FREE_FRACTION * (pool.gpu.memory_gb * GB - weight_bytes_per_gpu(arch, lay, wb) - gen_other_bytes(arch, lay))
+    cap = KV_FREE_FRACTION * (pool.gpu.memory_gb * GB - weight_bytes_per_gpu(arch, lay, wb)
+                              - gen_other_bytes(arch, lay, DEFAULT_MAX_NUM_SEQS))
     kv_tokens = cap / kv_bytes_per_token_per_gpu(arch, lay, wb)
     batch = lay_in.get("batch", 1)
     if batch == "auto":  # in-flight batching at maximum load: as many requests as memory allows
@@ -643,6 +644,8 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
              "logprob_micro_batch": None if lp_mb is None else float(lp_mb),
              "logprob_packed_tokens": lp_budget, "dynamic_round": dyn_round, "engine_eager": eager,
              "engine_sync_output": eager and v0,
+             "engine_version": (str(lay["engine_version"]) if lay.get("engine_version") is not None
+                                and str(lay.get("engine", "vllm")) == "vllm" else None),
              # fixed micro-batches without their padding (verl use_remove_padding): memory of the real tokens
              "unpadded": budget is None and bool(tr.get("remove_padding", False))}
     if fw_name is not None and (lay.get("framework_version") is not None or strategy is not None):

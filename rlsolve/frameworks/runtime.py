@@ -150,12 +150,18 @@ class _EngineCap(_Sourced):
     value: dict[Literal["large", "small"], int]
 
 
+class _ByRelease(_Sourced):
+    # a fact that changed between an engine's releases: {first release it was read to hold from: value}
+    value: dict[str, float]
+
+
 class Runtime(_Strict):
     frameworks: dict[Literal["verl", "openrlhf", "nemo-rl"], FrameworkRuntime]
     zero_stage_by_strategy: _ZeroByStrategy
     engine_max_num_seqs: _EngineCap
     engine_context_max_num_seqs: _Int
     engine_v1_default_from: _Str
+    engine_profile_sampler_bytes_per_logit: _ByRelease
 
 
 @lru_cache(maxsize=1)

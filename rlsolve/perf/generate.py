@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from rlsolve.frameworks.runtime import release, runtime
 from rlsolve.models import Architecture
 from rlsolve.perf.hw import GB, Device, constants
 
@@ -47,15 +48,32 @@ def kv_bytes_per_token_per_gpu(arch: Architecture, lay: GenLayout, kv_bytes: flo
     return full * max(arch.n_kv_heads, lay.tp) / arch.n_kv_heads / lay.tp
 
 
-def gen_other_bytes(arch: Architecture, lay: GenLayout) -> float:
-    """Context, NCCL buffers and the activation workspace of one prefill chunk (with the
-    fp32 logits of the sampled rows)."""
+@lru_cache(maxsize=64)
+def profile_sampler_bytes_per_logit(engine_version: str | None = None) -> float:
+    """Bytes per (row x vocabulary) element live at the peak of the sampler warm-up of vLLM's profile
+    run, at the engine release (None: the newest read), from frameworks/runtime.yaml."""
+    table = sorted((release(k), v) for k, v in runtime().engine_profile_sampler_bytes_per_logit.value.items())
+    if engine_version is None:
+        return table[-1][1]
+    at = release(engine_version)
+    return next((v for r, v in reversed(table) if r <= at), table[0][1])
+
+
+def gen_other_bytes(arch: Architecture, lay: GenLayout, max_num_seqs: float,
+                    engine_version: str | None = None) -> float:
+    """What vLLM's profile run keeps from the KV cache besides the weights: context, NCCL buffers and
+    the run's peak, the larger of its two parts: the activation workspace of the forward over one
+    prefill chunk of max_num_batched_tokens (`prefill_chunk_tokens`), and the sampler warm-up over
+    min(max_num_seqs, max_num_batched_tokens) rows of the full vocabulary (every TP rank holds the
+    gathered logits; frameworks/runtime.yaml engine_profile_sampler_bytes_per_logit) beside the
+    forward's bf16 hidden states, which profile_run holds until the sampler has run."""
     c = constants()
     chunk = c["prefill_chunk_tokens"]
     act = chunk * (4 * arch.hidden + 3 * (arch.d_moe_ffn if arch.is_moe else arch.d_ffn) / lay.tp) * 2.0
-    logits = 256 * arch.vocab * 4.0 / lay.tp
+    rows = max(1.0, min(float(max_num_seqs), chunk))
+    sampler = chunk * arch.hidden * 2.0 + rows * arch.vocab * profile_sampler_bytes_per_logit(engine_version)
     nccl = c["nccl_buffers_gb"] if lay.tp * lay.pp > 1 else 0.0  # a lone GPU opens no communicator
-    return (c["cuda_context_gb"] + nccl) * GB + act + logits
+    return (c["cuda_context_gb"] + nccl) * GB + max(act, sampler)
 
 
 def eager_launches_per_layer(tp: int) -> float:

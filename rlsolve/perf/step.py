@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rlsolve.frameworks.runtime import runtime
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, gen_other_bytes,
                                    kv_bytes_per_token_per_gpu, prefill_time, simulate_decode, weight_bytes_per_gpu)
@@ -120,7 +121,16 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     dev = device(pool, problem.workload.precision, problem.profile)
     wb = gen_dtype_bytes(problem)
     weights = weight_bytes_per_gpu(arch, lay, wb)
-    other = gen_other_bytes(arch, lay)
+    k = max(1, int(in_flight))
+    n_req = k * wl.samples / lay.dp
+    # vLLM's profile run warms the sampler up over max_num_seqs rows. Without a cap, the engine's own
+    # default (frameworks/runtime.yaml engine_max_num_seqs, as cases.py reads it): a figure independent of
+    # the replica count, as the engine search's count loop needs (whether a layout fits does not depend on
+    # dp); the exporters then write a step's requests per replica, which may differ from it
+    gpu = pool.gpu
+    caps = runtime().engine_max_num_seqs.value
+    default_seqs = caps["large"] if gpu.memory_gb >= 70 * 1.0737 and "A100" not in gpu.name else caps["small"]
+    other = gen_other_bytes(arch, lay, max_num_seqs or default_seqs, wl.engine_version)
     aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
     cap = capacity_bytes(pool, problem.workload.headroom)
     free = min(cap - reserved, engine_cap_bytes(problem, pool)) - weights - other - aux_bytes
@@ -130,8 +140,6 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     kv_tokens = max(kv, 0.0) / kv_tok_gpu
     # a replica must hold at least one full-length sequence
     fits = fits and kv_tokens >= wl.seq_max
-    k = max(1, int(in_flight))
-    n_req = k * wl.samples / lay.dp
     prompts = k * wl.prompts / lay.dp
     # the engine returns each sampled token's log-prob when the framework asks for it
     host_per_seq = dev.decode_host_per_seq_s if wl.framework.rollout_logprobs else 0.0
@@ -172,6 +180,10 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
                     if t_alt + 1e-9 < total:
                         total, res, chosen_cap = t_alt, alt, cap
         decode, peak, limited, rep = res.time, res.peak_batch, res.kv_limited, res.reprefill_tokens
+        if chosen_cap is not None and max_num_seqs is None:
+            # the plan exports the cap: the engine's profile run reserves for it, not for a step's requests;
+            # the KV cache stays the one simulated (a plan re-scored with its cap and kv_cache_gb gets it back)
+            other = gen_other_bytes(arch, lay, chosen_cap, wl.engine_version)
     else:
         decode, peak, limited, rep = float("inf"), 0.0, True, 0.0
     # prefix caching: each prompt is prefilled once for its samples_per_prompt responses;

@@ -116,7 +116,8 @@ def _gen_options(problem: Problem, deadline: Deadline) -> list[Option]:
                 v = _groups(found)
                 if v is None:
                     continue
-                need = weight_bytes_per_gpu(problem.policy, lay, wb) + gen_other_bytes(problem.policy, lay) + \
+                # the least memory: a cap of one sequence makes the sampler warm-up's reserve smallest
+                need = weight_bytes_per_gpu(problem.policy, lay, wb) + gen_other_bytes(problem.policy, lay, 1) + \
                     wl.seq_max * kv_bytes_per_token_per_gpu(problem.policy, lay, wb)
                 if need > cap:
                     v.add("memory.generation")
