@@ -16,7 +16,8 @@ import numpy as np
 from pydantic import ValidationError
 
 from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
-from rlsolve.frameworks.runtime import FrameworkRuntime, framework_costs, release, runtime
+from rlsolve.frameworks.runtime import (FrameworkRuntime, engine_default_max_num_seqs, framework_costs, release,
+                                       runtime)
 from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_decode, weight_bytes_per_gpu, \
@@ -674,8 +675,7 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
         assumed.append(f"max_num_seqs = {seqs} (vLLM's AsyncLLM built without it: the engine-context default)")
     if seqs is None:
         gpu = find_gpu(hw["gpu"])
-        caps = runtime().engine_max_num_seqs.value
-        seqs = caps["large"] if gpu.memory_gb >= 70 * 1.0737 and "A100" not in gpu.name else caps["small"]
+        seqs = engine_default_max_num_seqs(gpu.memory_gb, gpu.name)
         assumed.append(f"max_num_seqs = {seqs} (the engine's default)")
     layout = {
         "pipeline": {"mode": mode, "staleness": int(lay.get("staleness", 0))},

@@ -217,6 +217,13 @@ class FrameworkCosts:
     fsdp_layer_cast_bytes: float | None = None
 
 
+def engine_default_max_num_seqs(gpu_memory_gb: float, gpu_name: str) -> int:
+    """vLLM's LLM-class max_num_seqs when none is given (`engine_max_num_seqs`): the large value on GPUs
+    with at least 70 GiB other than A100 (vLLM compares the device memory in GiB and the device name)."""
+    caps = runtime().engine_max_num_seqs.value
+    return caps["large"] if gpu_memory_gb >= 70 * 1.0737 and "A100" not in gpu_name else caps["small"]
+
+
 def release(text: str) -> tuple[int, ...]:
     """A release string (0.3.0, v0.10.1.post1) as a comparable tuple of its first three numbers."""
     parts = re.findall(r"\d+", str(text))[:3]

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rlsolve.frameworks.runtime import runtime
+from rlsolve.frameworks.runtime import engine_default_max_num_seqs
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, gen_other_bytes,
                                    kv_bytes_per_token_per_gpu, prefill_time, simulate_decode, weight_bytes_per_gpu)
@@ -124,12 +124,10 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     k = max(1, int(in_flight))
     n_req = k * wl.samples / lay.dp
     # vLLM's profile run warms the sampler up over max_num_seqs rows. Without a cap, the engine's own
-    # default (frameworks/runtime.yaml engine_max_num_seqs, as cases.py reads it): a figure independent of
+    # default (frameworks/runtime.py engine_default_max_num_seqs, which cases.py asks too): a figure independent of
     # the replica count, as the engine search's count loop needs (whether a layout fits does not depend on
     # dp); the exporters then write a step's requests per replica, which may differ from it
-    gpu = pool.gpu
-    caps = runtime().engine_max_num_seqs.value
-    default_seqs = caps["large"] if gpu.memory_gb >= 70 * 1.0737 and "A100" not in gpu.name else caps["small"]
+    default_seqs = engine_default_max_num_seqs(pool.gpu.memory_gb, pool.gpu.name)
     other = gen_other_bytes(arch, lay, max_num_seqs or default_seqs, wl.engine_version)
     aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
     cap = capacity_bytes(pool, problem.workload.headroom)
