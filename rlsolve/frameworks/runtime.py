@@ -274,36 +274,30 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
     casts = [_for_strategy(f.fsdp_layer_output_cast_bytes, f, strategy) for f in chosen]
 
-    def flag(name: str) -> bool:  # a strategy's yes/no fact, held by every chosen framework
+    def flag(name: str) -> bool:  # a yes/no fact held by every chosen framework (for the strategy run, if read for one)
         return all((e := _for_strategy(getattr(f, name), f, strategy)) is not None and e.value for f in chosen)
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
                           rollout_logprobs=all(f.rollout_logprobs.value or _earlier_logprobs(f, version)
                                                for f in chosen),
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
                                                     for f in chosen),
-                          reference_fsdp_cpu_offload=all(
-                              f.reference_fsdp_cpu_offload is not None
-                              and f.reference_fsdp_cpu_offload.value for f in chosen),
+                          reference_fsdp_cpu_offload=flag("reference_fsdp_cpu_offload"),
                           logit_fp32_bytes_forward=None if None in logit else min(x.value for x in logit),
-                          pipeline_pads_packed=all(f.pipeline_pads_packed_micro_batches is not None
-                                                   and f.pipeline_pads_packed_micro_batches.value for f in chosen),
+                          pipeline_pads_packed=flag("pipeline_pads_packed_micro_batches"),
                           fsdp_grad_reduce_bytes=None if None in reduce else min(x.value for x in reduce),
                           fsdp_elementwise_bytes=None if None in eager else tuple(
                               min(x.value[k] for x in eager) for k in ("rms_norm", "rotary", "gated_activation")),
                           logit_fp32_bytes_backward=None if None in logit_bwd else min(x.value for x in logit_bwd),
-                          loss_per_packed_sequence=all(f.loss_per_packed_sequence is not None
-                                                       and f.loss_per_packed_sequence.value for f in chosen),
+                          loss_per_packed_sequence=flag("loss_per_packed_sequence"),
                           fsdp_copy_bytes=None if None in copies else tuple(
                               min(x.value[k] for x in copies) for k in ("forward", "backward")),
                           fsdp_refit_gather_bytes=None if None in gather else min(x.value for x in gather),
                           megatron_refit_gather_bytes=None if None in gather_mcore else min(
                               x.value for x in gather_mcore),
                           fsdp_reference_swap_bytes=None if None in swap else min(x.value for x in swap),
-                          refit_full_broadcast=all(f.refit_broadcasts_full_model is not None
-                                                   and f.refit_broadcasts_full_model.value for f in chosen),
+                          refit_full_broadcast=flag("refit_broadcasts_full_model"),
                           fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant),
-                          refit_offloads_trainer=all(f.refit_offloads_trainer_states is not None
-                                                     and f.refit_offloads_trainer_states.value for f in chosen),
+                          refit_offloads_trainer=flag("refit_offloads_trainer_states"),
                           fsdp_pads_packed_to_budget=flag("fsdp_pads_packed_to_budget"),
                           fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"),
                           fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts))
