@@ -88,6 +88,20 @@ def test_hopper_700w_gemm_rates_are_the_sustained_ones(name):
     assert fp8 < 1402.6
 
 
+def test_b200_gemm_rates_are_the_sustained_ones():
+    """B200 takes its own sustained GEMM rates as the Hopper GPUs do (ml-engineering mamf-finder
+    v4, torch 2.14.0+cu130): BF16 MSMF 1423.8 of 2250 TFLOPS (GPU0 alone, as the H200's 744.8),
+    FP8 MSMF 2788 of 4500 (node median with busy siblings), each below its boost-burst MAMF
+    (BF16 1697.6-1745.0, FP8 3350-3432.5)."""
+    gpu = find_gpu("B200-SXM-180GB")
+    eff = gpu.efficiency
+    assert eff.gemm_fraction.value * gpu.bf16_tflops == pytest.approx(1423.8, abs=1.2)
+    assert eff.gemm_fraction.value * gpu.bf16_tflops < 1697.6
+    assert "MSMF" in eff.gemm_fraction.source
+    assert eff.gemm_fp8_fraction.value * gpu.fp8_tflops == pytest.approx(2788, abs=2.5)
+    assert eff.gemm_fp8_fraction.value * gpu.fp8_tflops < 3350
+
+
 def test_fp8_fraction_only_where_fp8_exists():
     for gpu in list_gpus():
         assert (gpu.fp8_tflops is None) == (gpu.efficiency.gemm_fp8_fraction is None), gpu.name
