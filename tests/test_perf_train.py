@@ -146,3 +146,21 @@ def test_selective_recompute_reruns_the_core_attention_only_when_core_attn_is_li
         == pytest.approx(scores)
     assert train_memory(dense, unf[no_attn], seq).activations == pytest.approx(
         train_memory(dense, unf[none], seq).activations)
+
+
+@pytest.mark.parametrize("name", ["B200-SXM-180GB", "H100-SXM-80GB", "GB200-NVL72"])
+def test_an_fp8_gemm_keeps_the_bf16_gemms_fixed_time(name):
+    """The size curve f / (R (f + f_half)) is f / R plus a fixed t0 = f_half / R per GEMM. FP8 runs
+    the large GEMM at its own R but keeps BF16's t0 (OpenXLA sm_100: FP8 2048x2048x256 at 294 TFLOPS
+    against BF16's 276, while 4096^3 runs at 2765 against 1417), so a small FP8 GEMM gains far
+    less than the rate ratio and a large one gains nearly all of it."""
+    gpu = find_gpu(name)
+    pool = PoolHW("main", gpu, 8, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd)
+    bf16, fp8 = Device(pool, "bf16"), Device(pool, "fp8")
+    r_bf16, r_fp8 = bf16.peak_flops * bf16.gemm_fraction, fp8.peak_flops * fp8.gemm_fraction
+    t0 = gpu.efficiency.gemm_half_size_flops.value / r_bf16
+    for f in (1e9, 1e10, 1e12):
+        assert bf16.gemm_time(f) == pytest.approx(f / r_bf16 + t0)
+        assert fp8.gemm_time(f) == pytest.approx(f / r_fp8 + t0)
+    assert bf16.gemm_time(1e9) / fp8.gemm_time(1e9) < 1.15 < r_fp8 / r_bf16
+    assert bf16.gemm_time(1e13) / fp8.gemm_time(1e13) == pytest.approx(r_fp8 / r_bf16, rel=0.01)

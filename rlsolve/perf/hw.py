@@ -114,12 +114,34 @@ class Device:
 
     def gemm_time(self, flops: float, count: float = 1.0) -> float:
         """Time of `count` GEMMs of `flops` each. Small GEMMs fill fewer SMs and tiles: the
-        achieved fraction is gemm_fraction * f / (f + f_half), f_half from the catalog."""
+        achieved fraction is gemm_fraction * f / (f + f_half), f_half from the catalog.
+
+        The curve is f / (R (f + f_half)) = f / R + f_half / R: a GEMM takes a fixed t0 = f_half / R
+        beside its FLOPs at the large-GEMM rate R. The catalog's f_half is the BF16 one (fitted on
+        BF16 GEMMs); an FP8 GEMM keeps the same t0 at its own R, so its f_half is f_half x
+        R_fp8 / R_bf16 (fp8_half_size_scale). OpenXLA's sm_100 GEMM table shows it (tensorflow/tensorflow
+        third_party/xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h, commit a305421c):
+        fitting rate = R f / (f + f_half) with R the table's 4096^3 rate (BF16 1417, FP8 2765
+        TFLOPS) gives f_half 7.3e9-8.2e9 for BF16 and 1.55e10-1.75e10 for FP8 over 1024^3,
+        2048x1024x2048, 2048^3 and 4096x2048x2048 (ratio 2.1 against the rates' 1.95): at
+        2048x2048x256 FP8 runs at 294 TFLOPS against BF16's 276. On Hopper, Azure's sustained
+        cuBLASLt FP8 sweep (Azure/AI-benchmarking-guide ND_H200_v5, R 1366.3 at 16384^3) gives
+        f_half 6.0e9-1.06e10 from 1024^3 (290.8), 1024x2145x1024 (407.9) and 2048^3 (1013.4),
+        against the BF16 5e9 of the catalog's sm_90 fit: 5e9 x 1377.3 / 744.8 = 9.2e9."""
         if flops <= 0 or count <= 0:
             return 0.0
         half = self._ov("gemm_half_size_flops", self.pool.gpu.efficiency.gemm_half_size_flops.value)
+        if self.precision == "fp8":
+            half *= self.fp8_half_size_scale
         rate = self.peak_flops * self.gemm_fraction * flops / (flops + half)
         return count * flops / rate
+
+    @property
+    def fp8_half_size_scale(self) -> float:
+        """R_fp8 / R_bf16: this GPU's large-GEMM FP8 rate over its BF16 one (gemm_time)."""
+        eff = self.pool.gpu.efficiency
+        bf16 = self.pool.gpu.bf16_tflops * self._ov("gemm_fraction", eff.gemm_fraction.value)
+        return self.peak_flops * 1e-12 * self.gemm_fraction / bf16
 
     def stream_time(self, nbytes: float) -> float:
         return max(nbytes, 0.0) / self.hbm_bytes_per_s
