@@ -102,6 +102,14 @@ def test_b200_gemm_rates_are_the_sustained_ones():
     assert eff.gemm_fp8_fraction.value * gpu.fp8_tflops < 3350
 
 
+def test_gb200_bf16_rate_is_its_mamf_at_the_b200_sustained_ratio():
+    """No sustained GB200 BF16 rate is published: its MAMF (1822.0) times the MSMF/MAMF ratio the
+    same Blackwell die showed in one set of runs on B200 (1423.8 / 1697.6)."""
+    gpu = find_gpu("GB200-NVL72")
+    assert gpu.efficiency.gemm_fraction.value * gpu.bf16_tflops == pytest.approx(1822.0 * 1423.8 / 1697.6, abs=2.0)
+    assert "derived" in gpu.efficiency.gemm_fraction.source
+
+
 def test_fp8_fraction_only_where_fp8_exists():
     for gpu in list_gpus():
         assert (gpu.fp8_tflops is None) == (gpu.efficiency.gemm_fp8_fraction is None), gpu.name
