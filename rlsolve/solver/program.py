@@ -28,7 +28,8 @@ placements in: row => mode in row.modes), degrees (the element links and the use
 constraints), groups (an auxiliary group the target runs with the actor's degrees sits beside a
 trainer of that tp, tp x cp dividing its GPUs), memory (colocated: what training keeps during
 rollout fits the KV budget its generation row was scored with), placement (each reference/reward model in
-exactly one place), pipeline (the step of the chosen mode, `perf.step.compose_step`),
+exactly one place), pipeline (the step of the chosen mode, `perf.step.compose_step`, with the
+trainers' refit gather in their time and, for async engines that wait for it, in theirs: `refit_hold`),
 price (the budget).
 
 Objective: throughput minimizes the step (tokens per step are fixed), then GPUs used, then a
@@ -91,7 +92,8 @@ class Program:
         horizon = max([time_units(c.time) for c in self.cands.gen] + [1]) + \
             max([time_units(c.time) for c in self.cands.train] + [1]) + \
             max([time_units(c.time) for c in self.cands.aux] + [0]) + \
-            max([time_units(c.sync) for c in self.cands.gen] + [time_units(c.send) for c in self.cands.train] + [1]) + 1
+            max([time_units(c.sync) for c in self.cands.gen] + [time_units(c.send) for c in self.cands.train] + [1]) + \
+            max([time_units(c.hold) for c in self.cands.train] + [0]) + 1
         self.horizon = horizon
         step = m.new_int_var(0, horizon, "step_ms")
         used = m.new_int_var(0, self.n_gpus, "gpus_used")
@@ -213,8 +215,10 @@ class Program:
             sum(time_units(x.time) * v.aux[x.id] for x in c.aux)
         recv = sum(time_units(x.sync) * v.gen[x.id] for x in c.gen if x.mode == "disagg")
         send = sum(time_units(x.send) * v.train[x.id] for x in c.train if x.mode == "disagg")
+        # the trainers' refit gather is in their time; async engines wait for it too (perf.step.refit_hold)
+        hold = sum(time_units(x.hold) * v.train[x.id] for x in c.train if x.mode == "disagg" and x.hold)
         for mode, on in v.mode.items():
-            m.add(v.step >= compose_step(mode, tg, tt, recv, send, maximum=self._max)).only_enforce_if(on)
+            m.add(v.step >= compose_step(mode, tg, tt, recv, send, hold=hold, maximum=self._max)).only_enforce_if(on)
 
     def _max(self, *exprs):
         """A variable at least each expression. compose_step uses its maxima only where the
