@@ -467,7 +467,8 @@ def test_training_lower_bound_never_exceeds_the_scored_time():
 
 def test_training_lower_bound_rests_on_the_solvers_default_moe_stack():
     """`train_time_lower_bound` charges the routed MoE block at the host efficiency of the
-    default stack (no dispatcher, no CUDA graphs): every layout the solver enumerates runs it.
+    default stack (no dispatcher, no CUDA graphs), and the output layer to the busiest stage (no
+    embedding/loss layer slots): every layout the solver enumerates runs so.
     Were a search over dispatchers or graphs added, the bound would have to take the best one."""
     from rlsolve.solver.rules import train_universe
     problem = resolve(load_spec("examples/grpo-deepseek-v2-256xh100.yaml"))
@@ -476,6 +477,8 @@ def test_training_lower_bound_rests_on_the_solvers_default_moe_stack():
     for n, tp, pp, cp, dp in list(train_shapes(problem, pool))[:40]:
         for lay in train_universe(problem, pool, n, tp, pp, cp, dp):
             assert (lay.moe_dispatcher, lay.cuda_graphs) == ("alltoall", "none"), lay
+            # and its busiest stage holds the output layer beside ceil(layers / pp) layers
+            assert not lay.pipeline_split_embedding_loss, lay
             seen += 1
     assert seen > 100
 
@@ -754,6 +757,45 @@ def test_the_solvers_memos_keep_every_value():
                 critics += 1
             checked += 1
     assert checked >= 100 and critics >= 30
+
+
+def test_the_engine_and_refit_gather_memos_keep_every_value():
+    """`candidates._engine_side` shares one evaluation between engines hosting the same architectures
+    under other roles (a reference and a reward that are both the policy), relabelled, and
+    `candidates._refit_terms` memoizes the refit gather by the degrees it reads: both return exactly
+    what the uncached functions do, whatever order they are asked in."""
+    from rlsolve.perf.step import refit_gather_time, refit_hold
+    from rlsolve.solver.candidates import _all_gen_host_variants, _aux_on_gen, _engine_side, _refit_terms
+    rng = random.Random(13)
+    checked = shared = 0
+    for seed in range(8):
+        spec = random_spec(random.Random(7000 + seed))
+        spec["model"].update(reference="policy", reward="policy")
+        spec["target"] = {"framework": "nemo-rl"}
+        try:
+            problem = resolve(load_spec(spec))
+        except SpecError:
+            continue
+        pool, memo, cache = problem.pools[0], {}, {}
+        variants = list(_all_gen_host_variants(problem))
+        for n in role_counts(pool):
+            lays = [lay for lay in gen_universe(problem, pool, n) if not gen_violations(problem, pool, n, lay)]
+            for lay in lays[:3]:
+                for hosts, q in rng.sample(variants, len(variants)):
+                    for lb in (False, True):
+                        side = _engine_side(problem, 0, lay, memo, hosts=hosts, quant=q, lower_bound=lb)
+                        assert side == gen_side(problem, pool, lay, aux_models=_aux_on_gen(problem, hosts, q),
+                                                lower_bound=lb)
+                        checked += 1
+        shared += sum(1 for k in memo if k[0] != "engine of models") - sum(1 for k in memo if k[0] == "engine of models")
+        modes = ["sync", "async"]
+        for _ in range(20):
+            lay = TrainLayout(tp=rng.choice([1, 2]), pp=rng.choice([1, 2]), dp=rng.choice([1, 2, 4]),
+                              micro_batch=rng.choice([1, 2]), zero_stage=rng.choice([1, 3]),
+                              recompute=rng.choice(RECOMPUTE), vp=1)
+            gather, hold, units = _refit_terms(problem, pool, lay, modes, cache)
+            assert gather == refit_gather_time(problem, pool, lay) and hold == refit_hold(problem, gather)
+    assert checked >= 100 and shared > 0
 
 
 def test_memory_never_falls_with_a_larger_micro_batch_of_max_length_sequences():

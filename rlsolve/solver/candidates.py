@@ -1186,7 +1186,8 @@ def train_time_lower_bound(problem: Problem, pool: PoolHW, n: int, pp: int = 1) 
     backward) and the elementwise HBM traffic (norms, residuals, rotary, activation, MoE
     permute; forward once, backward twice), each divided by the efficiency a profile grants. A
     stage runs its share of the n / pp GPUs' work, and the pipeline goes at its busiest stage,
-    which holds at least ceil(layers / pp) layers and at least 1/pp of the whole model.
+    which holds at least ceil(layers / pp) layers and the output layer, and at least 1/pp of the
+    whole model.
     Communication, bubbles, recompute, the optimizer and the other models' forwards only add to
     it, so it holds whatever the model charges for them (a property test checks it against
     `train_core`)."""
@@ -1212,7 +1213,9 @@ def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: in
     at the lesser of the fused causal and the unfused full-square kernels (backward: the lesser
     of FA_BWD_OVER_FWD and the unfused 2x); elementwise bytes at HBM rate (backward moves twice
     the forward's). Norms hold weights but run no GEMM; a stage's layers may all be of the
-    cheaper kind, dense or MoE."""
+    cheaper kind, dense or MoE; the busiest stage holds the output layer beside them (without
+    pipeline_split_embedding_loss, which the solver's layouts never set, `stage_times` charges it
+    to the stage of ceil(layers / pp) layers)."""
     dev16 = replace(dev, precision="bf16")
     rate = max(dev.peak_flops * dev.gemm_fraction, dev16.peak_flops * dev16.gemm_fraction)
     fwd_only = train_gemms == 0
@@ -1239,7 +1242,9 @@ def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: in
         kinds.append(moe)
     head = 2.0 * arch.vocab * h / rate * gemm_passes
     whole = (arch.layers - arch.moe_layers) * dense + arch.moe_layers * moe + head
-    return max(math.ceil(arch.layers / pp) * min(kinds), whole / pp)
+    # the busiest stage `stage_times` charges: ceil(layers / pp) layers and the output layer (the
+    # solver's layouts never give the embedding and the loss a layer's slot: rules.train_universe)
+    return max(math.ceil(arch.layers / pp) * min(kinds) + head, whole / pp)
 
 
 def _beyond(kind: str, train_units: int, send_units: int, incumbent: dict, gen_units: int = 0) -> bool:
@@ -1545,13 +1550,38 @@ def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserv
                  hosts: frozenset = frozenset(), quant: str = "none", lower_bound: bool = False,
                  in_flight: int = 1) -> GenSide:
     """`gen_side` of an engine layout, memoized across the probe and the full enumeration
-    (they score many of the same engines)."""
+    (they score many of the same engines). gen_side reads the hosted models only through their
+    architectures and bytes per parameter (their weights beside the engine's, their forwards):
+    engines hosting the same architectures at the same bytes under other roles (a reference and a
+    reward model that are both the policy) share one evaluation, its per-model times relabelled."""
     key = (p, lay, reserved_gb, hosts, quant, lower_bound, in_flight)
-    if key not in memo:
-        memo[key] = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9,
-                             aux_models=_aux_on_gen(problem, hosts, quant), lower_bound=lower_bound,
-                             in_flight=in_flight)
-    return memo[key]
+    hit = memo.get(key)
+    if hit is None:
+        aux = _aux_on_gen(problem, hosts, quant)
+        models = tuple(sorted((id(a), b) for _, a, b in aux))
+        same = memo.get(("engine of models", p, lay, reserved_gb, models, lower_bound, in_flight))
+        if same is None:
+            hit = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9, aux_models=aux,
+                           lower_bound=lower_bound, in_flight=in_flight)
+            memo["engine of models", p, lay, reserved_gb, models, lower_bound, in_flight] = (aux, hit)
+        else:
+            hit = _relabelled(*same, aux)
+        memo[key] = hit
+    return hit
+
+
+def _relabelled(aux: tuple, side: GenSide, other: tuple) -> GenSide:
+    """`side`, scored with the hosted models `aux` ((role, architecture, bytes) each), for the same
+    architectures and bytes hosted under the roles of `other`: each role's time moves to the role
+    whose model is the same."""
+    if [r for r, _, _ in aux] == [r for r, _, _ in other]:
+        return side
+    left = list(aux)
+    times = {}
+    for role, a, b in other:
+        i = next(i for i, (_, a2, b2) in enumerate(left) if a2 is a and b2 == b)
+        times[role] = side.aux_times[left.pop(i)[0]]
+    return replace(side, aux_times=times)
 
 
 def _in_flight_groups(problem: Problem, modes: frozenset) -> list[tuple[frozenset, int]]:
