@@ -29,7 +29,8 @@ constraints), groups (an auxiliary group the target runs with the actor's degree
 trainer of that tp, tp x cp dividing its GPUs), memory (colocated: what training keeps during
 rollout fits the KV budget its generation row was scored with), placement (each reference/reward model in
 exactly one place), pipeline (the step of the chosen mode, `perf.step.compose_step`, with the
-trainers' refit gather in their time and, for async engines that wait for it, in theirs: `refit_hold`),
+trainers' refit gather in their time and, for async engines that wait for it, in theirs: `refit_hold`;
+enforced by the mode's literal, and implied as bounds that hold in every mode for the LP relaxation),
 price (the budget).
 
 Objective: throughput minimizes the step (tokens per step are fixed), then GPUs used, then a
