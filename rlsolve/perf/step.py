@@ -790,21 +790,32 @@ def engine_release_time(gen: GenSide) -> float:
     return gen.weights / (constants()["engine_sleep_offload_gbps_per_gpu"] * GB)
 
 
-def compose_step(mode: str, gen, train, recv, send, maximum=max):
+def compose_step(mode: str, gen, train, recv, send, hold=0, maximum=max):
     """The step of a pipeline mode from its terms (SPEC section 6): the one composition the
     performance model (floats), the CP-SAT program (linear expressions, `maximum` building a
     max-equality) and the exhaustive oracle (integer milliseconds) share.
 
     gen: the generation side (colocated: with the engine's sleep and the reshard);
-    train: the training side (forwards on an auxiliary group, the colocated offload switch);
+    train: the training side (forwards on an auxiliary group, the colocated offload switch; its
+    refit gather, `TrainSide.refit_gather`);
     recv / send: the disaggregated weight sync, what each engine GPU receives and what the
-    trainers send (the broadcast takes the longer; engines pause only to receive)."""
+    trainers send (the broadcast takes the longer; engines pause only to receive);
+    hold: the part of the trainers' refit gather that async engines wait for as well (`refit_hold`);
+    sync and colocated steps run the gather in series with everything, inside `train`."""
     if mode == "colocated":
         return gen + train
     if mode == "sync":
         return gen + maximum(recv, send) + train
     # async: generation of step k+1 overlaps training of step k
-    return maximum(gen + recv, train + maximum(recv, send) - recv)
+    return maximum(gen + hold + recv, train + maximum(recv, send) - recv)
+
+
+def refit_hold(problem: Problem, refit_gather: float) -> float:
+    """Seconds of the trainers' refit gather (`refit_gather_time`) that an async engine waits for:
+    all of it where the framework streams the gathers into its broadcast (NeMo-RL's collective
+    refit, workload.framework.refit_full_broadcast: the engines sit in the update while the trainers
+    gather), else none (the engines pause only to receive). `compose_step`'s `hold`."""
+    return refit_gather if problem.workload.framework.refit_full_broadcast else 0.0
 
 
 @dataclass
@@ -866,12 +877,10 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
         step = compose_step(mode, gen.time + release + sync, t_aux + train.time + offload, 0.0, 0.0)
         used = max(gen.gpus, train.gpus)
     else:
-        # an async engine pauses for the whole refit; where the framework streams the trainers' gathers into
-        # its broadcast (NeMo-RL's collective refit, workload.framework.refit_full_broadcast) the engines wait
-        # for the gathers too, not only the trainers (sync and colocated steps run them in series anyway)
-        hold = train.refit_gather if mode == "async" and wl.framework.refit_full_broadcast else 0.0
-        step = compose_step(mode, gen.time + hold, t_aux + train.time, exposed,
-                            send_time(problem, pool_train, train.gpus))
+        # an async engine pauses for the whole refit, the trainers' gathers too where the framework streams
+        # them into its broadcast (`refit_hold`; sync and colocated steps run them in series anyway)
+        step = compose_step(mode, gen.time, t_aux + train.time, exposed, send_time(problem, pool_train, train.gpus),
+                            hold=refit_hold(problem, train.refit_gather))
         used = gen.gpus + train.gpus + train.critic_gpus
     used += aux.gpus if aux is not None else 0
     # framework time outside every modelled phase (0 unless a profile fitted on a log sets it)

@@ -6,11 +6,12 @@ plan (generation, training, or an auxiliary group) with every decision of that s
 
 Only dominated candidates are dropped, each by a rule that cannot change the optimum (and
 each has a property test in tests/test_solver_space.py):
-- training, per (pool, mode, GPUs, hosted models, reference placement, quantization): the
-  Pareto front of (time, memory held during rollout); nothing else of a training candidate
-  enters the program;
+- training, per (pool, mode, GPUs, hosted models, reference placement, quantization, and the
+  refit gather async engines wait for): the Pareto front of (time, memory held during rollout);
+  nothing else of a training candidate enters the program (its time holds its refit gather);
 - disaggregated training across GPU counts, per (pool, hosted models, placement,
-  quantization): the front of (time, send time, GPUs); fewer GPUs leave more to the others;
+  quantization): the front of (time, send time, GPUs, refit gather that async engines wait
+  for: `perf.step.refit_hold`); fewer GPUs leave more to the others;
 - generation: the engines' time never grows with more replicas, so for throughput a
   disaggregated engine layout takes the largest legal count that each combination of the
   other roles leaves free in its pool (the cost objective scores every count);
@@ -53,9 +54,9 @@ from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, compose_step,
                                critic_fits, critic_group_excess, critic_group_pass, critic_memory, critic_pass,
-                               engine_release_time, gen_side, policy_memory, trainer_offload_time,
-                               recv_time, rollout_steps_in_flight, send_time, sync_time, train_aux,
-                               train_core, with_critic)
+                               engine_release_time, gen_side, policy_memory, refit_gather_time, refit_hold,
+                               trainer_offload_time, recv_time, rollout_steps_in_flight, send_time, sync_time,
+                               train_aux, train_core, with_critic)
 from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, moe_host_efficiency
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
@@ -117,6 +118,7 @@ class TrainCand(_OnGPUs):
     modes: frozenset | None = None  # the modes the target runs its placements in (None: any)
     critic: TrainLayout | None = None  # PPO: the critic's own degrees on these GPUs (or on its group's)
     critic_gpus: int = 0      # PPO: GPUs of the critic's own group in this pool (0: the critic trains here)
+    hold: float = 0.0         # disagg: the refit gather async engines wait for (perf.step.refit_hold; in `time` too)
 
     @property
     def gpus(self) -> int:
@@ -310,9 +312,11 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                states: float) -> bool:
         # whether the tests below would skip this variant's candidates on n GPUs, each with an update plus
         # old log-prob pass of at least `core_lb` (the other models' passes `aux`, `states` held)
-        side_lb = core_lb + aux[0] + aux[1] + aux[2]
+        gather, _, hold_u = _refit_terms(problem, pool, lay, modes, cache)
+        side_lb = core_lb + gather + aux[0] + aux[1] + aux[2]
         if kind == "disagg":
-            return side_lb >= best_disagg.get((n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart), math.inf)
+            return side_lb >= best_disagg.get((n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart)
+                                              + (hold_u,), math.inf)
         if not front:
             return False
         group = fronts.get((n, hosts, ref, quant), [])
@@ -437,8 +441,11 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     if live:
                         paired, passes, ckeys = _with_critics(problem, pool, n, lay, critics, positions, cache)
                         dims = _aux_dims(problem, lay)
-                        core = t.total + old
-                        apart_of = tuple(getattr(lay, k) for k in apart)
+                        # the refit gather is the layout's whatever the variant (`_refit_terms`); async engines
+                        # that wait for it pair differently, so a disaggregated group holds one hold time
+                        gather, hold, hold_u = _refit_terms(problem, pool, lay, modes, cache)
+                        core = t.total + old + gather
+                        apart_of = tuple(getattr(lay, k) for k in apart) + (hold_u,)
                         m_total, m_states = mem.total, mem.states
                         # the least states a critic paired here keeps: where the policy's states, the other
                         # models' and these exceed the memory, no critic fits nor could fit at a heavier
@@ -517,7 +524,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t,
                                              reward=rew_t, value=val_t, mem=mem, aux_resident=resident, capacity=cap,
                                              fits=True, states=m_states + resident,
-                                             orchestration=problem.workload.framework.orchestration_s)
+                                             orchestration=problem.workload.framework.orchestration_s,
+                                             refit_gather=gather)
                             offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of) \
                                 if kind == "colocated" else (False,)
                             for off in offloads:
@@ -535,7 +543,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                 found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
                                                        reward_quant=quant, offload_states=off, side=side,
                                                        switch=switch, send=send, pool=p, modes=allowed_in,
-                                                       critic=critic))
+                                                       critic=critic, hold=hold if disagg else 0.0))
                         if kind == "disagg" and group_modes:  # the critic on GPUs of its own, where the target runs it
                             found += _critic_group_cands(problem, p, lay, mem, t, old, modes, cache, aux_of,
                                                          every=every_count)
@@ -594,6 +602,7 @@ def _critic_group_cands(problem: Problem, p: int, lay: TrainLayout, mem, t, old:
     if not options:
         return found
     send = send_time(problem, pool, n)
+    gather, hold, _ = _refit_terms(problem, pool, lay, modes, cache)
     for hosts, ref, quant in _aux_variants(problem):
         allowed_in = _train_modes(problem, modes, "disagg", hosts, ref, quant, value="auxiliary")
         if not allowed_in:
@@ -618,10 +627,10 @@ def _critic_group_cands(problem: Problem, p: int, lay: TrainLayout, mem, t, old:
             side = TrainSide(layout=lay, gpus=n, train=t, old_logprob=old, reference=ref_t, reward=rew_t, value=excess,
                              mem=mem, aux_resident=resident, capacity=cap, fits=True, states=mem.states + resident,
                              orchestration=problem.workload.framework.orchestration_s, critic_gpus=m,
-                             critic_busy=fwd + upd)
+                             critic_busy=fwd + upd, refit_gather=gather)
             found.append(TrainCand(mode="disagg", layout=lay, hosts=hosts, reference=ref, reward_quant=quant,
                                    offload_states=False, side=side, switch=0.0, send=send, pool=p, modes=allowed_in,
-                                   critic=c, critic_gpus=m))
+                                   critic=c, critic_gpus=m, hold=hold))
             if best == 0 and not every:
                 break  # the critic adds nothing beyond the actor: more GPUs cannot help
     return found
@@ -698,6 +707,22 @@ def _aux_dims(problem: Problem, lay: TrainLayout) -> tuple:
         (lay.zero_stage,) if problem.workload.framework.reference_swap_copies > 1 else ())
 
 
+def _refit_terms(problem: Problem, pool: PoolHW, lay: TrainLayout, modes: list[str], cache: dict
+                 ) -> tuple[float, float, int]:
+    """(refit gather s, the part async engines wait for s, that part in the program's units) of a trainer
+    layout: `refit_gather_time`, charged on the training side in every mode, and `refit_hold` where an
+    async mode is allowed (0 otherwise: no mode would charge it). Memoized in `cache` by what the gather
+    reads of the layout: its degrees, expert TP and whether it shards parameters (ZeRO-3), not its
+    micro-batch, recompute or virtual stages."""
+    key = ("refit gather", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.etp, lay.zero_stage >= 3)
+    hit = cache.get(key)
+    if hit is None:
+        gather = refit_gather_time(problem, pool, lay)
+        hold = refit_hold(problem, gather) if "async" in modes else 0.0
+        hit = cache[key] = (gather, hold, time_units(hold))
+    return hit
+
+
 def _aux_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, hosts: frozenset, ref: str, quant: str,
             critic: TrainLayout | None, cache: dict, aux_of: dict, critic_pass_of: tuple | None = None) -> tuple:
     """`train_aux` of this trainer and variant, memoized in `aux_of` by what it depends on (`dims`).
@@ -750,13 +775,16 @@ def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: A
         return False
     lb = (t1.total - t1.bubble + old1) * (1 - 1e-12)  # (the float sums may differ in their last bits)
     live = kinds if limit is None else _within_limit(kinds, lb, n, pp, bounds, limit)
+    gather, _, hold_u = _refit_terms(problem, pool, lay, modes, cache)  # (interleaving does not change it)
+    lb += gather
     if "colocated" in live and fronts is None:
         return False
     dims = _aux_dims(problem, lay)
     for kind in live:
         for hosts, ref, quant, _ in variants_of(kind):
             if kind == "disagg":
-                best = best_disagg.get((n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart), math.inf)
+                best = best_disagg.get((n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart) + (hold_u,),
+                                       math.inf)
                 if lb >= best:
                     continue
                 ref_t, rew_t, val_t, _ = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
@@ -1158,7 +1186,8 @@ def train_time_lower_bound(problem: Problem, pool: PoolHW, n: int, pp: int = 1) 
     backward) and the elementwise HBM traffic (norms, residuals, rotary, activation, MoE
     permute; forward once, backward twice), each divided by the efficiency a profile grants. A
     stage runs its share of the n / pp GPUs' work, and the pipeline goes at its busiest stage,
-    which holds at least ceil(layers / pp) layers and at least 1/pp of the whole model.
+    which holds at least ceil(layers / pp) layers and the output layer, and at least 1/pp of the
+    whole model.
     Communication, bubbles, recompute, the optimizer and the other models' forwards only add to
     it, so it holds whatever the model charges for them (a property test checks it against
     `train_core`)."""
@@ -1184,7 +1213,9 @@ def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: in
     at the lesser of the fused causal and the unfused full-square kernels (backward: the lesser
     of FA_BWD_OVER_FWD and the unfused 2x); elementwise bytes at HBM rate (backward moves twice
     the forward's). Norms hold weights but run no GEMM; a stage's layers may all be of the
-    cheaper kind, dense or MoE."""
+    cheaper kind, dense or MoE; the busiest stage holds the output layer beside them (without
+    pipeline_split_embedding_loss, which the solver's layouts never set, `stage_times` charges it
+    to the stage of ceil(layers / pp) layers)."""
     dev16 = replace(dev, precision="bf16")
     rate = max(dev.peak_flops * dev.gemm_fraction, dev16.peak_flops * dev16.gemm_fraction)
     fwd_only = train_gemms == 0
@@ -1211,7 +1242,9 @@ def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: in
         kinds.append(moe)
     head = 2.0 * arch.vocab * h / rate * gemm_passes
     whole = (arch.layers - arch.moe_layers) * dense + arch.moe_layers * moe + head
-    return max(math.ceil(arch.layers / pp) * min(kinds), whole / pp)
+    # the busiest stage `stage_times` charges: ceil(layers / pp) layers and the output layer (the
+    # solver's layouts never give the embedding and the loss a layer's slot: rules.train_universe)
+    return max(math.ceil(arch.layers / pp) * min(kinds) + head, whole / pp)
 
 
 def _beyond(kind: str, train_units: int, send_units: int, incumbent: dict, gen_units: int = 0) -> bool:
@@ -1481,7 +1514,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
             if t is not None:
                 for m in g.modes & (t.modes if t.modes is not None else g.modes):  # a plan the target runs
                     step = compose_step(m, time_units(g.time), time_units(t.time), time_units(g.sync),
-                                        time_units(t.send))
+                                        time_units(t.send), hold=time_units(t.hold))
                     incumbent[m] = min(incumbent[m], step)
     return found
 
@@ -1517,13 +1550,38 @@ def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserv
                  hosts: frozenset = frozenset(), quant: str = "none", lower_bound: bool = False,
                  in_flight: int = 1) -> GenSide:
     """`gen_side` of an engine layout, memoized across the probe and the full enumeration
-    (they score many of the same engines)."""
+    (they score many of the same engines). gen_side reads the hosted models only through their
+    architectures and bytes per parameter (their weights beside the engine's, their forwards):
+    engines hosting the same architectures at the same bytes under other roles (a reference and a
+    reward model that are both the policy) share one evaluation, its per-model times relabelled."""
     key = (p, lay, reserved_gb, hosts, quant, lower_bound, in_flight)
-    if key not in memo:
-        memo[key] = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9,
-                             aux_models=_aux_on_gen(problem, hosts, quant), lower_bound=lower_bound,
-                             in_flight=in_flight)
-    return memo[key]
+    hit = memo.get(key)
+    if hit is None:
+        aux = _aux_on_gen(problem, hosts, quant)
+        models = tuple(sorted((id(a), b) for _, a, b in aux))
+        same = memo.get(("engine of models", p, lay, reserved_gb, models, lower_bound, in_flight))
+        if same is None:
+            hit = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9, aux_models=aux,
+                           lower_bound=lower_bound, in_flight=in_flight)
+            memo["engine of models", p, lay, reserved_gb, models, lower_bound, in_flight] = (aux, hit)
+        else:
+            hit = _relabelled(*same, aux)
+        memo[key] = hit
+    return hit
+
+
+def _relabelled(aux: tuple, side: GenSide, other: tuple) -> GenSide:
+    """`side`, scored with the hosted models `aux` ((role, architecture, bytes) each), for the same
+    architectures and bytes hosted under the roles of `other`: each role's time moves to the role
+    whose model is the same."""
+    if [r for r, _, _ in aux] == [r for r, _, _ in other]:
+        return side
+    left = list(aux)
+    times = {}
+    for role, a, b in other:
+        i = next(i for i, (_, a2, b2) in enumerate(left) if a2 is a and b2 == b)
+        times[role] = side.aux_times[left.pop(i)[0]]
+    return replace(side, aux_times=times)
 
 
 def _in_flight_groups(problem: Problem, modes: frozenset) -> list[tuple[frozenset, int]]:
@@ -1583,8 +1641,8 @@ def _prune_train(cands: list[TrainCand], keep_apart: frozenset = frozenset()) ->
     apart = sorted(k.split(".", 1)[1] for k in keep_apart if k.startswith("training.") and k != "training.gpus")
     groups: dict[tuple, list[TrainCand]] = {}
     for c in cands:
-        key = (c.pool, c.mode, c.gpus, c.side.gpus, c.hosts, c.reference, c.reward_quant, c.modes) + tuple(
-            getattr(c.layout, k) for k in apart)
+        key = (c.pool, c.mode, c.gpus, c.side.gpus, c.hosts, c.reference, c.reward_quant, c.modes,
+               time_units(c.hold)) + tuple(getattr(c.layout, k) for k in apart)
         groups.setdefault(key, []).append(c)
     kept: list[TrainCand] = []
     for cs in groups.values():
@@ -1597,17 +1655,18 @@ def _prune_train(cands: list[TrainCand], keep_apart: frozenset = frozenset()) ->
                 best_mem = mem
     if keep_apart & {"training.gpus", "gpus"}:
         return kept
-    # across GPU counts (disaggregated): fewer GPUs, no slower, no slower to send the weights
+    # across GPU counts (disaggregated): fewer GPUs, no slower, no slower to send the weights, no longer
+    # a refit gather for async engines to wait for
     fronts: dict[tuple, list[TrainCand]] = {}
     out = [c for c in kept if c.mode == "colocated"]
     for c in sorted((c for c in kept if c.mode == "disagg"),
                     key=lambda c: (time_units(c.time), time_units(c.send), c.gpus, _simplicity(c))):
         front = fronts.setdefault((c.pool, c.hosts, c.reference, c.reward_quant, c.modes)
                                   + tuple(getattr(c.layout, k) for k in apart), [])
-        send, gpus = time_units(c.send), c.gpus
-        if any(k[0] <= send and k[1] <= gpus for k in front):  # (the front holds each member's (send, GPUs))
+        send, gpus, hold = time_units(c.send), c.gpus, time_units(c.hold)
+        if any(k[0] <= send and k[1] <= gpus and k[2] <= hold for k in front):  # (each member's (send, GPUs, hold))
             continue
-        front.append((send, gpus))
+        front.append((send, gpus, hold))
         out.append(c)
     return out
 

@@ -19,8 +19,8 @@ from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, critic_fits, critic_group_excess,
                                critic_group_pass, critic_pass,
-                               engine_release_time, gen_side, policy_memory, recv_time,
-                               trainer_offload_time, rollout_steps_in_flight, send_time,
+                               engine_release_time, gen_side, policy_memory, recv_time, refit_gather_time,
+                               refit_hold, trainer_offload_time, rollout_steps_in_flight, send_time,
                                sync_time, train_aux, train_core)
 from rlsolve.resolve import Problem
 from rlsolve.solver.rules import (aux_group_pools, aux_models, aux_shares_actor_degrees, critic_pair_violations,
@@ -47,6 +47,7 @@ class Side:
     degrees: tuple = ()        # where the target runs an auxiliary group with the actor's degrees: trainers
                                # (tp, cp), auxiliary groups (tp,)
     in_flight: int = 1         # engines: steps decoded at once (rollout_steps_in_flight); 1 elsewhere
+    hold_ms: int = 0           # disaggregated trainers: the refit gather async engines wait for (refit_hold)
 
 
 def _fastest(sides: list[Side]) -> list[Side]:
@@ -54,7 +55,7 @@ def _fastest(sides: list[Side]) -> list[Side]:
     slower one can be swapped for it in any plan), unlike the solver's dominance rules."""
     best: dict[tuple, Side] = {}
     for x in sides:
-        key = (x.pool, x.gpus, x.sync_ms, x.hosts, x.held_gb, x.place, x.degrees, x.in_flight)
+        key = (x.pool, x.gpus, x.sync_ms, x.hosts, x.held_gb, x.place, x.degrees, x.in_flight, x.hold_ms)
         if key not in best or x.time_ms < best[key].time_ms:
             best[key] = x
     return list(best.values())
@@ -96,6 +97,8 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                 if mem.total > cap:
                     continue
                 t, _, old = train_core(problem, pool, lay, mem, cache=cache)
+                gather = refit_gather_time(problem, pool, lay)  # the trainers' in every mode
+                hold = time_units(refit_hold(problem, gather))  # async engines wait for it too
                 for (ref, on_train, q), critic in product(_placements(problem),
                                                           _critics(problem, p, n, lay, cache)):
                     ref_t, rew_t, val_t, resident = train_aux(problem, pool, lay, reference=ref,
@@ -108,7 +111,7 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                         continue
                     hosts = frozenset([x for x, on in (("reference", ref in ("training", "cpu_offload")),
                                                        ("reward", on_train)) if on])
-                    core = t.total + old + ref_t + rew_t + val_t + problem.workload.framework.orchestration_s
+                    core = t.total + old + ref_t + rew_t + val_t + problem.workload.framework.orchestration_s + gather
                     states = mem.states + resident
                     degrees = (lay.tp, lay.cp) if shared else ()
                     value = "none" if problem.value is None else "training"
@@ -121,7 +124,8 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                                             _place(problem, (ref, on_train, q, off, value)), degrees))
                     else:
                         out.append(Side(p, n, time_units(core), time_units(send_time(problem, pool, n)), hosts, 0,
-                                        (lay, ref, q), _place(problem, (ref, on_train, q, False, value)), degrees))
+                                        (lay, ref, q), _place(problem, (ref, on_train, q, False, value)), degrees,
+                                        hold_ms=hold))
                 if not colocated and any("auxiliary" in critic_places(problem, m) for m in modes_allowed(problem)):
                     out += _critic_group_sides(problem, p, lay, mem, t, old, cache)
     return _fastest(out)
@@ -135,6 +139,7 @@ def _critic_group_sides(problem: Problem, p: int, lay, mem, t, old: float, cache
     n = lay.gpus
     cap = capacity_bytes(pool, problem.workload.headroom)
     shared = aux_shares_actor_degrees(problem)
+    gather = refit_gather_time(problem, pool, lay)
     out = []
     for m in role_counts(pool):
         if n + m > pool.n_gpus:
@@ -156,10 +161,10 @@ def _critic_group_sides(problem: Problem, p: int, lay, mem, t, old: float, cache
                 hosts = frozenset([x for x, on in (("reference", ref in ("training", "cpu_offload")),
                                                    ("reward", on_train)) if on])
                 excess = critic_group_excess(old + ref_t + rew_t, t.total, fwd, upd)
-                core = t.total + old + ref_t + rew_t + excess + problem.workload.framework.orchestration_s
+                core = t.total + old + ref_t + rew_t + excess + problem.workload.framework.orchestration_s + gather
                 out.append(Side(p, n + m, time_units(core), time_units(send_time(problem, pool, n)), hosts, 0,
                                 (lay, ref, q, m, c), _place(problem, (ref, on_train, q, False, "auxiliary")),
-                                (lay.tp, lay.cp) if shared else ()))
+                                (lay.tp, lay.cp) if shared else (), hold_ms=time_units(refit_hold(problem, gather))))
     return out
 
 
@@ -316,7 +321,8 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
         mask = (lambda hosts: sum(bit[m] for m in hosts))
         g = {k: np.array([getattr(x, k) for x in gens], dtype=np.int64)
              for k in ("pool", "gpus", "time_ms", "sync_ms", "in_flight")}
-        t = {k: np.array([getattr(x, k) for x in trains], dtype=np.int64) for k in ("pool", "gpus", "time_ms", "sync_ms")}
+        t = {k: np.array([getattr(x, k) for x in trains], dtype=np.int64)
+             for k in ("pool", "gpus", "time_ms", "sync_ms", "hold_ms")}
         g_h = np.array([mask(x.hosts) for x in gens])[None, :]
         t_h = np.array([mask(x.hosts) for x in trains])[:, None]
         for a in auxes:
@@ -342,7 +348,7 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
                 if not runs.any():
                     continue
                 steps = compose_step(mode, g["time_ms"][None, :], tt, g["sync_ms"][None, :], t["sync_ms"][:, None],
-                                     maximum=np.maximum)
+                                     hold=t["hold_ms"][:, None], maximum=np.maximum)
                 value = steps * rate if objective == "cost" else steps
                 best = min(best, int(value[runs].min()))
     return None if best == math.inf else int(best)
