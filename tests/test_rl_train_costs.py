@@ -341,7 +341,7 @@ def test_the_fsdp_root_unit_opens_and_closes_every_pass_exposed():
     each pass starts with the root's all-gather and the first layer's, nothing to hide them under, and
     each backward ends waiting for the first layer's reduce-scatter and the root's. With compute long
     enough to hide every other layer's collectives that is all that shows; the layers share the rest."""
-    from rlsolve.perf.train import fsdp_root_params, zero3_exposed
+    from rlsolve.perf.train import fsdp_root_params, nccl_sm_share, zero3_exposed
     p = _problem()
     dev = device(p.pool)
     arch = p.policy
@@ -357,13 +357,18 @@ def test_the_fsdp_root_unit_opens_and_closes_every_pass_exposed():
     none_ag, none_rs = ag(0.0), rs(0.0)  # the expert share (no experts here) still pays its latency
     # opening: the root's 2e9 bytes and the first layer's share of the other 6e9; closing: the first
     # layer's share of the other 12e9 gradient bytes and the root's 4e9
-    want = ag(2e9) + ag(6e9 / layers) + none_ag + rs(12e9 / layers) + none_rs + rs(4e9)
+    # every layer's collectives, hidden under the compute, still hold NCCL's share of the SMs (nccl_sm_share)
+    f = nccl_sm_share(dev)
+    g, sc = ag(6e9 / layers) + none_ag, rs(12e9 / layers) + none_rs
+    want = ag(2e9) + g + sc + rs(4e9) + layers * f * (2 * g + sc)
     assert zero3_exposed(dev, lay, long, layers, weights, grads, root) == pytest.approx(want)
     # without the root fact: the first (average) layer's gather only
-    assert zero3_exposed(dev, lay, long, layers, weights, grads) == pytest.approx(ag(8e9 / layers) + none_ag)
+    g, sc = ag(8e9 / layers) + none_ag, rs(16e9 / layers) + none_rs
+    assert zero3_exposed(dev, lay, long, layers, weights, grads) == pytest.approx(g + layers * f * (2 * g + sc))
     # forward only: the opening
+    g = ag(6e9 / layers) + none_ag
     assert zero3_exposed(dev, lay, long, layers, weights, None, root) == pytest.approx(
-        ag(2e9) + ag(6e9 / layers) + none_ag)
+        ag(2e9) + g + layers * f * g)
     # read for NeMo-RL's DTensor workers; charged on ZeRO-3 layouts only
     assert framework_costs("nemo-rl", "0.3.0", "fsdp2").fsdp_root_embeddings
     assert not framework_costs("nemo-rl", "0.3.0", "megatron").fsdp_root_embeddings
