@@ -411,3 +411,32 @@ def test_fsdp2_mixed_precision_casts_every_layer_boundary():
     assert a[0].compute - b[0].compute == pytest.approx(m * 2 * cast * q.workload.optimizer_steps, rel=1e-6)
     assert a[2] > b[2]  # the old log-prob pass runs the same casts in its forward
     assert train_core(on, on.pool, megatron)[0].total == pytest.approx(train_core(off, off.pool, megatron)[0].total)
+
+
+def test_nemo_rl_dtensor_adam_steps_parameter_by_parameter():
+    """NeMo-RL's DTensor recipes before 0.7.0 build torch's AdamW with foreach and fused off over the FSDP2
+    DTensor parameters: 8 ops per parameter tensor, each a DTensor dispatch on the host. The step is charged
+    the longer of those dispatches and its kernels' traffic, for every optimizer step; not on Megatron layouts,
+    not from 0.7.0, not for frameworks where it was not read."""
+    from rlsolve.perf.hw import constants
+    from rlsolve.perf.step import checkpoint_tensors, fsdp_single_tensor_adam_time
+    assert framework_costs("nemo-rl", "0.3.0", "fsdp2").fsdp_optimizer_tensor_ops == 8
+    assert framework_costs("nemo-rl", "0.6.0", "fsdp2").fsdp_optimizer_tensor_ops == 8
+    assert framework_costs("nemo-rl", "0.7.0", "fsdp2").fsdp_optimizer_tensor_ops is None
+    assert framework_costs("nemo-rl", "0.3.0", "megatron").fsdp_optimizer_tensor_ops is None
+    assert framework_costs("verl").fsdp_optimizer_tensor_ops is None
+    assert framework_costs("any").fsdp_optimizer_tensor_ops is None
+    q = _with_costs(_problem("nemo-rl"), fsdp_optimizer_tensor_ops=8)
+    dev = device(q.pool)
+    fsdp = TrainLayout(tp=1, dp=8, micro_batch=2, zero_stage=3)
+    # Llama-3.1-8B: 291 parameter tensors, 8 dispatches each
+    host = checkpoint_tensors(q.policy) * 8 * constants()["dtensor_op_dispatch_us"] * 1e-6
+    assert checkpoint_tensors(q.policy) == 291
+    assert fsdp_single_tensor_adam_time(q, dev, fsdp) == pytest.approx(max(host, dev.stream_time(
+        84.0 * q.policy.total_params / 8)), rel=1e-6)
+    assert fsdp_single_tensor_adam_time(q, dev, TrainLayout(tp=1, dp=8, micro_batch=2)) is None
+    off = _with_costs(q, fsdp_optimizer_tensor_ops=None)
+    on_t, off_t = train_core(q, q.pool, fsdp)[0], train_core(off, off.pool, fsdp)[0]
+    steps = q.workload.optimizer_steps
+    assert on_t.optimizer == pytest.approx(max(off_t.optimizer, steps * fsdp_single_tensor_adam_time(q, dev, fsdp)))
+    assert on_t.optimizer > off_t.optimizer
