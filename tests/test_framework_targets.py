@@ -687,8 +687,14 @@ def test_nemo_rl_ppo_runs_colocated_with_the_critics_own_backend_and_nemo_rl_ref
     dtensor_cp["parallelism"]["critic"].update(pp=1, cp=2, dp=n // 2, zero_stage=3, recompute="none",
                                                grad_accum=problem.workload.global_batch // (n // 2))
     assert any("no critic training strategy" in v for v in plan_violations(problem, Plan.model_validate(dtensor_cp)))
+    # a DTensor critic over the policy's GPUs (the hand-written refusals below start from it; the solver's own
+    # critic may run either backend)
+    fsdp = yaml.safe_load(yaml.safe_dump(plan))
+    fsdp["parallelism"]["critic"].update(tp=1, pp=1, cp=1, dp=n, zero_stage=3, recompute="none", micro_batch=2,
+                                         grad_accum=problem.workload.global_batch // (n * 2))
+    assert not [v for v in plan_violations(problem, Plan.model_validate(fsdp)) if "critic" in v]
     files, jobs = [], []
-    for name, p in (("plan", plan), ("megatron-critic", mega)):
+    for name, p in (("plan", plan), ("megatron-critic", mega), ("fsdp-critic", fsdp)):
         res = export_plan(p, spec, "nemo-rl")
         assert res.warnings == [], (name, res.warnings)
         job = prepare(p, spec)
@@ -700,15 +706,16 @@ def test_nemo_rl_ppo_runs_colocated_with_the_critics_own_backend_and_nemo_rl_ref
     with pytest.raises(SpecError) as err:  # a plan for the target is checked against its rules before export
         export_plan(dtensor_cp, spec, "nemo-rl")
     assert err.value.field == "layout.parallelism.critic"
-    doc = yaml.safe_load(files[0].read_text())  # written by hand, NeMo-RL's own setup refuses it too
+    assert yaml.safe_load(files[2].read_text())["value"]["dtensor_cfg"]["enabled"] is True
+    doc = yaml.safe_load(files[2].read_text())  # written by hand, NeMo-RL's own setup refuses it too
     doc["value"]["dtensor_cfg"]["context_parallel_size"] = 2
     files.append(tmp_path / "dtensor-cp.yaml")
     files[-1].write_text(yaml.safe_dump(doc))
-    doc = yaml.safe_load(files[0].read_text())
+    doc = yaml.safe_load(files[2].read_text())
     doc["policy"]["generation"]["colocated"]["enabled"] = False
     files.append(tmp_path / "sync.yaml")
     files[-1].write_text(yaml.safe_dump(doc))
-    doc = yaml.safe_load(files[0].read_text())
+    doc = yaml.safe_load(files[2].read_text())
     doc["value"]["dtensor_cfg"]["tensor_parallel_size"] = 3
     files.append(tmp_path / "value-tp3.yaml")
     files[-1].write_text(yaml.safe_dump(doc))
@@ -720,9 +727,9 @@ def test_nemo_rl_ppo_runs_colocated_with_the_critics_own_backend_and_nemo_rl_ref
                                          "tensor_parallel": c.tp}
         assert {k: sum(b) for k, b in row["clusters"].items()} == {"grpo_policy_cluster": job.train.gpus,
                                                                    **rm_cluster(job)}
-    assert "Context parallelism (CP>1) is currently not supported for the DTensor PPO value" in rows[2]["error"]
-    assert "PPO currently requires colocated generation" in rows[3]["error"]
-    assert "must be divisible by PP * CP * TP (3)" in rows[4]["error"]
+    assert "Context parallelism (CP>1) is currently not supported for the DTensor PPO value" in rows[3]["error"]
+    assert "PPO currently requires colocated generation" in rows[4]["error"]
+    assert "must be divisible by PP * CP * TP (3)" in rows[5]["error"]
 
 
 def test_nemo_rl_on_a_cluster_of_two_gpu_types_plans_one_pool_and_says_the_other_is_idle(tmp_path, nemo_rl_checkout):

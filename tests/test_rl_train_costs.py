@@ -341,7 +341,7 @@ def test_the_fsdp_root_unit_opens_and_closes_every_pass_exposed():
     each pass starts with the root's all-gather and the first layer's, nothing to hide them under, and
     each backward ends waiting for the first layer's reduce-scatter and the root's. With compute long
     enough to hide every other layer's collectives that is all that shows; the layers share the rest."""
-    from rlsolve.perf.train import fsdp_root_params, zero3_exposed
+    from rlsolve.perf.train import fsdp_root_params, nccl_sm_share, zero3_exposed
     p = _problem()
     dev = device(p.pool)
     arch = p.policy
@@ -357,13 +357,18 @@ def test_the_fsdp_root_unit_opens_and_closes_every_pass_exposed():
     none_ag, none_rs = ag(0.0), rs(0.0)  # the expert share (no experts here) still pays its latency
     # opening: the root's 2e9 bytes and the first layer's share of the other 6e9; closing: the first
     # layer's share of the other 12e9 gradient bytes and the root's 4e9
-    want = ag(2e9) + ag(6e9 / layers) + none_ag + rs(12e9 / layers) + none_rs + rs(4e9)
+    # every layer's collectives, hidden under the compute, still hold NCCL's share of the SMs (nccl_sm_share)
+    f = nccl_sm_share(dev)
+    g, sc = ag(6e9 / layers) + none_ag, rs(12e9 / layers) + none_rs
+    want = ag(2e9) + g + sc + rs(4e9) + layers * f * (2 * g + sc)
     assert zero3_exposed(dev, lay, long, layers, weights, grads, root) == pytest.approx(want)
     # without the root fact: the first (average) layer's gather only
-    assert zero3_exposed(dev, lay, long, layers, weights, grads) == pytest.approx(ag(8e9 / layers) + none_ag)
+    g, sc = ag(8e9 / layers) + none_ag, rs(16e9 / layers) + none_rs
+    assert zero3_exposed(dev, lay, long, layers, weights, grads) == pytest.approx(g + layers * f * (2 * g + sc))
     # forward only: the opening
+    g = ag(6e9 / layers) + none_ag
     assert zero3_exposed(dev, lay, long, layers, weights, None, root) == pytest.approx(
-        ag(2e9) + ag(6e9 / layers) + none_ag)
+        ag(2e9) + g + layers * f * g)
     # read for NeMo-RL's DTensor workers; charged on ZeRO-3 layouts only
     assert framework_costs("nemo-rl", "0.3.0", "fsdp2").fsdp_root_embeddings
     assert not framework_costs("nemo-rl", "0.3.0", "megatron").fsdp_root_embeddings
@@ -406,3 +411,32 @@ def test_fsdp2_mixed_precision_casts_every_layer_boundary():
     assert a[0].compute - b[0].compute == pytest.approx(m * 2 * cast * q.workload.optimizer_steps, rel=1e-6)
     assert a[2] > b[2]  # the old log-prob pass runs the same casts in its forward
     assert train_core(on, on.pool, megatron)[0].total == pytest.approx(train_core(off, off.pool, megatron)[0].total)
+
+
+def test_nemo_rl_dtensor_adam_steps_parameter_by_parameter():
+    """NeMo-RL's DTensor recipes before 0.7.0 build torch's AdamW with foreach and fused off over the FSDP2
+    DTensor parameters: 8 ops per parameter tensor, each a DTensor dispatch on the host. The step is charged
+    the longer of those dispatches and its kernels' traffic, for every optimizer step; not on Megatron layouts,
+    not from 0.7.0, not for frameworks where it was not read."""
+    from rlsolve.perf.hw import constants
+    from rlsolve.perf.step import checkpoint_tensors, fsdp_single_tensor_adam_time
+    assert framework_costs("nemo-rl", "0.3.0", "fsdp2").fsdp_optimizer_tensor_ops == 8
+    assert framework_costs("nemo-rl", "0.6.0", "fsdp2").fsdp_optimizer_tensor_ops == 8
+    assert framework_costs("nemo-rl", "0.7.0", "fsdp2").fsdp_optimizer_tensor_ops is None
+    assert framework_costs("nemo-rl", "0.3.0", "megatron").fsdp_optimizer_tensor_ops is None
+    assert framework_costs("verl").fsdp_optimizer_tensor_ops is None
+    assert framework_costs("any").fsdp_optimizer_tensor_ops is None
+    q = _with_costs(_problem("nemo-rl"), fsdp_optimizer_tensor_ops=8)
+    dev = device(q.pool)
+    fsdp = TrainLayout(tp=1, dp=8, micro_batch=2, zero_stage=3)
+    # Llama-3.1-8B: 291 parameter tensors, 8 dispatches each
+    host = checkpoint_tensors(q.policy) * 8 * constants()["dtensor_op_dispatch_us"] * 1e-6
+    assert checkpoint_tensors(q.policy) == 291
+    assert fsdp_single_tensor_adam_time(q, dev, fsdp) == pytest.approx(max(host, dev.stream_time(
+        84.0 * q.policy.total_params / 8)), rel=1e-6)
+    assert fsdp_single_tensor_adam_time(q, dev, TrainLayout(tp=1, dp=8, micro_batch=2)) is None
+    off = _with_costs(q, fsdp_optimizer_tensor_ops=None)
+    on_t, off_t = train_core(q, q.pool, fsdp)[0], train_core(off, off.pool, fsdp)[0]
+    steps = q.workload.optimizer_steps
+    assert on_t.optimizer == pytest.approx(max(off_t.optimizer, steps * fsdp_single_tensor_adam_time(q, dev, fsdp)))
+    assert on_t.optimizer > off_t.optimizer

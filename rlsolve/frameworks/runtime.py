@@ -70,6 +70,14 @@ class _FloatForStrategy(_Float):
     strategy: Strategy | None = None
 
 
+class _IntUntilForStrategy(_Sourced):
+    value: int
+    # the fact holds for this training strategy of the framework only (None: every one it runs) ...
+    strategy: Strategy | None = None
+    # ... in the framework's releases before this one (None: every release read)
+    until_version: str | None = Field(None, pattern=r"^\d+\.\d+(\.\d+)?$")
+
+
 class _ElementwiseBytes(_Sourced):
     value: dict[Literal["rms_norm", "rotary", "gated_activation"], float]
     # the fact holds for the framework's releases before this one (None: every release read)
@@ -122,6 +130,10 @@ class FrameworkRuntime(_Strict):
     # each layer's output to fp32 and the next layer's input back to bf16, in a forward (the backward the same)
     # (None: not read; none charged)
     fsdp_layer_output_cast_bytes: _FloatForStrategy | None = None
+    # tensor ops per parameter tensor of the FSDP trainer's optimizer step where it runs torch's single-tensor
+    # Adam over DTensor parameters (foreach and fused off), each a DTensor op dispatch on the host (None: not read;
+    # the fused step's traffic only)
+    fsdp_optimizer_tensor_ops: _IntUntilForStrategy | None = None
     # bytes per parameter the FSDP trainer all-gathers to build the full tensors it hands the engine
     # at each refit (None: not read; no gather is charged)
     fsdp_refit_gather_bytes_per_param: _Float | None = None
@@ -193,7 +205,8 @@ class FrameworkCosts:
     training micro-batch to the token budget, and whether its FSDP root unit holds the embedding and output
     layer (gathered before a pass's first layer, reduce-scattered after its backward's last); the bytes per
     hidden element per layer its FSDP mixed-precision policy moves casting each layer's output to fp32 and
-    back (None: none charged)."""
+    back (None: none charged); the tensor ops per parameter tensor of its FSDP trainer's single-tensor Adam over
+    DTensor parameters, each dispatched on the host (None: the fused step)."""
 
     orchestration_s: float
     rollout_logprobs: bool
@@ -215,6 +228,7 @@ class FrameworkCosts:
     fsdp_pads_packed_to_budget: bool = False
     fsdp_root_embeddings: bool = False
     fsdp_layer_cast_bytes: float | None = None
+    fsdp_optimizer_tensor_ops: int | None = None
 
 
 def engine_default_max_num_seqs(gpu_memory_gb: float, gpu_name: str) -> int:
@@ -273,6 +287,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     swap = [_holds(f.fsdp_reference_swap_bytes_per_param, version) for f in chosen]
     quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
     casts = [_for_strategy(f.fsdp_layer_output_cast_bytes, f, strategy) for f in chosen]
+    adam_ops = [_for_strategy(_holds(f.fsdp_optimizer_tensor_ops, version), f, strategy) for f in chosen]
 
     def flag(name: str) -> bool:  # a yes/no fact held by every chosen framework (for the strategy run, if read for one)
         return all((e := _for_strategy(getattr(f, name), f, strategy)) is not None and e.value for f in chosen)
@@ -300,4 +315,5 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           refit_offloads_trainer=flag("refit_offloads_trainer_states"),
                           fsdp_pads_packed_to_budget=flag("fsdp_pads_packed_to_budget"),
                           fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"),
-                          fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts))
+                          fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts),
+                          fsdp_optimizer_tensor_ops=None if None in adam_ops else min(x.value for x in adam_ops))

@@ -13,6 +13,7 @@ from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, gen
                                    kv_bytes_per_token_per_gpu, prefill_time, simulate_decode, weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_seq_len,
+                                params_per_gpu,
                                 unpadded_busiest_share,
                                 model_flops, stage_times, train_memory, train_time)
 from rlsolve.resolve import PoolHW, Problem
@@ -268,12 +269,37 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
                    loss_per_packed_sequence=wl.framework.loss_per_packed_sequence and wl.packed_micro_batch is not None,
                    fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_root=wl.framework.fsdp_root_embeddings,
                    fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes)
+    single = fsdp_single_tensor_adam_time(problem, dev, lay)
+    if single is not None:  # the framework's FSDP optimizer steps parameter by parameter (host-bound)
+        t = replace(t, optimizer=max(t.optimizer, steps * single / dev.train_efficiency))
     lp, lp_seq = _logprob_pass(wl, lay)
     if lora or lp is not lay:  # the old log-prob pass is a plain forward, on its own micro-batches
         st = cached_stage_times(arch, dev, lp, lp_seq, False, cache)
     old = forward_time(arch, dev, lp, wl.samples, lp_seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager,
                        fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes)
     return t, mem or policy_memory(problem, planned), old
+
+
+# bytes per fp32 parameter torch's single-tensor Adam moves over its 8 ops (runtime.yaml fsdp_optimizer_tensor_ops:
+# mul_ 8, lerp_ 12, mul_ 8, addcmul_ 16, sqrt 8, division 8, add_ 8, addcdiv_ 16)
+SINGLE_TENSOR_ADAM_BYTES = 84.0
+
+
+def fsdp_single_tensor_adam_time(problem: Problem, dev, lay: TrainLayout) -> float | None:
+    """Seconds of one optimizer step where the framework's FSDP trainer runs torch's single-tensor Adam over
+    its DTensor parameters (workload.framework.fsdp_optimizer_tensor_ops: NeMo-RL's DTensor recipes before 0.7.0
+    turn foreach and fused off): parameter tensor after parameter tensor (the model's, `checkpoint_tensors`), that
+    many ops each, every one a DTensor dispatch on the host (constants.yaml dtensor_op_dispatch_us, on this
+    system's host), their kernels over the rank's shard (SINGLE_TENSOR_ADAM_BYTES a parameter at HBM speed); the
+    longer of the two. None where the fact does not apply (not ZeRO-3, not read, LoRA: the adapters only)."""
+    ops = problem.workload.framework.fsdp_optimizer_tensor_ops
+    if not ops or lay.zero_stage < 3 or problem.workload.lora_rank:
+        return None
+    arch = problem.policy
+    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+    local = dense / max(1, lay.dp * lay.cp) + expert / lay.expert_dp
+    host = checkpoint_tensors(arch) / lay.pp * ops * constants()["dtensor_op_dispatch_us"] * 1e-6 * dev.host_slowdown
+    return max(host, dev.stream_time(SINGLE_TENSOR_ADAM_BYTES * local))
 
 
 def _train_pass_layout(wl, lay: TrainLayout) -> TrainLayout:

@@ -1065,7 +1065,7 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
         logits += fsdp_copy_time(dev, base_dense + base_expert, dense + expert, fsdp_copy_bytes, backward=True)
         logits += 2 * fsdp_layer_cast_time(arch, dev, lay, seq_len, fsdp_cast_bytes)
     else:
-        dp_exposed = max(0.0, comm - st["bwd_compute"]) if overlap_grad_reduce else comm
+        dp_exposed = overlapped_exposed(comm, st["bwd_compute"], nccl_sm_share(dev)) if overlap_grad_reduce else comm
     t = TrainTime(
         compute=m * (st["fwd_compute"] + st["bwd_compute"] + logits),
         tp_comm=m * st["tp"], cp_comm=m * st["cp"],
@@ -1130,13 +1130,35 @@ def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_b
             grad_bytes = (max(0.0, grad_bytes[0] - root[1]), grad_bytes[1])
     gather = sum(dev.all_gather(b / layers, n, span) for b, n in zip(weight_bytes, groups))
     fwd_layer = st["fwd_compute"] / layers
+    f = nccl_sm_share(dev)
     opening = gather + (dev.all_gather(root[0], groups[0], span) if root is not None else 0.0)
     if grad_bytes is None:
-        return opening + layers * max(0.0, gather - fwd_layer)
+        return opening + layers * overlapped_exposed(gather, fwd_layer, f)
     scatter = sum(dev.reduce_scatter(b / layers, n, span) for b, n in zip(grad_bytes, groups))
     bwd_layer = st["bwd_compute"] / layers
     closing = (scatter + dev.reduce_scatter(root[1], groups[0], span)) if root is not None else 0.0
-    return opening + closing + layers * (max(0.0, gather - fwd_layer) + max(0.0, gather + scatter - bwd_layer))
+    return opening + closing + layers * (overlapped_exposed(gather, fwd_layer, f)
+                                         + overlapped_exposed(gather + scatter, bwd_layer, f))
+
+
+def nccl_sm_share(dev: Device) -> float:
+    """Share of the GPU's SMs an NCCL collective's kernel holds while it runs beside compute on another stream
+    (the FSDP / ZeRO-3 per-layer all-gathers and reduce-scatters, the data-parallel gradient reduction overlapped
+    with the last backward): NCCL launches one CTA per channel, each resident on an SM until the collective ends,
+    constants.yaml nccl_collective_ctas (measured on H100) over the GPU's SM count (hardware_db sm_count). 0 where
+    the SM count is not recorded, and on GPUs of other vendors (RCCL's channel count was not read)."""
+    sms = dev.pool.gpu.sm_count
+    if sms is None or dev.pool.gpu.vendor != "NVIDIA":
+        return 0.0
+    return min(1.0, constants()["nccl_collective_ctas"] / sms.value)
+
+
+def overlapped_exposed(comm: float, compute: float, sm_share: float) -> float:
+    """Seconds a collective of `comm` seconds adds beside `compute` seconds of kernels on the compute stream when its
+    kernel holds `sm_share` of the SMs (`nccl_sm_share`): the compute runs at 1 - sm_share of its speed while the
+    collective runs, so the pair takes compute + comm * sm_share when the compute outlasts it, else comm (the
+    exposed formula of ep_overlap_exposed): max(comm * sm_share, comm - compute), never below 0."""
+    return max(comm * sm_share, comm - compute, 0.0)
 
 
 def fsdp_root_params(arch: Architecture, lay: TrainLayout) -> float:
