@@ -1517,12 +1517,12 @@ def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserv
                  hosts: frozenset = frozenset(), quant: str = "none", lower_bound: bool = False,
                  in_flight: int = 1) -> GenSide:
     """`gen_side` of an engine layout, memoized across the probe and the full enumeration
-    (they score many of the same engines)."""
+    (they score many of the same engines); its max_num_seqs search only where the target can set one."""
     key = (p, lay, reserved_gb, hosts, quant, lower_bound, in_flight)
     if key not in memo:
         memo[key] = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9,
                              aux_models=_aux_on_gen(problem, hosts, quant), lower_bound=lower_bound,
-                             in_flight=in_flight)
+                             in_flight=in_flight, cap_search=not engine_cap_violations(problem, lay, 1))
     return memo[key]
 
 
