@@ -256,10 +256,10 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
                 room_of[c] = max(kv_room(gen_other_bytes(arch, lay, c, wl.engine_version)), 0.0) / kv_tok_gpu
             return room_of[c]
 
-        # the heap: (bound, order, cap, at): at = _TOP the cap's run unpinned, else its k-th pinned budget (0: one
-        # full-length sequence, no cap or the one asked for); a smaller budget only raises the bound, so each pinned run is pushed
-        # when the one above it is taken. A cap whose least need (`kv_need_floor`) leaves even its smallest
-        # pinned budget beyond its room cannot be allowed: not tried
+        # the heap: (bound, order, cap, at): at = _TOP the cap's run unpinned, else its at-th pinned budget
+        # (0: one full-length sequence, no cap or the one asked for); a smaller budget only raises the bound,
+        # so each pinned run is pushed when the one above it is taken. A cap whose least need
+        # (`kv_need_floor`) leaves even its smallest pinned budget beyond its room cannot be allowed: not tried
         lowest = 2.0 ** -1
         heap = [(floor + bound(float(c or math.inf), r), n, c, _TOP) for n, (c, r) in enumerate(zip(caps, rooms))
                 if r >= base and (c == caps[0] or kv_need_floor(n_req, wl.prompt_len, wl.response_mean, wl.response_max,

@@ -49,7 +49,7 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
     pt = pool_named(problem, ra.training.pool, "layout.resource_allocation.training.pool")
     pl, opt = lay.placement, lay.optimization
     mode = lay.pipeline.mode
-    can_cap = not engine_cap_violations(problem, g_lay, 1)  # the engine's max_num_seqs search, where the target sets one
+    can_cap = not engine_cap_violations(problem, g_lay, 1)  # the engine searches max_num_seqs where the target sets it
     ts = train_side(problem, pt, t_lay,
                     reference=pl.reference if pl.reference in ("training", "cpu_offload") else "elsewhere",
                     reward="training" if pl.reward == "training" else "elsewhere",
