@@ -371,12 +371,6 @@ def test_more_engine_replicas_never_slow_generation():
             assert all(b <= a * (1 + 1e-9) for a, b in zip(fits, fits[1:]))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known defect (issue #13, session 11): the decode step's weight term max(weight bytes / HBM, batch x "
-    "FLOPs / GEMM rate) is convex in the batch, so a max_num_seqs cap can beat the uncapped run with KV to "
-    "spare; gen_side tries caps only when a run is KV-limited, and derives them from the KV size, so its "
-    "time is not monotone in memory (qwen2.5-7b, H100, dp 1: 52.171 s at 24 GB reserved, 50.708 s with "
-    "cap 254 at 28 GB). Planned fix: a memory-independent (cap, KV budget) candidate set"))
 def test_more_reserved_memory_never_speeds_generation():
     """Dominance: a colocated engine scored with more memory held by training is no faster
     (the colocated fronts and the oracle's KV budget rely on it)."""
@@ -438,6 +432,58 @@ def test_capped_decode_bound_never_exceeds_the_capped_simulation():
                     checked += 1
                     limited += sim.kv_limited
     assert checked > 500 and limited > 50
+
+
+def test_engine_search_candidates_hold_what_the_search_assumes():
+    """What makes `gen_side`'s cap and KV-budget search exact and monotone in memory, on random runs: a run
+    under any capacity of at least its `kv_need` is the same run; `kv_need_floor` never exceeds that need;
+    `decode_lower_bound` never rises with a larger capacity or a larger cap (the search pushes a smaller
+    budget only when the one above it is taken)."""
+    import math
+    from rlsolve.perf.generate import StepModel, decode_lower_bound, kv_need_floor, simulate_decode
+    rng = random.Random(41)
+    checked = 0
+    for problem in _random_problems(6, 41):
+        step = StepModel(problem.policy, device(problem.pools[0]), GenLayout(), 2.0, 2.0)
+        for _ in range(5):
+            prompt, mean = rng.choice([128, 512, 1024]), rng.choice([200, 800, 3000])
+            top = rng.choice([2048, 8192, 16384])
+            n_req, n_total = rng.choice([3, 40, 500, 4096]), rng.choice([500, 8192])
+            clip = rng.choice([None, 0.05])
+            for cap in (1, 7, 60, 400, math.inf):
+                with np.errstate(divide="ignore"):
+                    free = simulate_decode(step, n_req, prompt, mean, top, math.inf, cap, n_total, clip=clip)
+                    same = simulate_decode(step, n_req, prompt, mean, top, free.kv_need * rng.uniform(1, 3), cap,
+                                           n_total, clip=clip)
+                assert (same.time, same.steps, same.kv_limited) == (free.time, free.steps, free.kv_limited)
+                assert kv_need_floor(n_req, prompt, mean, top, n_total, cap, clip=clip) <= free.kv_need * (1 + 1e-12)
+                kvs = sorted(rng.uniform(1, 80) * (prompt + top) for _ in range(4))
+                bounds = [decode_lower_bound(step, n_req, prompt, mean, top, kv, n_total, clip=clip, max_num_seqs=cap)
+                          for kv in kvs]
+                assert all(b <= a * (1 + 1e-12) for a, b in zip(bounds, bounds[1:]))
+                wider = decode_lower_bound(step, n_req, prompt, mean, top, kvs[0], n_total, clip=clip,
+                                           max_num_seqs=cap * 2)
+                assert wider <= bounds[0] * (1 + 1e-12)
+                checked += 1
+    assert checked >= 100
+
+
+def test_engine_plan_rescored_with_its_cap_and_kv_budget_gives_its_time():
+    """A plan exports the engine's cap and KV budget (pinned or all that is left); `estimate` re-scores the
+    engine with both, which must give back the time the search chose."""
+    moved = 0
+    for problem in _random_problems(8, 12):
+        pool = problem.pools[0]
+        for dp in (1, 3):
+            for r in range(0, 40, 8):
+                side = gen_side(problem, pool, GenLayout(dp=dp), reserved=r * 1e9)
+                if not side.fits:
+                    continue
+                again = gen_side(problem, pool, GenLayout(dp=dp), reserved=r * 1e9, kv_cache_gb=side.kv_cache / 1e9,
+                                 max_num_seqs=side.max_num_seqs)
+                assert again.time == pytest.approx(side.time, rel=1e-9)
+                moved += side.max_num_seqs is not None
+    assert moved > 0
 
 
 def test_training_lower_bound_never_exceeds_the_scored_time():

@@ -11,6 +11,7 @@ with prefix caching, done once per prompt. Formulas and sources: docs/model.md.
 from __future__ import annotations
 
 import math
+from bisect import insort
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -233,6 +234,9 @@ class DecodeResult:
     mean_batch: float
     kv_limited: bool
     reprefill_tokens: float
+    # the largest KV (tokens) the run compared with the capacity: under any capacity of at least this much
+    # the same run follows (every comparison comes out the same), so it is what the run needs of memory
+    kv_need: float = 0.0
 
 
 def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
@@ -245,7 +249,10 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
     the step waits for the slowest replica's longest response. Requests are admitted while
     their context fits in the free KV tokens and the batch is under max_num_seqs; when
     growing contexts overflow the KV memory the newest requests are preempted and later
-    re-prefilled (vLLM's recompute preemption)."""
+    re-prefilled (vLLM's recompute preemption). `kv_need` of the result: the largest KV in
+    use it compared with `kv_capacity_tokens` (the closed form: the KV held at its busiest), so
+    that any capacity of at least that runs the same (the engine search's memory-independent
+    candidates, `perf.step.gen_side`)."""
     g = max(2, min(groups, int(n_requests)))
     fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, kv_capacity_tokens,
                                 max_num_seqs, n_total, g, clip)
@@ -260,7 +267,7 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
     queue = list(range(g))
     active: list[int] = []
     cap, p = kv_capacity_tokens, prompt_len
-    t = steps = area = peak = reprefill = 0.0
+    t = steps = area = peak = reprefill = need_most = 0.0
     limited = False
     step_time = step.scalar_step_time
     # (the sums below are over lists, not generators: the same floats in the same order, about twice as fast)
@@ -273,6 +280,8 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
             i = queue[0]
             need = w[i] * (p + done[i])
             over_kv = used + need > cap
+            if active:
+                need_most = max(need_most, used + need)
             if active and (over_kv or n_act + w[i] > max_num_seqs + 1e-9):
                 limited = limited or over_kv
                 break
@@ -286,6 +295,8 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
         if not active:
             break
         dt = min([L[i] - done[i] for i in active])
+        if len(active) > 1:
+            need_most = max(need_most, used + n_act * dt)
         if used + n_act * dt > cap and len(active) > 1:  # overflow before the next finish
             dt_over = max(1.0, (cap - used) / n_act)
             if dt_over < dt:
@@ -301,6 +312,8 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
             done[i] += dt
         active = [i for i in active if L[i] - done[i] > 1e-9]
         used = fresh = sum([w[i] * (p + done[i]) for i in active])
+        if len(active) > 1:
+            need_most = max(need_most, used / 1.0001)
         while used > cap * 1.0001 and len(active) > 1:  # preempt the newest
             j = active.pop()
             queue.insert(0, j)
@@ -309,7 +322,7 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
         if not active and not queue:
             break
     return DecodeResult(time=t, steps=steps, peak_batch=peak, mean_batch=area / steps if steps else 0.0,
-                        kv_limited=limited, reprefill_tokens=reprefill)
+                        kv_limited=limited, reprefill_tokens=reprefill, kv_need=need_most)
 
 
 def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
@@ -337,7 +350,10 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     # request admitted into an empty batch), plus one token per running request (the
     # simulation's smallest step), so the context tokens read take at least kv_reads / that
     kv_in_use = max(kv_capacity_tokens * 1.0001, w_max * (prompt_len + max_len)) + b_max
-    steps = max(longest, tokens / b_max, kv_reads / kv_in_use)
+    # nor can the run end before a request's first admission plus its length (`_queue_steps`)
+    steps = max(longest, tokens / b_max, kv_reads / kv_in_use,
+                _queue_steps(n_requests, mean_len, max_len, n_total, g, clip,
+                             min(max_num_seqs, kv_capacity_tokens / prompt_len)))
     b_min = min(1.0, w_min)
     # weight bytes per step grow with the batch, concavely for MoE (distinct experts touched):
     # above the chord between the smallest and the largest batch, so summed over the steps at
@@ -349,6 +365,68 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     attn = kv_reads * max(step.kv_tok / step.hbm, step.attn_flops_ctx / step.attn_rate)
     ar = (steps * step.ar_fixed + tokens * step.ar_per_seq) * step.tp_ar_per_token
     return gemm + attn + ar + steps * (step.pp_hops + step.overhead) + tokens * step.host_per_seq
+
+
+@lru_cache(maxsize=65536)
+def _queue_steps(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None,
+                 batch_cap: float) -> float:
+    """Steps before `simulate_decode`'s last request finishes, at least, when a running batch never weighs
+    more than `batch_cap` (max_num_seqs; or the KV capacity over the prompt, which every running request
+    holds). Requests are first admitted in queue order (the fixed shuffle; a preempted one goes back to the
+    front), so when the one at position q is, every request before it runs or has finished, and those
+    running weigh at most batch_cap - w_q (or none run: the empty batch admits one, and all before it
+    have finished): a weight of at least W_before - batch_cap + w_q has finished. A request finishes at
+    least its length after its first admission; so, in queue order, q starts no earlier than the least
+    time by which that much weight before it can have finished (their finishing times at least), and
+    finishes its length later: a FIFO schedule of the batch's slots."""
+    if batch_cap == math.inf:
+        return 0.0
+    finished: list[tuple[float, float]] = []  # (finishing step at least, weight), ascending
+    before = out = 0.0
+    for length, w in _queue(n_requests, mean_len, max_len, n_total, g, clip):
+        need = before - batch_cap + w - 1e-9
+        start = 0.0
+        if need > 0 and finished:
+            start, acc = finished[-1][0], 0.0
+            for f, fw in finished:
+                acc += fw
+                if acc >= need * (1 - 1e-12):
+                    start = f
+                    break
+        insort(finished, (start + length, w))
+        before += w
+        out = max(out, start + length)
+    return out
+
+
+@lru_cache(maxsize=8192)
+def _queue(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None):
+    """(length, weight) of the representative requests in `simulate_decode`'s queue order."""
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
+    order = sorted(range(g), key=lambda i: (i * 0.6180339887) % 1.0)
+    return tuple((float(lengths[i]), float(weight[i])) for i in order)
+
+
+def kv_need_floor(n_requests: float, prompt_len: float, mean_len: float, max_len: float, n_total: float,
+                  max_num_seqs: float, groups: int = 32, clip: float | None = None) -> float:
+    """A lower bound on the `kv_need` of `simulate_decode` without a KV limit (capacity inf), in O(g): the
+    requests first admitted are the longest prefix of the queue whose weight stays within max_num_seqs
+    (the first always), and when two or more run, the KV they hold when the shortest of them finishes
+    (each its prompt plus that many tokens) is compared with the capacity; a closed-form run (every
+    request admitted) needs the KV held at its start at least."""
+    g = max(2, min(groups, int(n_requests)))
+    table = _queue(n_requests, mean_len, max_len, n_total, g, clip)
+    weight = shortest = 0.0
+    count = 0
+    for length, w in table:
+        if count and weight + w > max_num_seqs + 1e-9:
+            break
+        weight += w
+        shortest = length if not count else min(shortest, length)
+        count += 1
+    if count == len(table) and n_requests <= max_num_seqs + 1e-9:
+        return weight * prompt_len  # the closed form: its KV at the first finish is at least this
+    return weight * (prompt_len + shortest) if count > 1 else 0.0
 
 
 @lru_cache(maxsize=8192)
@@ -404,4 +482,5 @@ def _decode_all_admitted(step: StepModel, n_requests: float, prompt_len: float, 
     steps = float(L[-1])
     area = float(np.sum(seg * alive))
     return DecodeResult(time=time, steps=steps, peak_batch=float(alive[0]),
-                        mean_batch=area / steps if steps else 0.0, kv_limited=False, reprefill_tokens=0.0)
+                        mean_batch=area / steps if steps else 0.0, kv_limited=False, reprefill_tokens=0.0,
+                        kv_need=float(np.max(kv_end)))

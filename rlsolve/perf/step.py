@@ -3,13 +3,14 @@ combines them (SPEC sections 6-7). Both the solver and `estimate` call these fun
 a plan re-scored by `estimate` gives the numbers the solver reported."""
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import lru_cache
 
 from rlsolve.frameworks.runtime import engine_default_max_num_seqs
 from rlsolve.models import Architecture
-from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, gen_other_bytes,
+from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, gen_other_bytes, kv_need_floor,
                                    kv_bytes_per_token_per_gpu, prefill_time, simulate_decode, weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_seq_len,
@@ -92,23 +93,89 @@ def _step_model(arch: Architecture, dev, lay: GenLayout, wb: float, host_per_seq
     """The engine's StepModel, memoized (a pure function of its arguments, never changed after it is
     built: the search bounds and simulates the same layout under many memory budgets). Keyed by the
     identity of the architecture and device, guarded as `device` guards its own memo, and by one
-    replica's degrees: a StepModel reads tp, pp and ep, never dp, so the counts of one replica shape
-    share it (built with dp = 1)."""
-    key = (id(arch), id(dev), lay.tp, lay.pp, lay.ep, wb, host_per_seq, eager)
+    replica's degrees: a StepModel reads tp, pp and ep only through max(tp, ep) (the GPUs a routed expert
+    is split over), never dp, so the counts of one replica shape share it, and so do an engine with
+    ep <= tp and the same with ep = tp (built with dp = 1 and that ep)."""
+    key = (id(arch), id(dev), lay.tp, lay.pp, max(lay.tp, lay.ep), wb, host_per_seq, eager)
     hit = _STEPS.get(key)
     if hit is not None and hit[0] is arch and hit[1] is dev:
         return hit[2]
-    step = StepModel(arch, dev, GenLayout(tp=lay.tp, pp=lay.pp, dp=1, ep=lay.ep), wb, wb, host_per_seq=host_per_seq,
-                     eager=eager)
+    step = StepModel(arch, dev, GenLayout(tp=lay.tp, pp=lay.pp, dp=1, ep=max(lay.tp, lay.ep)), wb, wb,
+                     host_per_seq=host_per_seq, eager=eager)
     if len(_STEPS) > 4096:
         _STEPS.clear()
     _STEPS[key] = (arch, dev, step)
     return step
 
 
+# The KV budgets an engine may pin (the plan's kv_cache_gb, exported through its gpu_memory_utilization)
+# below U, what its run with that cap (or none) needs unpinned (`DecodeResult.kv_need`): a geometric grid,
+# KV_BUDGETS_PER_HALVING of them down to U / 2 (where a little preemption can beat the next smaller cap,
+# whose own unpinned run is a candidate), then, for the run without a cap (or with the one asked for),
+# which no smaller cap stands in for, COARSE_PER_HALVING per halving down to one full-length sequence, which
+# that run may always pin. The grid depends on U, never on the memory: that makes the engine's time (the
+# best run whose need fits) never rise with more memory. A search resolution, not a model constant: a finer
+# grid tries more budgets and simulates more (benchmarks/solve_examples.py counts them).
+KV_BUDGETS_PER_HALVING = 8
+COARSE_PER_HALVING = 2
+_TOP = -1  # the search's mark of a run unpinned (budget index 0: one full-length sequence)
+
+
+def pinned_budget(need: float, k: int) -> float:
+    """The k-th pinnable KV budget (tokens per replica, k >= 1) below a run's unpinned need (the grid above)."""
+    if k <= KV_BUDGETS_PER_HALVING:
+        return need * 2.0 ** (-k / KV_BUDGETS_PER_HALVING)
+    return need * 2.0 ** (-1 - (k - KV_BUDGETS_PER_HALVING) / COARSE_PER_HALVING)
+
+
+@lru_cache(maxsize=4096)
+def engine_caps(n_requests: float, groups: int = 32) -> tuple[int, ...]:
+    """The max_num_seqs an engine's unpinned runs try: a replica's requests in w waves, ceil(n / w) for
+    w = 2, 3, ..., each lowered to the least cap that `simulate_decode` runs alike. The simulation stands
+    for the requests by `groups` representatives weighing v = (n - 1) / (groups - 1) each but the longest,
+    which weighs 1, and admits one while the batch's weight stays within cap + 1e-9: a batch weighs
+    a x v + b (b = 0 or 1), so a cap runs as the least integer at or above the largest such weight within
+    it, and that least cap leaves the profile run's reserve the smallest (`gen_other_bytes` grows with the
+    cap). A cap at or above the requests never binds: the run without a cap."""
+    g = max(2, min(groups, int(n_requests)))
+    if n_requests <= 1:
+        return ()
+    v = (n_requests - 1) / (g - 1)
+    weights = sorted({a * v + b for a in range(g) for b in (0, 1) if a or b})
+    caps = set()
+    for w in range(2, g + 1):
+        cap = math.ceil(n_requests / w)
+        held = max(x for x in weights if x <= cap + 1e-9) if cap + 1e-9 >= 1 else 1.0
+        least = max(1, math.ceil(held - 1e-9))
+        if least + 1e-9 < n_requests:
+            caps.add(least)
+    return tuple(sorted(caps))
+
+
+_RUNS: dict[tuple, tuple] = {}
+
+
+def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float):
+    """`simulate_decode` of one (cap, KV budget) candidate, memoized: its run does not depend on the
+    memory the engine has (that only decides whether it is allowed), so the search shares it across
+    every memory level it is asked at. Keyed like `_step_model`, by the StepModel's identity, kept
+    alive beside the result."""
+    key = (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, budget, cap)
+    hit = _RUNS.get(key)
+    if hit is not None and hit[0] is step:
+        return hit[1]
+    res = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, cap, n_total,
+                          clip=wl.clip_ratio)
+    if len(_RUNS) > 65536:
+        _RUNS.clear()
+    _RUNS[key] = (step, res)
+    return res
+
+
 def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,
              aux_models: tuple[tuple[str, Architecture, float], ...] = (), kv_cache_gb: float | None = None,
-             max_num_seqs: float | None = None, lower_bound: bool = False, in_flight: int = 1) -> GenSide:
+             max_num_seqs: float | None = None, lower_bound: bool = False, in_flight: int = 1,
+             cap_search: bool = True) -> GenSide:
     """Time and memory of generating one step's samples on `lay.dp` replicas.
 
     `reserved`: bytes per GPU held by other roles while generating (colocated training
@@ -116,7 +183,17 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     decoding (reference, reward). `lower_bound`: the decode time is `decode_lower_bound`'s
     instead of the simulation's (the search prunes with it; the rest is exact). `in_flight`
     (`rollout_steps_in_flight`): the engine decodes that many steps' requests as one
-    continuously batched stream; the step is charged its share of that stream's time."""
+    continuously batched stream; the step is charged its share of that stream's time.
+
+    Without `max_num_seqs` the engine runs the fastest of its candidates: no cap or a cap that binds
+    (`engine_caps`; none when `cap_search` is off, for a target that cannot set one), each with the KV
+    cache unpinned (all the memory left: allowed when the run's `kv_need` fits) or pinned to a
+    `pinned_budget` below that need (allowed when it fits). No candidate's time depends on the memory,
+    only whether it is allowed, and more memory allows more: the time never rises with memory (the
+    colocated fronts and the oracle's KV levels rely on it; a property test). With `max_num_seqs`, the
+    same over that one cap. Best first by `decode_lower_bound` (property tests: never above the run it
+    stands for; a cap or a smaller budget never lowers it), so the search simulates only candidates whose
+    bound is below the best run found, and the time is the least over all the candidates."""
     wl = problem.workload
     arch = problem.policy
     dev = device(pool, problem.workload.precision, problem.profile)
@@ -132,8 +209,15 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     other = gen_other_bytes(arch, lay, max_num_seqs or default_seqs, wl.engine_version)
     aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
     cap = capacity_bytes(pool, problem.workload.headroom)
-    free = min(cap - reserved, engine_cap_bytes(problem, pool)) - weights - other - aux_bytes
-    kv = free if kv_cache_gb is None else min(kv_cache_gb * GB, max(free, 0.0))
+    engine_room = min(cap - reserved, engine_cap_bytes(problem, pool)) - weights - aux_bytes
+
+    def kv_room(other_bytes: float) -> float:
+        """KV-cache bytes the engine gets after a profile-run reserve of `other_bytes`."""
+        free_c = engine_room - other_bytes
+        return free_c if kv_cache_gb is None else min(kv_cache_gb * GB, max(free_c, 0.0))
+
+    free = engine_room - other
+    kv = kv_room(other)
     fits = free > 0 and (kv_cache_gb is None or kv_cache_gb * GB <= free + 1.0)  # 1 byte: float round trip
     kv_tok_gpu = kv_bytes_per_token_per_gpu(arch, lay, wb)
     kv_tokens = max(kv, 0.0) / kv_tok_gpu
@@ -148,41 +232,75 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     chosen_cap = max_num_seqs
     prompt_tokens = prompts * wl.prompt_len
     ctx = wl.prompt_len / 2
+    n_total = k * wl.samples
+    # the candidates' caps (None: no cap) and the KV tokens each leaves (its profile run reserves for it)
+    caps: list = [max_num_seqs] if max_num_seqs else [None] + (list(engine_caps(n_req)) if cap_search else [])
+    rooms = [kv_tokens] + [max(kv_room(gen_other_bytes(arch, lay, c, wl.engine_version)), 0.0) / kv_tok_gpu
+                           for c in caps[1:]]
 
-    def run(cap: float) -> tuple[float, Any]:
-        r = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, kv_tokens, cap,
-                            k * wl.samples, clip=wl.clip_ratio)
-        return r.time + prefill_time(arch, dev, lay, prompt_tokens + r.reprefill_tokens, ctx), r
+    def bound(c: float, budget: float) -> float:
+        return decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, n_total,
+                                  clip=wl.clip_ratio, max_num_seqs=c)
 
     if fits and lower_bound:
-        decode, peak, limited, rep = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max,
-                                                        kv_tokens, k * wl.samples, clip=wl.clip_ratio), 0.0, False, 0.0
+        # every candidate's KV is within the largest room (the least cap's), and a cap only raises the bound
+        decode = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, max(rooms),
+                                    n_total, clip=wl.clip_ratio, max_num_seqs=float(max_num_seqs or math.inf))
+        peak, limited, rep = 0.0, False, 0.0
     elif fits:
-        total, res = run(max_num_seqs or float("inf"))
-        if max_num_seqs is None and res.kv_limited:
-            # Oversubscribed KV memory makes the engine preempt and re-prefill; a cap on
-            # concurrent sequences (max_num_seqs) trades batch for fewer preemptions. A cap is
-            # simulated only when the bound of a run under it (`decode_lower_bound` with that
-            # cap, and the prefill of the prompts alone: re-prefills only add, and prefill time
-            # never falls with more tokens) leaves it a chance to be faster: both bounds are
-            # property tests, so the cap chosen is the same as when every cap is simulated.
-            prefill_floor = prefill_time(arch, dev, lay, prompt_tokens, ctx)
-            for cap in sorted({int(kv_tokens / (wl.prompt_len + x)) for x in (wl.response_max, wl.response_mean,
-                                                                               (wl.response_max + wl.response_mean) / 2)}):
-                if cap >= 1:
-                    floor = prefill_floor + decode_lower_bound(
-                        step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, kv_tokens, k * wl.samples,
-                        clip=wl.clip_ratio, max_num_seqs=float(cap))
-                    if floor * (1 - 1e-6) >= total:
-                        continue  # the capped run takes at least `floor`: it cannot win
-                    t_alt, alt = run(float(cap))
-                    if t_alt + 1e-9 < total:
-                        total, res, chosen_cap = t_alt, alt, cap
+        base = float(wl.seq_max)
+        floor = prefill_time(arch, dev, lay, prompt_tokens, ctx)  # re-prefills only add (a property test)
+        room_of = dict(zip(caps, rooms))
+
+        def room(c) -> float:
+            if c not in room_of:
+                room_of[c] = max(kv_room(gen_other_bytes(arch, lay, c, wl.engine_version)), 0.0) / kv_tok_gpu
+            return room_of[c]
+
+        # the heap: (bound, order, cap, at): at = _TOP the cap's run unpinned, else its at-th pinned budget
+        # (0: one full-length sequence, no cap or the one asked for); a smaller budget only raises the bound,
+        # so each pinned run is pushed when the one above it is taken. A cap whose least need
+        # (`kv_need_floor`) leaves even its smallest pinned budget beyond its room cannot be allowed: not tried
+        lowest = 2.0 ** -1
+        heap = [(floor + bound(float(c or math.inf), r), n, c, _TOP) for n, (c, r) in enumerate(zip(caps, rooms))
+                if r >= base and (c == caps[0] or kv_need_floor(n_req, wl.prompt_len, wl.response_mean, wl.response_max,
+                                                                n_total, float(c), clip=wl.clip_ratio) * lowest
+                                  <= r * (1 + 1e-9))]
+        heap.append((floor + bound(float(caps[0] or math.inf), base), len(caps), caps[0], 0))
+        heapq.heapify(heap)
+        order, need = len(caps) + 1, {}
+        best, pick = math.inf, None
+        while heap:
+            lb, _, c, at = heapq.heappop(heap)
+            if lb * (1 - 1e-6) >= best:
+                break  # every candidate left takes at least its bound: none can win
+            if at == _TOP:
+                budget = None
+                res = _decode_run(step, n_req, wl, n_total, math.inf, float(c or math.inf))
+                need[c] = res.kv_need
+                # its pinned budgets: the first within the room (and above a full-length sequence)
+                nxt = next((j for j in range(1, KV_BUDGETS_PER_HALVING + 1 if c != caps[0] else 10 ** 6)
+                            if pinned_budget(res.kv_need, j) <= room(c) * (1 + 1e-9)), None)
+            else:
+                budget = base if at == 0 else pinned_budget(need[c], at)
+                res = _decode_run(step, n_req, wl, n_total, budget, float(c or math.inf))
+                nxt = at + 1 if 0 < at and (c == caps[0] or at < KV_BUDGETS_PER_HALVING) else None
+            if nxt is not None and pinned_budget(need[c], nxt) > base:
+                heapq.heappush(heap, (floor + bound(float(c or math.inf), pinned_budget(need[c], nxt)), order, c, nxt))
+                order += 1
+            if budget is None and res.kv_need > room(c) * (1 + 1e-9):
+                continue  # the unpinned run needs more KV than this memory leaves
+            t = res.time + prefill_time(arch, dev, lay, prompt_tokens + res.reprefill_tokens, ctx)
+            if t < best:
+                best, pick = t, (c, budget, res)
+        chosen_cap, budget, res = pick
         decode, peak, limited, rep = res.time, res.peak_batch, res.kv_limited, res.reprefill_tokens
         if chosen_cap is not None and max_num_seqs is None:
-            # the plan exports the cap: the engine's profile run reserves for it, not for a step's requests;
-            # the KV cache stays the one simulated (a plan re-scored with its cap and kv_cache_gb gets it back)
+            # the plan exports the cap: the engine's profile run reserves for it, not for vLLM's default
             other = gen_other_bytes(arch, lay, chosen_cap, wl.engine_version)
+        # the KV cache: all that is left beside that reserve, or the budget the plan pins
+        kv_tokens = room(chosen_cap) if budget is None else budget
+        kv = kv_tokens * kv_tok_gpu
     else:
         decode, peak, limited, rep = float("inf"), 0.0, True, 0.0
     # prefix caching: each prompt is prefilled once for its samples_per_prompt responses;

@@ -1550,10 +1550,11 @@ def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserv
                  hosts: frozenset = frozenset(), quant: str = "none", lower_bound: bool = False,
                  in_flight: int = 1) -> GenSide:
     """`gen_side` of an engine layout, memoized across the probe and the full enumeration
-    (they score many of the same engines). gen_side reads the hosted models only through their
-    architectures and bytes per parameter (their weights beside the engine's, their forwards):
-    engines hosting the same architectures at the same bytes under other roles (a reference and a
-    reward model that are both the policy) share one evaluation, its per-model times relabelled."""
+    (they score many of the same engines); its max_num_seqs search only where the target can set one.
+    gen_side reads the hosted models only through their architectures and bytes per parameter (their
+    weights beside the engine's, their forwards): engines hosting the same architectures at the same
+    bytes under other roles (a reference and a reward model that are both the policy) share one
+    evaluation, its per-model times relabelled."""
     key = (p, lay, reserved_gb, hosts, quant, lower_bound, in_flight)
     hit = memo.get(key)
     if hit is None:
@@ -1562,7 +1563,8 @@ def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserv
         same = memo.get(("engine of models", p, lay, reserved_gb, models, lower_bound, in_flight))
         if same is None:
             hit = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9, aux_models=aux,
-                           lower_bound=lower_bound, in_flight=in_flight)
+                           lower_bound=lower_bound, in_flight=in_flight,
+                           cap_search=not engine_cap_violations(problem, lay, 1))
             memo["engine of models", p, lay, reserved_gb, models, lower_bound, in_flight] = (aux, hit)
         else:
             hit = _relabelled(*same, aux)

@@ -12,7 +12,8 @@ from rlsolve.perf.step import (QUANT_BYTES, StepEstimate, aux_side, combine, gen
                                train_side)
 from rlsolve.plan import LAYOUT_KEYS, Layout, Plan
 from rlsolve.resolve import Problem
-from rlsolve.solver.rules import aux_shares_actor_degrees, critic_layout, layout_violations, pool_named, role_layouts
+from rlsolve.solver.rules import (aux_shares_actor_degrees, critic_layout, engine_cap_violations, layout_violations,
+                                  pool_named, role_layouts)
 from rlsolve.spec import Spec, format_validation_error, load_spec, read_yaml
 
 
@@ -48,6 +49,7 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
     pt = pool_named(problem, ra.training.pool, "layout.resource_allocation.training.pool")
     pl, opt = lay.placement, lay.optimization
     mode = lay.pipeline.mode
+    can_cap = not engine_cap_violations(problem, g_lay, 1)  # the engine searches max_num_seqs where the target sets it
     ts = train_side(problem, pt, t_lay,
                     reference=pl.reference if pl.reference in ("training", "cpu_offload") else "elsewhere",
                     reward="training" if pl.reward == "training" else "elsewhere",
@@ -56,7 +58,7 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
     if mode == "colocated":
         reserved = 0.0 if opt.train_offload_during_rollout else ts.states
         gs = gen_side(problem, pg, g_lay, reserved=reserved, kv_cache_gb=opt.kv_cache_gb,
-                      max_num_seqs=opt.max_num_seqs)
+                      max_num_seqs=opt.max_num_seqs, cap_search=can_cap)
     else:
         aux = []
         if pl.reference == "generation":
@@ -64,7 +66,8 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
         if pl.reward == "generation":
             aux.append(("reward", problem.reward, QUANT_BYTES[opt.reward_quantization]))
         gs = gen_side(problem, pg, g_lay, aux_models=tuple(aux), kv_cache_gb=opt.kv_cache_gb,
-                      max_num_seqs=opt.max_num_seqs, in_flight=rollout_steps_in_flight(mode, lay.pipeline.staleness))
+                      max_num_seqs=opt.max_num_seqs, in_flight=rollout_steps_in_flight(mode, lay.pipeline.staleness),
+                      cap_search=can_cap)
     aux = None
     hosts = frozenset(k for k in ("reference", "reward") if getattr(pl, k) == "auxiliary")
     if hosts:

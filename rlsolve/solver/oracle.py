@@ -216,7 +216,8 @@ def _gen_sides(problem: Problem) -> list[Side]:
             for lay in _gen_layouts(problem, p, n):
                 for (hosts, q), k in product(variants, in_flight):
                     aux = tuple((h, getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
-                    side = gen_side(problem, pool, lay, aux_models=aux, in_flight=k)
+                    side = gen_side(problem, pool, lay, aux_models=aux, in_flight=k,
+                                    cap_search=not engine_cap_violations(problem, lay, 1))
                     if side.fits and not engine_cap_violations(problem, lay, side.max_num_seqs):
                         out.append(Side(p, n, time_units(side.time), time_units(recv_time(problem, pool, lay)), hosts,
                                         0, (lay, q), _place(problem, (q,)), in_flight=k))
@@ -231,7 +232,8 @@ def _coloc_gen(problem: Problem, p: int, n: int, level_gb: int, cache: dict) -> 
         pool = problem.pools[p]
         terms = []
         for lay in _gen_layouts(problem, p, n):
-            side = gen_side(problem, pool, lay, reserved=level_gb * 1e9)
+            side = gen_side(problem, pool, lay, reserved=level_gb * 1e9,
+                            cap_search=not engine_cap_violations(problem, lay, 1))
             if side.fits and not engine_cap_violations(problem, lay, side.max_num_seqs):
                 sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
                 terms.append(time_units(side.time + engine_release_time(side) + sync))
