@@ -174,7 +174,9 @@ def prefill_time(arch: Architecture, dev: Device, lay: GenLayout, tokens: float,
     chunk = min(constants()["prefill_chunk_tokens"], tokens)
     n_chunks = tokens / chunk
     gemm = dev.gemm_time(chunk * arch.matmul_flops_per_token / n / 4, 4 * n_chunks)  # ~4 GEMMs per layer
-    attn = tokens * arch.attention_flops_per_token(context, causal=True) / n / dev.attention_flops
+    # a token at mean context c attends c tokens: the forward FLOPs of a causal square of side 2c
+    # (Architecture.attention_flops_per_token halves the square for causal kernels)
+    attn = tokens * arch.attention_flops_per_token(2.0 * context, causal=True) / n / dev.attention_flops
     layers = math.ceil(arch.layers / lay.pp)
     ar = n_chunks * 2 * layers * dev.all_reduce(chunk * arch.hidden * 2.0, lay.tp, lay.tp)
     return gemm + attn + ar
