@@ -409,12 +409,16 @@ def _representatives(n_requests: float, mean_len: float, max_len: float, n_total
                      clip: float | None = None):
     """(lengths, weights) of the g representative requests (cached: the search asks for the
     same replica sizes many times; callers never modify the arrays): the slowest replica's
-    (`slowest_replica_mean`), with one request at the longest response among all n_total."""
+    (`slowest_replica_mean`), with one request at the longest response among all n_total (a
+    quantile of the step's own distribution: it is the step's longest, whichever engine holds it)."""
     u = (np.arange(g - 1) + 0.5) / (g - 1)
     top = 1.0 - 1.0 / (n_total + 1.0)
-    mean_len = slowest_replica_mean(n_requests, mean_len, max_len, n_total, clip)
-    lengths = np.concatenate([length_quantiles(mean_len, max_len, u, clip),
-                              length_quantiles(mean_len, max_len, np.array([top]), clip)])
+    slow = slowest_replica_mean(n_requests, mean_len, max_len, n_total, clip)
+    longest = length_quantiles(mean_len, max_len, np.array([top]), clip)
+    groups = length_quantiles(mean_len, max_len, u, clip)
+    if slow > mean_len:  # the slowest replica's quantiles, none lengthened past the step's longest
+        groups = np.maximum(groups, np.minimum(length_quantiles(slow, max_len, u, clip), longest[0]))
+    lengths = np.concatenate([groups, longest])
     if n_requests > 1:
         weight = np.concatenate([np.full(g - 1, (n_requests - 1) / (g - 1)), [1.0]])
     else:
