@@ -62,7 +62,7 @@ def test_validate_on_cpu_writes_the_validation_section(plan_file, tmp_path):
     assert set(prof) <= KEYS and {"gemm_fraction", "gemm_half_size_flops", "attention_fraction",
                                   "hbm_fraction", "kernel_launch_us"} <= set(prof)
     # re-scored with the (CPU) profile: slower than the catalog H100, by construction
-    assert v["rescored"]["step"]["measured"] > v["rescored"]["step"]["assumed"] == 68.961
+    assert v["rescored"]["step"]["measured"] > v["rescored"]["step"]["assumed"] == 69.18
     # the plan itself is untouched apart from the new section
     assert yaml.safe_load(out.read_text())["time_s"] == yaml.safe_load(plan_file.read_text())["time_s"]
 

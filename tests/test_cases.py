@@ -17,7 +17,7 @@ PUBLIC = ROOT / "tests" / "data" / "reference_cases.yaml"   # copy of ../shared/
 # Medians of |predicted/measured - 1| on the public file when this test was last updated
 # (`rlsolve cases tests/data/reference_cases.yaml`). A change that makes the model worse
 # fails here; one that makes it better should lower these numbers.
-PINNED = {"train": 0.053, "generate": 0.11, "rl_step": 0.16, "overall": 0.06}
+PINNED = {"train": 0.053, "generate": 0.11, "rl_step": 0.14, "overall": 0.06}  # rl_step median 13.8%
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +175,7 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # Medians of |predicted/measured - 1| on the extra file's train rows and on the RL rows' train and reference phases
 # when this test was last updated (`python benchmarks/model_accuracy.py --cases
 # benchmarks/data/extra_cases.yaml --groups`); they move down with the model, never up.
-PINNED_EXTRA = {"train": 0.086, "phase train": 0.242, "phase reference": 0.329}
+PINNED_EXTRA = {"train": 0.086, "phase train": 0.242, "phase reference": 0.329, "phase generation": 0.187}
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +199,8 @@ def test_the_extra_train_medians_do_not_regress(extra_report):
     assert s["rl_phases"]["train"]["median_abs_error"] <= PINNED_EXTRA["phase train"], s["rl_phases"]["train"]
     # verl's reference runs from host memory, its shard copied in per micro-batch (runtime.yaml verl)
     assert s["rl_phases"]["reference"]["median_abs_error"] <= PINNED_EXTRA["phase reference"], s["rl_phases"]["reference"]
+    # the step waits for the slowest engine: generation.slowest_replica_mean (median 18.7%)
+    assert s["rl_phases"]["generation"]["median_abs_error"] <= PINNED_EXTRA["phase generation"], s["rl_phases"]["generation"]
 
 
 def test_colocated_rows_run_the_engine_at_the_frameworks_default_share():

@@ -175,7 +175,9 @@ def prefill_time(arch: Architecture, dev: Device, lay: GenLayout, tokens: float,
     chunk = min(constants()["prefill_chunk_tokens"], tokens)
     n_chunks = tokens / chunk
     gemm = dev.gemm_time(chunk * arch.matmul_flops_per_token / n / 4, 4 * n_chunks)  # ~4 GEMMs per layer
-    attn = tokens * arch.attention_flops_per_token(context, causal=True) / n / dev.attention_flops
+    # a token at mean context c attends c tokens: the forward FLOPs of a causal square of side 2c
+    # (Architecture.attention_flops_per_token halves the square for causal kernels)
+    attn = tokens * arch.attention_flops_per_token(2.0 * context, causal=True) / n / dev.attention_flops
     layers = math.ceil(arch.layers / lay.pp)
     ar = n_chunks * 2 * layers * dev.all_reduce(chunk * arch.hidden * 2.0, lay.tp, lay.tp)
     return gemm + attn + ar
@@ -442,15 +444,59 @@ def _bound_sums(n_requests: float, prompt_len: float, mean_len: float, max_len: 
             float(weight[present].min()))
 
 
+@lru_cache(maxsize=256)
+def expected_max_std_normal(k: int) -> float:
+    """E[max of k independent standard normals] (0 for k = 1), by integrating x d(Phi(x)^k) on a
+    fine grid: the expected largest of k equally distributed sample means, in their standard
+    deviations (the central limit approximation of a mean over many requests)."""
+    if k <= 1:
+        return 0.0
+    x = np.linspace(-8.0, 8.0, 4001)
+    cdf = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in x]))
+    pdf = np.exp(-x * x / 2.0) / math.sqrt(2.0 * math.pi)
+    return float(np.trapezoid(x * k * cdf ** (k - 1) * pdf, x))
+
+
+@lru_cache(maxsize=4096)
+def _length_std(mean: float, max_len: float, clip: float | None) -> float:
+    """Standard deviation of one response's length under `length_quantiles`' distribution."""
+    x = length_quantiles(mean, max_len, (np.arange(4096) + 0.5) / 4096, clip)
+    return float(x.std())
+
+
+def slowest_replica_mean(n_requests: float, mean_len: float, max_len: float, n_total: float,
+                         clip: float | None = None) -> float:
+    """Mean response length of the replica that finishes last. The frameworks split a step's
+    samples over the engines in fixed shares before any is decoded (NeMo-RL
+    BatchedDataDict.shard_by_batch_size in VllmGeneration.generate, v0.7.0; verl and OpenRLHF
+    chunk the batch per engine alike, verl#658, OpenRLHF#511), and the step waits for the last
+    engine: of dp = n_total / n_requests replicas, each decoding n_requests independent
+    responses, the slowest holds about the largest of dp sample means, mean + sd / sqrt(n) x
+    E[max of dp standard normals]. Independent draws are the floor: the responses of one
+    prompt, which go to one engine together, are alike in length (Seer, arXiv 2511.14617),
+    which only widens the spread."""
+    dp = int(round(n_total / n_requests)) if n_requests > 0 else 1
+    if dp <= 1 or n_requests <= 1 or mean_len >= max_len:
+        return mean_len
+    shifted = mean_len + _length_std(mean_len, max_len, clip) / math.sqrt(n_requests) * expected_max_std_normal(dp)
+    return min(shifted, max_len)
+
+
 @lru_cache(maxsize=8192)
 def _representatives(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int,
                      clip: float | None = None):
     """(lengths, weights) of the g representative requests (cached: the search asks for the
-    same replica sizes many times; callers never modify the arrays)."""
+    same replica sizes many times; callers never modify the arrays): the slowest replica's
+    (`slowest_replica_mean`), with one request at the longest response among all n_total (a
+    quantile of the step's own distribution: it is the step's longest, whichever engine holds it)."""
     u = (np.arange(g - 1) + 0.5) / (g - 1)
     top = 1.0 - 1.0 / (n_total + 1.0)
-    lengths = np.concatenate([length_quantiles(mean_len, max_len, u, clip),
-                              length_quantiles(mean_len, max_len, np.array([top]), clip)])
+    slow = slowest_replica_mean(n_requests, mean_len, max_len, n_total, clip)
+    longest = length_quantiles(mean_len, max_len, np.array([top]), clip)
+    groups = length_quantiles(mean_len, max_len, u, clip)
+    if slow > mean_len:  # the slowest replica's quantiles, none lengthened past the step's longest
+        groups = np.maximum(groups, np.minimum(length_quantiles(slow, max_len, u, clip), longest[0]))
+    lengths = np.concatenate([groups, longest])
     if n_requests > 1:
         weight = np.concatenate([np.full(g - 1, (n_requests - 1) / (g - 1)), [1.0]])
     else:
