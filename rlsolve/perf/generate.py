@@ -260,21 +260,50 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
                                 max_num_seqs, n_total, g, clip)
     if fast is not None:
         return fast
+    return _events(step, _start(n_requests, mean_len, max_len, n_total, g, clip), prompt_len, kv_capacity_tokens,
+                   max_num_seqs)
+
+
+@dataclass(frozen=True)
+class DecodeTrace:
+    """`simulate_decode`'s event run of one replica without a KV limit (capacity inf), kept so that a run
+    under a finite capacity can start where it first differs (`resume_decode`): `states[e]` is the run's
+    state when event e starts, `over[e]` the largest value compared with `capacity` (`> capacity`) in events
+    0..e and `over_slack[e]` the largest compared with `capacity * 1.0001` in them (the preemption test).
+    Under a capacity at or above both maxima of events 0..e every comparison of those events comes out as
+    without a limit, so they run the same: from the same state, the same float operations."""
+    args: tuple
+    states: tuple
+    over: tuple
+    over_slack: tuple
+
+
+def _start(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None):
+    """The event run's state before its first event: the representatives in queue order (a fixed
+    low-discrepancy shuffle: requests arrive in no particular length order), none decoded nor admitted."""
     lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
-    # requests arrive in no particular length order: a fixed low-discrepancy shuffle
     order = sorted(range(g), key=lambda i: (i * 0.6180339887) % 1.0)
     L = [float(lengths[i]) for i in order]
     w = [float(weight[i]) for i in order]
-    done = [0.0] * g
-    queue = list(range(g))
-    active: list[int] = []
-    cap, p = kv_capacity_tokens, prompt_len
-    t = steps = area = peak = reprefill = need_most = 0.0
-    limited = False
+    # (L, w, done, queue, active, t, steps, area, peak, reprefill, need_most, limited, fresh, events left)
+    return (L, w, [0.0] * g, list(range(g)), [], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False, None, 50 * g)
+
+
+def _events(step: StepModel, state: tuple, p: float, cap: float, max_num_seqs: float,
+            trace: list | None = None) -> DecodeResult:
+    """`simulate_decode`'s event loop from `state` (`_start`'s, or one a `DecodeTrace` kept). With `trace`
+    (a run without a KV limit), it appends each event's starting state and the values compared with the
+    capacity to it."""
+    L, w, done, queue, active, t, steps, area, peak, reprefill, need_most, limited, fresh, left = state
+    done, queue, active = list(done), list(queue), list(active)
     step_time = step.scalar_step_time
     # (the sums below are over lists, not generators: the same floats in the same order, about twice as fast)
-    fresh = None  # the KV in use summed at the end of the last event, while no preemption changed it since
-    for _ in range(50 * g):
+    # fresh: the KV in use summed at the end of the last event, while no preemption changed it since
+    for e in range(left):
+        if trace is not None:
+            trace.append((done[:], queue[:], active[:], t, steps, area, peak, reprefill, need_most, limited, fresh,
+                          left - e))
+            over = over_slack = -math.inf
         used = fresh if fresh is not None else sum([w[i] * (p + done[i]) for i in active])
         n_act = sum([w[i] for i in active])
         admitted = False
@@ -284,6 +313,8 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
             over_kv = used + need > cap
             if active:
                 need_most = max(need_most, used + need)
+                if trace is not None:
+                    over = max(over, used + need)
             if active and (over_kv or n_act + w[i] > max_num_seqs + 1e-9):
                 limited = limited or over_kv
                 break
@@ -299,6 +330,8 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
         dt = min([L[i] - done[i] for i in active])
         if len(active) > 1:
             need_most = max(need_most, used + n_act * dt)
+            if trace is not None:
+                over = max(over, used + n_act * dt)
         if used + n_act * dt > cap and len(active) > 1:  # overflow before the next finish
             dt_over = max(1.0, (cap - used) / n_act)
             if dt_over < dt:
@@ -316,15 +349,62 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
         used = fresh = sum([w[i] * (p + done[i]) for i in active])
         if len(active) > 1:
             need_most = max(need_most, used / 1.0001)
+            if trace is not None:
+                over_slack = used
         while used > cap * 1.0001 and len(active) > 1:  # preempt the newest
             j = active.pop()
             queue.insert(0, j)
             used -= w[j] * (p + done[j])
             fresh = None
+        if trace is not None:
+            trace.append((over, over_slack))
         if not active and not queue:
             break
     return DecodeResult(time=t, steps=steps, peak_batch=peak, mean_batch=area / steps if steps else 0.0,
                         kv_limited=limited, reprefill_tokens=reprefill, kv_need=need_most)
+
+
+def decode_trace(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
+                 max_num_seqs: float, n_total: float, groups: int = 32,
+                 clip: float | None = None) -> tuple[DecodeResult, DecodeTrace | None]:
+    """`simulate_decode` without a KV limit (capacity inf), and its `DecodeTrace` when it ran events (None for
+    the closed form, whose runs under a finite capacity share no events with it)."""
+    g = max(2, min(groups, int(n_requests)))
+    fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, math.inf, max_num_seqs, n_total, g,
+                                clip)
+    if fast is not None:
+        return fast, None
+    start = _start(n_requests, mean_len, max_len, n_total, g, clip)
+    log: list = []
+    res = _events(step, start, prompt_len, math.inf, max_num_seqs, log)
+    states, over, over_slack = [], [], []
+    hi = hi_slack = -math.inf
+    for k in range(0, len(log), 2):
+        states.append(log[k])
+        if k + 1 < len(log):  # an event that ran to its end (the last may stop with nothing left to admit)
+            hi, hi_slack = max(hi, log[k + 1][0]), max(hi_slack, log[k + 1][1])
+        over.append(hi)
+        over_slack.append(hi_slack)
+    args = (n_requests, prompt_len, mean_len, max_len, max_num_seqs, n_total, g, clip)
+    return res, DecodeTrace(args, tuple((start[0], start[1]) + s for s in states), tuple(over), tuple(over_slack))
+
+
+def resume_decode(step: StepModel, trace: DecodeTrace, kv_capacity_tokens: float) -> DecodeResult:
+    """`simulate_decode(step, ..., kv_capacity_tokens, ...)` of the run `trace` was taken without a KV limit
+    (the same result, float for float: a property test), started from the last event before which every
+    comparison with the capacity came out as without a limit."""
+    n_requests, prompt_len, mean_len, max_len, max_num_seqs, n_total, g, clip = trace.args
+    fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, kv_capacity_tokens, max_num_seqs,
+                                n_total, g, clip)
+    if fast is not None:
+        return fast
+    cap, slack = kv_capacity_tokens, kv_capacity_tokens * 1.0001
+    e = 0
+    while e < len(trace.states) and not (trace.over[e] > cap or trace.over_slack[e] > slack):
+        e += 1
+    # event e is the first whose comparisons may differ: it starts from the state the unlimited run had then
+    e = min(e, len(trace.states) - 1)
+    return _events(step, trace.states[e], prompt_len, cap, max_num_seqs)
 
 
 def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,

@@ -10,8 +10,9 @@ from functools import lru_cache
 
 from rlsolve.frameworks.runtime import engine_default_max_num_seqs
 from rlsolve.models import Architecture
-from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, gen_other_bytes, kv_need_floor,
-                                   kv_bytes_per_token_per_gpu, prefill_time, simulate_decode, weight_bytes_per_gpu)
+from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_trace, gen_other_bytes,
+                                   kv_need_floor, kv_bytes_per_token_per_gpu, prefill_time, resume_decode,
+                                   simulate_decode, weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_seq_len,
                                 params_per_gpu,
@@ -153,19 +154,34 @@ def engine_caps(n_requests: float, groups: int = 32) -> tuple[int, ...]:
 
 
 _RUNS: dict[tuple, tuple] = {}
+_TRACES: dict[tuple, tuple] = {}
 
 
 def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float):
     """`simulate_decode` of one (cap, KV budget) candidate, memoized: its run does not depend on the
     memory the engine has (that only decides whether it is allowed), so the search shares it across
     every memory level it is asked at. Keyed like `_step_model`, by the StepModel's identity, kept
-    alive beside the result."""
+    alive beside the result. The cap's unpinned run (budget inf) keeps its `DecodeTrace`, and a pinned
+    run of the same cap starts from it where its budget first changes the run (`resume_decode`: the same
+    result as `simulate_decode`'s, float for float; the search takes the unpinned run before its pinned ones)."""
     key = (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, budget, cap)
     hit = _RUNS.get(key)
     if hit is not None and hit[0] is step:
         return hit[1]
-    res = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, cap, n_total,
-                          clip=wl.clip_ratio)
+    at = key[:-2] + (cap,)
+    if budget == math.inf:
+        res, trace = decode_trace(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, cap, n_total,
+                                  clip=wl.clip_ratio)
+        if len(_TRACES) > 4096:
+            _TRACES.clear()
+        _TRACES[at] = (step, trace)
+    else:
+        kept = _TRACES.get(at)
+        if kept is not None and kept[0] is step and kept[1] is not None:
+            res = resume_decode(step, kept[1], budget)
+        else:
+            res = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, cap,
+                                  n_total, clip=wl.clip_ratio)
     if len(_RUNS) > 65536:
         _RUNS.clear()
     _RUNS[key] = (step, res)
