@@ -127,6 +127,7 @@ class StepModel:
         self.ar_fixed, per_byte = dev.all_reduce_bound(lay.tp, lay.tp)
         self.ar_per_seq = per_byte * arch.hidden * 2.0
         self.ar_affine = dev.nodes_spanned(lay.tp, lay.tp) == 1
+        self._per_batch: dict[float, tuple[float, float, float]] = {}  # scalar_step_time's batch terms
 
     def all_reduce(self, b: float) -> float:
         """One TP all-reduce of a decode step at batch b."""
@@ -148,12 +149,20 @@ class StepModel:
         return self.dense_w + touched * self.expert_w
 
     def scalar_step_time(self, b: float, ctx: float) -> float:
-        """step_time for one (batch, context) point, without numpy overhead."""
-        wbytes = self.weight_bytes(b)
-        gemm = max(wbytes / self.hbm, b * self.flops_tok / self.gemm_rate)
-        attn = max(b * ctx * self.kv_tok / self.hbm, b * ctx * self.attn_flops_ctx / self.attn_rate)
-        return gemm + attn + self.all_reduce(b) * self.tp_ar_per_token + self.pp_hops + \
-            self.overhead + self.host_per_seq * b
+        """step_time for one (batch, context) point, without numpy overhead. The terms that depend on the
+        batch alone (the GEMMs, the all-reduces, the host's per-sequence work) are kept per batch: the
+        simulation meets the same batch weights again and again (the same floats as computed afresh)."""
+        hit = self._per_batch.get(b)
+        if hit is None:
+            gemm = max(self.weight_bytes(b) / self.hbm, b * self.flops_tok / self.gemm_rate)
+            hit = (gemm, self.all_reduce(b) * self.tp_ar_per_token, self.host_per_seq * b)
+            if len(self._per_batch) > 8192:
+                self._per_batch.clear()
+            self._per_batch[b] = hit
+        gemm, ar, host = hit
+        bc = b * ctx
+        attn = max(bc * self.kv_tok / self.hbm, bc * self.attn_flops_ctx / self.attn_rate)
+        return gemm + attn + ar + self.pp_hops + self.overhead + host
 
     def step_time(self, batch: np.ndarray, context: np.ndarray) -> np.ndarray:
         batch = np.asarray(batch, dtype=float)
@@ -297,7 +306,9 @@ def _events(step: StepModel, state: tuple, p: float, cap: float, max_num_seqs: f
     L, w, done, queue, active, t, steps, area, peak, reprefill, need_most, limited, fresh, left = state
     done, queue, active = list(done), list(queue), list(active)
     step_time = step.scalar_step_time
-    # (the sums below are over lists, not generators: the same floats in the same order, about twice as fast)
+    seqs, slack = max_num_seqs + 1e-9, cap * 1.0001
+    # (the sums below are over lists, not generators: the same floats in the same order, about twice as fast;
+    # `if x > m: m = x` keeps what max(m, x) keeps)
     # fresh: the KV in use summed at the end of the last event, while no preemption changed it since
     for e in range(left):
         if trace is not None:
@@ -310,14 +321,15 @@ def _events(step: StepModel, state: tuple, p: float, cap: float, max_num_seqs: f
         while queue:  # admit
             i = queue[0]
             need = w[i] * (p + done[i])
-            over_kv = used + need > cap
             if active:
-                need_most = max(need_most, used + need)
-                if trace is not None:
-                    over = max(over, used + need)
-            if active and (over_kv or n_act + w[i] > max_num_seqs + 1e-9):
-                limited = limited or over_kv
-                break
+                x = used + need
+                if x > need_most:
+                    need_most = x
+                if trace is not None and x > over:
+                    over = x
+                if x > cap or n_act + w[i] > seqs:
+                    limited = limited or x > cap
+                    break
             queue.pop(0)
             active.append(i)
             used += need
@@ -329,33 +341,38 @@ def _events(step: StepModel, state: tuple, p: float, cap: float, max_num_seqs: f
             break
         dt = min([L[i] - done[i] for i in active])
         if len(active) > 1:
-            need_most = max(need_most, used + n_act * dt)
-            if trace is not None:
-                over = max(over, used + n_act * dt)
-        if used + n_act * dt > cap and len(active) > 1:  # overflow before the next finish
-            dt_over = max(1.0, (cap - used) / n_act)
-            if dt_over < dt:
-                dt, limited = dt_over, True
+            x = used + n_act * dt
+            if x > need_most:
+                need_most = x
+            if trace is not None and x > over:
+                over = x
+            if x > cap:  # overflow before the next finish
+                dt_over = max(1.0, (cap - used) / n_act)
+                if dt_over < dt:
+                    dt, limited = dt_over, True
         # the KV in use summed over the batch: `used` is that very sum (the same terms in the same order)
         # unless a request was admitted above (then it was added to, not summed)
         ctx = (sum([w[i] * (p + done[i]) for i in active]) if admitted else used) / n_act + dt / 2
         t += dt * step_time(n_act, ctx)
         steps += dt
         area += n_act * dt
-        peak = max(peak, n_act)
+        if n_act > peak:
+            peak = n_act
         for i in active:
             done[i] += dt
         active = [i for i in active if L[i] - done[i] > 1e-9]
         used = fresh = sum([w[i] * (p + done[i]) for i in active])
         if len(active) > 1:
-            need_most = max(need_most, used / 1.0001)
+            x = used / 1.0001
+            if x > need_most:
+                need_most = x
             if trace is not None:
                 over_slack = used
-        while used > cap * 1.0001 and len(active) > 1:  # preempt the newest
-            j = active.pop()
-            queue.insert(0, j)
-            used -= w[j] * (p + done[j])
-            fresh = None
+            while used > slack and len(active) > 1:  # preempt the newest
+                j = active.pop()
+                queue.insert(0, j)
+                used -= w[j] * (p + done[j])
+                fresh = None
         if trace is not None:
             trace.append((over, over_slack))
         if not active and not queue:
