@@ -468,6 +468,40 @@ def test_engine_search_candidates_hold_what_the_search_assumes():
     assert checked >= 100
 
 
+def test_resumed_decode_is_the_simulation():
+    """`gen_side` runs a pinned candidate by `resume_decode` from its cap's unpinned `decode_trace`: float for
+    float the result `simulate_decode` gives under that capacity (preempting runs included), and the trace's
+    run is the simulation without a KV limit."""
+    import math
+    from dataclasses import astuple
+    from rlsolve.perf.generate import StepModel, decode_trace, resume_decode, simulate_decode
+    rng = random.Random(43)
+    resumed = limited = 0
+    for problem in _random_problems(6, 43):
+        step = StepModel(problem.policy, device(problem.pools[0]), GenLayout(), 2.0, 2.0,
+                         host_per_seq=rng.choice([0.0, 2e-5]))
+        for _ in range(5):
+            prompt, mean = rng.choice([128, 512, 1024]), rng.choice([200, 800, 3000])
+            top = rng.choice([2048, 8192, 16384])
+            n_req, n_total = rng.choice([3, 40, 500, 4096]), rng.choice([500, 8192])
+            clip = rng.choice([None, 0.05])
+            for cap in (1, 7, 60, 400, math.inf):
+                with np.errstate(divide="ignore"):
+                    free, trace = decode_trace(step, n_req, prompt, mean, top, cap, n_total, clip=clip)
+                    assert astuple(free) == astuple(simulate_decode(step, n_req, prompt, mean, top, math.inf, cap,
+                                                                    n_total, clip=clip))
+                    if trace is None:
+                        continue
+                    for kv in [free.kv_need * 2 ** (-k / 8) for k in range(12)] + \
+                              [rng.uniform(1, 20) * (prompt + top), free.kv_need * 1.5]:
+                        again = resume_decode(step, trace, kv)
+                        sim = simulate_decode(step, n_req, prompt, mean, top, kv, cap, n_total, clip=clip)
+                        assert astuple(again) == astuple(sim), (problem.policy.name, n_req, cap, kv)
+                        resumed += 1
+                        limited += sim.kv_limited
+    assert resumed > 300 and limited > 100
+
+
 def test_engine_plan_rescored_with_its_cap_and_kv_budget_gives_its_time():
     """A plan exports the engine's cap and KV budget (pinned or all that is left); `estimate` re-scores the
     engine with both, which must give back the time the search chose."""
