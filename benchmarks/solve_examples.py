@@ -2,8 +2,9 @@
 
 Run: python benchmarks/solve_examples.py [--time-limit S] [--calls]
 Prints one row per example: candidate count, layouts scored, decode simulations run (the engine
-model's costliest call, `perf.generate.simulate_decode`, counted through the name `perf.step` calls
-it by), enumeration + CP-SAT wall time, status. Counts do not depend on the machine's load; times do.
+model's costliest call, `perf.generate.simulate_decode`, or its `decode_trace` / `resume_decode`, counted
+through the names `perf.step` calls them by), enumeration + CP-SAT wall time, status. Counts do not
+depend on the machine's load; times do.
 `--calls`: each solve runs under cProfile and the row adds the Python function calls it made (a
 load-independent measure of the work; the times then include the profiler's overhead)."""
 from __future__ import annotations
@@ -20,12 +21,14 @@ from rlsolve.solver import solve
 
 ROOT = Path(__file__).resolve().parents[1]
 SIMULATIONS = [0]
-_simulate = perf_step.simulate_decode
+RUNS = ("simulate_decode", "decode_trace", "resume_decode")
 
 
-def _counted(*args, **kwargs):
-    SIMULATIONS[0] += 1
-    return _simulate(*args, **kwargs)
+def _counted(run):
+    def counted(*args, **kwargs):
+        SIMULATIONS[0] += 1
+        return run(*args, **kwargs)
+    return counted
 
 
 def main() -> int:
@@ -35,7 +38,8 @@ def main() -> int:
     ap.add_argument("--calls", action="store_true", help="count each solve's Python function calls (cProfile)")
     args = ap.parse_args()
     limit = {} if args.time_limit is None else {"time_limit_s": args.time_limit}
-    perf_step.simulate_decode = _counted
+    for name in RUNS:
+        setattr(perf_step, name, _counted(getattr(perf_step, name)))
     rlsolve.load_spec(str(next((ROOT / "examples").glob("*.yaml"))))  # warm imports and catalogs
     print(f"{'example':42s} {'candidates':>10s} {'scored':>7s} {'sims':>5s} {'solve_s':>8s} {'status':>8s} "
           f"{'tokens/s':>10s}  mode" + ("       calls" if args.calls else ""))
