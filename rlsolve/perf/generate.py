@@ -250,6 +250,12 @@ class DecodeResult:
     kv_need: float = 0.0
 
 
+def representative_count(n_requests: float, groups: int = 32) -> int:
+    """How many representative requests stand for a replica's `n_requests` (`_representatives`): `groups`,
+    fewer for fewer requests, never under 2 (the replica's requests and the step's longest response)."""
+    return max(2, min(groups, int(n_requests)))
+
+
 def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
                     kv_capacity_tokens: float, max_num_seqs: float, n_total: float, groups: int = 32,
                     clip: float | None = None) -> DecodeResult:
@@ -264,7 +270,7 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
     use it compared with `kv_capacity_tokens` (the closed form: the KV held at its busiest), so
     that any capacity of at least that runs the same (the engine search's memory-independent
     candidates, `perf.step.gen_side`)."""
-    g = max(2, min(groups, int(n_requests)))
+    g = representative_count(n_requests, groups)
     fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, kv_capacity_tokens,
                                 max_num_seqs, n_total, g, clip)
     if fast is not None:
@@ -288,12 +294,11 @@ class DecodeTrace:
 
 
 def _start(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None):
-    """The event run's state before its first event: the representatives in queue order (a fixed
-    low-discrepancy shuffle: requests arrive in no particular length order), none decoded nor admitted."""
-    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
-    order = sorted(range(g), key=lambda i: (i * 0.6180339887) % 1.0)
-    L = [float(lengths[i]) for i in order]
-    w = [float(weight[i]) for i in order]
+    """The event run's state before its first event: the representatives in queue order (`_queue`), none
+    decoded nor admitted."""
+    table = _queue(n_requests, mean_len, max_len, n_total, g, clip)
+    L = [length for length, _ in table]
+    w = [weight for _, weight in table]
     # (L, w, done, queue, active, t, steps, area, peak, reprefill, need_most, limited, fresh, events left)
     return (L, w, [0.0] * g, list(range(g)), [], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False, None, 50 * g)
 
@@ -386,7 +391,7 @@ def decode_trace(step: StepModel, n_requests: float, prompt_len: float, mean_len
                  clip: float | None = None) -> tuple[DecodeResult, DecodeTrace | None]:
     """`simulate_decode` without a KV limit (capacity inf), and its `DecodeTrace` when it ran events (None for
     the closed form, whose runs under a finite capacity share no events with it)."""
-    g = max(2, min(groups, int(n_requests)))
+    g = representative_count(n_requests, groups)
     fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, math.inf, max_num_seqs, n_total, g,
                                 clip)
     if fast is not None:
@@ -441,7 +446,7 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     (an empty batch admits one), so the batch is also at most max(max_num_seqs, the heaviest
     representative): the bound of a capped run, which the search compares with an uncapped
     one before simulating the cap (`gen_side`)."""
-    g = max(2, min(groups, int(n_requests)))
+    g = representative_count(n_requests, groups)
     tokens, kv_reads, w_max, w_sum, longest, w_min = _bound_sums(n_requests, prompt_len, mean_len, max_len, n_total,
                                                                  g, clip)
     b_max = min(max(kv_capacity_tokens / prompt_len, w_max), w_sum, max(max_num_seqs + 1e-9, w_max))
@@ -500,7 +505,8 @@ def _queue_steps(n_requests: float, mean_len: float, max_len: float, n_total: fl
 
 @lru_cache(maxsize=8192)
 def _queue(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None):
-    """(length, weight) of the representative requests in `simulate_decode`'s queue order."""
+    """(length, weight) of the representative requests in `simulate_decode`'s queue order: a fixed
+    low-discrepancy shuffle (requests arrive in no particular length order)."""
     lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
     order = sorted(range(g), key=lambda i: (i * 0.6180339887) % 1.0)
     return tuple((float(lengths[i]), float(weight[i])) for i in order)
@@ -513,7 +519,7 @@ def kv_need_floor(n_requests: float, prompt_len: float, mean_len: float, max_len
     (the first always), and when two or more run, the KV they hold when the shortest of them finishes
     (each its prompt plus that many tokens) is compared with the capacity; a closed-form run (every
     request admitted) needs the KV held at its start at least."""
-    g = max(2, min(groups, int(n_requests)))
+    g = representative_count(n_requests, groups)
     table = _queue(n_requests, mean_len, max_len, n_total, g, clip)
     weight = shortest = 0.0
     count = 0

@@ -11,8 +11,8 @@ from functools import lru_cache
 from rlsolve.frameworks.runtime import engine_default_max_num_seqs
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_trace, gen_other_bytes,
-                                   kv_need_floor, kv_bytes_per_token_per_gpu, prefill_time, resume_decode,
-                                   simulate_decode, weight_bytes_per_gpu)
+                                   kv_need_floor, kv_bytes_per_token_per_gpu, prefill_time, representative_count,
+                                   resume_decode, simulate_decode, weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_seq_len,
                                 params_per_gpu,
@@ -138,7 +138,7 @@ def engine_caps(n_requests: float, groups: int = 32) -> tuple[int, ...]:
     a x v + b (b = 0 or 1), so a cap runs as the least integer at or above the largest such weight within
     it, and that least cap leaves the profile run's reserve the smallest (`gen_other_bytes` grows with the
     cap). A cap at or above the requests never binds: the run without a cap."""
-    g = max(2, min(groups, int(n_requests)))
+    g = representative_count(n_requests, groups)
     if n_requests <= 1:
         return ()
     v = (n_requests - 1) / (g - 1)
