@@ -266,23 +266,18 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     elif fits:
         base = float(wl.seq_max)
         floor = prefill_time(arch, dev, lay, prompt_tokens, ctx)  # re-prefills only add (a property test)
-        room_of = dict(zip(caps, rooms))
-
-        def room(c) -> float:
-            if c not in room_of:
-                room_of[c] = max(kv_room(gen_other_bytes(arch, lay, c, wl.engine_version)), 0.0) / kv_tok_gpu
-            return room_of[c]
-
+        room = dict(zip(caps, rooms))  # every run the search takes is of one of these caps
+        limit = {c: float(c or math.inf) for c in caps}  # a cap as the simulation takes it (None: no cap)
         # the heap: (bound, order, cap, at): at = _TOP the cap's run unpinned, else its at-th pinned budget
         # (0: one full-length sequence, no cap or the one asked for); a smaller budget only raises the bound,
         # so each pinned run is pushed when the one above it is taken. A cap whose least need
         # (`kv_need_floor`) leaves even its smallest pinned budget beyond its room cannot be allowed: not tried
-        lowest = 2.0 ** -1
-        heap = [(floor + bound(float(c or math.inf), r), n, c, _TOP) for n, (c, r) in enumerate(zip(caps, rooms))
+        lowest = pinned_budget(1.0, KV_BUDGETS_PER_HALVING)  # a bound cap's smallest pinned budget, over its need
+        heap = [(floor + bound(limit[c], r), n, c, _TOP) for n, (c, r) in enumerate(zip(caps, rooms))
                 if r >= base and (c == caps[0] or kv_need_floor(n_req, wl.prompt_len, wl.response_mean, wl.response_max,
-                                                                n_total, float(c), clip=wl.clip_ratio) * lowest
+                                                                n_total, limit[c], clip=wl.clip_ratio) * lowest
                                   <= r * (1 + 1e-9))]
-        heap.append((floor + bound(float(caps[0] or math.inf), base), len(caps), caps[0], 0))
+        heap.append((floor + bound(limit[caps[0]], base), len(caps), caps[0], 0))
         heapq.heapify(heap)
         order, need = len(caps) + 1, {}
         best, pick = math.inf, None
@@ -292,19 +287,19 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
                 break  # every candidate left takes at least its bound: none can win
             if at == _TOP:
                 budget = None
-                res = _decode_run(step, n_req, wl, n_total, math.inf, float(c or math.inf))
+                res = _decode_run(step, n_req, wl, n_total, math.inf, limit[c])
                 need[c] = res.kv_need
                 # its pinned budgets: the first within the room (and above a full-length sequence)
                 nxt = next((j for j in range(1, KV_BUDGETS_PER_HALVING + 1 if c != caps[0] else 10 ** 6)
-                            if pinned_budget(res.kv_need, j) <= room(c) * (1 + 1e-9)), None)
+                            if pinned_budget(res.kv_need, j) <= room[c] * (1 + 1e-9)), None)
             else:
                 budget = base if at == 0 else pinned_budget(need[c], at)
-                res = _decode_run(step, n_req, wl, n_total, budget, float(c or math.inf))
+                res = _decode_run(step, n_req, wl, n_total, budget, limit[c])
                 nxt = at + 1 if 0 < at and (c == caps[0] or at < KV_BUDGETS_PER_HALVING) else None
             if nxt is not None and pinned_budget(need[c], nxt) > base:
-                heapq.heappush(heap, (floor + bound(float(c or math.inf), pinned_budget(need[c], nxt)), order, c, nxt))
+                heapq.heappush(heap, (floor + bound(limit[c], pinned_budget(need[c], nxt)), order, c, nxt))
                 order += 1
-            if budget is None and res.kv_need > room(c) * (1 + 1e-9):
+            if budget is None and res.kv_need > room[c] * (1 + 1e-9):
                 continue  # the unpinned run needs more KV than this memory leaves
             t = res.time + prefill_time(arch, dev, lay, prompt_tokens + res.reprefill_tokens, ctx)
             if t < best:
@@ -315,7 +310,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
             # the plan exports the cap: the engine's profile run reserves for it, not for vLLM's default
             other = gen_other_bytes(arch, lay, chosen_cap, wl.engine_version)
         # the KV cache: all that is left beside that reserve, or the budget the plan pins
-        kv_tokens = room(chosen_cap) if budget is None else budget
+        kv_tokens = room[chosen_cap] if budget is None else budget
         kv = kv_tokens * kv_tok_gpu
     else:
         decode, peak, limited, rep = float("inf"), 0.0, True, 0.0
