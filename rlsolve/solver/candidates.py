@@ -63,7 +63,8 @@ from rlsolve.solver.budget import Deadline
 from rlsolve.solver.rules import (RECOMPUTE, asked, aux_group_pools, aux_models, aux_shares_actor_degrees, count_ok,
                                   critic_places,
                                   count_user_violations, critic_like_policy, critic_pair_violations, critic_universe,
-                                  critic_violations, engine_cap_violations, gen_universe, gen_violations,
+                                  critic_violations, engine_can_cap, engine_cap_violations, gen_universe,
+                                  gen_violations,
                                   micro_batches, modes_allowed, role_counts, target_caps, target_hosting_modes,
                                   train_bases, train_layout_violations, train_shape_violations, train_shapes)
 from rlsolve.solver.scale import INF_TIME, mem_units_up, time_units
@@ -1564,7 +1565,7 @@ def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserv
         if same is None:
             hit = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9, aux_models=aux,
                            lower_bound=lower_bound, in_flight=in_flight,
-                           cap_search=not engine_cap_violations(problem, lay, 1))
+                           cap_search=engine_can_cap(problem, lay))
             memo["engine of models", p, lay, reserved_gb, models, lower_bound, in_flight] = (aux, hit)
         else:
             hit = _relabelled(*same, aux)

@@ -12,7 +12,7 @@ from rlsolve.perf.step import (QUANT_BYTES, StepEstimate, aux_side, combine, gen
                                train_side)
 from rlsolve.plan import LAYOUT_KEYS, Layout, Plan
 from rlsolve.resolve import Problem
-from rlsolve.solver.rules import (aux_shares_actor_degrees, critic_layout, engine_cap_violations, layout_violations,
+from rlsolve.solver.rules import (aux_shares_actor_degrees, critic_layout, engine_can_cap, layout_violations,
                                   pool_named, role_layouts)
 from rlsolve.spec import Spec, format_validation_error, load_spec, read_yaml
 
@@ -49,7 +49,7 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
     pt = pool_named(problem, ra.training.pool, "layout.resource_allocation.training.pool")
     pl, opt = lay.placement, lay.optimization
     mode = lay.pipeline.mode
-    can_cap = not engine_cap_violations(problem, g_lay, 1)  # the engine searches max_num_seqs where the target sets it
+    can_cap = engine_can_cap(problem, g_lay)  # the engine searches max_num_seqs where the target sets it
     ts = train_side(problem, pt, t_lay,
                     reference=pl.reference if pl.reference in ("training", "cpu_offload") else "elsewhere",
                     reward="training" if pl.reward == "training" else "elsewhere",

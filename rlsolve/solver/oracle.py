@@ -25,8 +25,8 @@ from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_st
 from rlsolve.resolve import Problem
 from rlsolve.solver.rules import (aux_group_pools, aux_models, aux_shares_actor_degrees, critic_pair_violations,
                                   critic_places,
-                                  critic_universe, critic_violations, engine_cap_violations, gen_universe,
-                                  gen_violations, modes_allowed, one_pool, role_counts, target_caps,
+                                  critic_universe, critic_violations, engine_can_cap, engine_cap_violations,
+                                  gen_universe, gen_violations, modes_allowed, one_pool, role_counts, target_caps,
                                   target_placement_violations, train_shapes, train_universe, train_violations)
 from rlsolve.solver.scale import mem_units_up, time_units
 
@@ -217,7 +217,7 @@ def _gen_sides(problem: Problem) -> list[Side]:
                 for (hosts, q), k in product(variants, in_flight):
                     aux = tuple((h, getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
                     side = gen_side(problem, pool, lay, aux_models=aux, in_flight=k,
-                                    cap_search=not engine_cap_violations(problem, lay, 1))
+                                    cap_search=engine_can_cap(problem, lay))
                     if side.fits and not engine_cap_violations(problem, lay, side.max_num_seqs):
                         out.append(Side(p, n, time_units(side.time), time_units(recv_time(problem, pool, lay)), hosts,
                                         0, (lay, q), _place(problem, (q,)), in_flight=k))
@@ -233,7 +233,7 @@ def _coloc_gen(problem: Problem, p: int, n: int, level_gb: int, cache: dict) -> 
         terms = []
         for lay in _gen_layouts(problem, p, n):
             side = gen_side(problem, pool, lay, reserved=level_gb * 1e9,
-                            cap_search=not engine_cap_violations(problem, lay, 1))
+                            cap_search=engine_can_cap(problem, lay))
             if side.fits and not engine_cap_violations(problem, lay, side.max_num_seqs):
                 sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
                 terms.append(time_units(side.time + engine_release_time(side) + sync))

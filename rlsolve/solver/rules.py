@@ -240,6 +240,12 @@ def engine_cap_violations(problem: Problem, lay: GenLayout, max_num_seqs: int | 
                                  max_num_seqs=max_num_seqs), "optimization.max_num_seqs")
 
 
+def engine_can_cap(problem: Problem, lay: GenLayout) -> bool:
+    """Whether the target can set this engine's max_num_seqs at all: where it cannot, the engine runs
+    without a cap and `perf.step.gen_side` searches none (its `cap_search`)."""
+    return not engine_cap_violations(problem, lay, 1)
+
+
 # --- training -----------------------------------------------------------------------------
 
 def expert_degrees(problem: Problem, tp: int, dp: int, cp: int) -> list[int]:
