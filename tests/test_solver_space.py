@@ -2,16 +2,18 @@
 in hardware, and a property test for every dominance rule the enumeration prunes with."""
 from __future__ import annotations
 
+import math
 import random
 from itertools import product
-from dataclasses import replace
+from dataclasses import astuple, replace
 
 import numpy as np
 import pytest
 
 import rlsolve
 from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
-from rlsolve.perf.generate import GenLayout
+from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_trace, kv_need_floor,
+                                   prefill_time, resume_decode, simulate_decode)
 from rlsolve.perf.hw import Device, device
 from rlsolve.perf.step import cached_stage_times, critic_pass, gen_side, policy_memory, train_core
 from rlsolve.perf.train import TrainLayout, forward_time, stage_times, train_memory, train_time
@@ -402,7 +404,6 @@ def test_capped_decode_bound_never_exceeds_the_capped_simulation():
     prefill plus `decode_lower_bound` under that cap) is below the uncapped run: the bound must
     stay below every capped simulation, KV-limited (preempting) ones included, and prefill time
     must never fall with more tokens (re-prefilled tokens only add)."""
-    from rlsolve.perf.generate import StepModel, decode_lower_bound, prefill_time, simulate_decode
     rng = random.Random(31)
     checked = limited = 0
     for problem in _random_problems(10, 31):
@@ -434,23 +435,30 @@ def test_capped_decode_bound_never_exceeds_the_capped_simulation():
     assert checked > 500 and limited > 50
 
 
+DECODE_CAPS = (1, 7, 60, 400, math.inf)  # max_num_seqs the decode property tests try (inf: no cap)
+
+
+def _decode_runs(rng: random.Random, count: int = 5):
+    """`count` random decode runs of one replica, (prompt, mean response, longest response, requests, the
+    step's samples, clip share) each, drawn from `rng` lazily (each as the caller asks for it)."""
+    for _ in range(count):
+        prompt, mean = rng.choice([128, 512, 1024]), rng.choice([200, 800, 3000])
+        top = rng.choice([2048, 8192, 16384])
+        n_req, n_total = rng.choice([3, 40, 500, 4096]), rng.choice([500, 8192])
+        yield prompt, mean, top, n_req, n_total, rng.choice([None, 0.05])
+
+
 def test_engine_search_candidates_hold_what_the_search_assumes():
     """What makes `gen_side`'s cap and KV-budget search exact and monotone in memory, on random runs: a run
     under any capacity of at least its `kv_need` is the same run; `kv_need_floor` never exceeds that need;
     `decode_lower_bound` never rises with a larger capacity or a larger cap (the search pushes a smaller
     budget only when the one above it is taken)."""
-    import math
-    from rlsolve.perf.generate import StepModel, decode_lower_bound, kv_need_floor, simulate_decode
     rng = random.Random(41)
     checked = 0
     for problem in _random_problems(6, 41):
         step = StepModel(problem.policy, device(problem.pools[0]), GenLayout(), 2.0, 2.0)
-        for _ in range(5):
-            prompt, mean = rng.choice([128, 512, 1024]), rng.choice([200, 800, 3000])
-            top = rng.choice([2048, 8192, 16384])
-            n_req, n_total = rng.choice([3, 40, 500, 4096]), rng.choice([500, 8192])
-            clip = rng.choice([None, 0.05])
-            for cap in (1, 7, 60, 400, math.inf):
+        for prompt, mean, top, n_req, n_total, clip in _decode_runs(rng):
+            for cap in DECODE_CAPS:
                 with np.errstate(divide="ignore"):
                     free = simulate_decode(step, n_req, prompt, mean, top, math.inf, cap, n_total, clip=clip)
                     same = simulate_decode(step, n_req, prompt, mean, top, free.kv_need * rng.uniform(1, 3), cap,
@@ -472,20 +480,13 @@ def test_resumed_decode_is_the_simulation():
     """`gen_side` runs a pinned candidate by `resume_decode` from its cap's unpinned `decode_trace`: float for
     float the result `simulate_decode` gives under that capacity (preempting runs included), and the trace's
     run is the simulation without a KV limit."""
-    import math
-    from dataclasses import astuple
-    from rlsolve.perf.generate import StepModel, decode_trace, resume_decode, simulate_decode
     rng = random.Random(43)
     resumed = limited = 0
     for problem in _random_problems(6, 43):
         step = StepModel(problem.policy, device(problem.pools[0]), GenLayout(), 2.0, 2.0,
                          host_per_seq=rng.choice([0.0, 2e-5]))
-        for _ in range(5):
-            prompt, mean = rng.choice([128, 512, 1024]), rng.choice([200, 800, 3000])
-            top = rng.choice([2048, 8192, 16384])
-            n_req, n_total = rng.choice([3, 40, 500, 4096]), rng.choice([500, 8192])
-            clip = rng.choice([None, 0.05])
-            for cap in (1, 7, 60, 400, math.inf):
+        for prompt, mean, top, n_req, n_total, clip in _decode_runs(rng):
+            for cap in DECODE_CAPS:
                 with np.errstate(divide="ignore"):
                     free, trace = decode_trace(step, n_req, prompt, mean, top, cap, n_total, clip=clip)
                     assert astuple(free) == astuple(simulate_decode(step, n_req, prompt, mean, top, math.inf, cap,
@@ -591,7 +592,6 @@ def test_fewer_stages_with_the_same_layers_per_stage_dominate():
     """Dominance for disaggregated trainers (`_fewer_stages_dominate`): a pipeline degree
     q < pp with the same layers per stage for every model on the trainers is, layout for
     layout, no slower and needs no more memory (the aux forwards and the critic included)."""
-    import math
     from rlsolve.perf.step import train_aux
     rng = random.Random(17)
     checked = 0
