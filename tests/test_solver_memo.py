@@ -116,3 +116,75 @@ def test_the_other_models_passes_read_of_the_trainer_only_what_aux_dims_keys():
                             assert got == want, (lay, hosts, ref, quant, got, want)
                             compared += got is not want
     assert compared > 2000 and swapped >= 2, (compared, swapped)
+
+
+def _engine_caps_scan(n_requests: float, groups: int = 32) -> tuple[int, ...]:
+    """`perf.step.engine_caps` as it was written before its bisection: each cap's largest weight within it
+    by a scan over every weight."""
+    import math
+    from rlsolve.perf.generate import representative_count
+    g = representative_count(n_requests, groups)
+    if n_requests <= 1:
+        return ()
+    v = (n_requests - 1) / (g - 1)
+    weights = sorted({a * v + b for a in range(g) for b in (0, 1) if a or b})
+    caps = set()
+    for w in range(2, g + 1):
+        cap = math.ceil(n_requests / w)
+        held = max(x for x in weights if x <= cap + 1e-9) if cap + 1e-9 >= 1 else 1.0
+        least = max(1, math.ceil(held - 1e-9))
+        if least + 1e-9 < n_requests:
+            caps.add(least)
+    return tuple(sorted(caps))
+
+
+def test_engine_caps_by_bisection_are_those_of_the_scan():
+    """`engine_caps` finds each cap's largest weight within it by bisection: the same caps as the scan
+    over every weight, on random request counts (fractional ones too, below and above the representatives'
+    count, and those at the weights' edges: multiples of the groups) and group counts."""
+    from rlsolve.perf.step import engine_caps
+    rng = random.Random(17)
+    counts = [rng.uniform(0.5, 40.0) for _ in range(300)] + [rng.uniform(1, 1e5) for _ in range(300)] + \
+        [float(rng.randint(1, 4096)) for _ in range(300)] + [31.0 * k + 1 for k in range(1, 60)]
+    bound = 0
+    for n in counts:
+        for groups in (32, rng.randint(2, 64)):
+            got = engine_caps.__wrapped__(n, groups)
+            assert got == _engine_caps_scan(n, groups), (n, groups)
+            bound += bool(got)
+    assert bound > 1000, bound
+
+
+def test_the_engine_searchs_memos_are_the_functions_they_stand_for():
+    """gen_side's memos of what its search reads before the memory (`_cap_reserves`: the profile-run reserves
+    of the caps it tries; `_prefill`: prefill_time), asked of layouts that differ in what they are not keyed
+    by (dp, ep: the same tp and pp), give what the functions give on each layout, float for float."""
+    from rlsolve.perf.generate import GenLayout, gen_other_bytes, prefill_time
+    from rlsolve.perf.hw import device
+    from rlsolve.perf.step import _cap_reserves, _prefill, engine_caps
+    from rlsolve.solver.rules import gen_universe
+    rng = random.Random(19)
+    compared = capped = 0
+    for k in range(16):
+        problem = resolve(load_spec(random_spec(rng, tight=k % 2 == 1)))
+        arch, version = problem.policy, problem.workload.engine_version
+        for pool in problem.pools:
+            dev = device(pool, problem.workload.precision, problem.profile)
+            for n in rng.sample(role_counts(pool), min(3, len(role_counts(pool)))):
+                for lay in list(gen_universe(problem, pool, n))[:6]:
+                    for dp, ep in ((lay.dp, lay.ep), (rng.randint(1, 64), rng.choice((1, lay.tp, 2 * lay.tp)))):
+                        other_lay = GenLayout(tp=lay.tp, pp=lay.pp, dp=dp, ep=ep)
+                        tokens, ctx = rng.uniform(1, 1e6), rng.uniform(1, 8192)
+                        assert _prefill(arch, dev, other_lay, tokens, ctx) == prefill_time(arch, dev, other_lay,
+                                                                                           tokens, ctx)
+                        n_req = rng.choice((rng.uniform(1, 4096), float(rng.randint(1, 4096))))
+                        for search, seqs in ((True, None), (False, None), (True, rng.randint(1, 512))):
+                            other, caps, others, least = _cap_reserves(arch, other_lay, n_req, search, seqs, 256,
+                                                                       version)
+                            want_caps = (seqs,) if seqs else (None,) + (engine_caps(n_req) if search else ())
+                            want = tuple(gen_other_bytes(arch, other_lay, c, version) for c in want_caps[1:])
+                            assert other == gen_other_bytes(arch, other_lay, seqs or 256, version)
+                            assert caps == want_caps and others == want and least == min(want, default=None)
+                            compared += 1
+                            capped += len(others) > 1
+    assert compared > 300 and capped > 100, (compared, capped)

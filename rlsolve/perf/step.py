@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -72,7 +73,25 @@ class GenSide:
 
 def aux_forward_on_gen(arch: Architecture, dev: Device, lay: GenLayout, sequences: float, seq_len: float) -> float:
     """A reference/reward forward over the rollout batch on the engine's layout: prefill-like."""
-    return prefill_time(arch, dev, lay, sequences * seq_len / lay.dp, seq_len / 2)
+    return _prefill(arch, dev, lay, sequences * seq_len / lay.dp, seq_len / 2)
+
+
+_PREFILLS: dict[tuple, tuple] = {}
+
+
+def _prefill(arch: Architecture, dev, lay: GenLayout, tokens: float, context: float) -> float:
+    """`prefill_time`, memoized (the engine search asks the same prefills at every memory level of a layout).
+    Keyed like `_step_model`, by the identity of the architecture and device, guarded, and by the degrees
+    prefill_time reads: tp and pp (never dp nor ep)."""
+    key = (id(arch), id(dev), lay.tp, lay.pp, tokens, context)
+    hit = _PREFILLS.get(key)
+    if hit is not None and hit[0] is arch and hit[1] is dev:
+        return hit[2]
+    t = prefill_time(arch, dev, lay, tokens, context)
+    if len(_PREFILLS) > 65536:
+        _PREFILLS.clear()
+    _PREFILLS[key] = (arch, dev, t)
+    return t
 
 
 def rollout_steps_in_flight(mode: str, staleness: int) -> int:
@@ -146,11 +165,36 @@ def engine_caps(n_requests: float, groups: int = 32) -> tuple[int, ...]:
     caps = set()
     for w in range(2, g + 1):
         cap = math.ceil(n_requests / w)
-        held = max(x for x in weights if x <= cap + 1e-9) if cap + 1e-9 >= 1 else 1.0
+        # the largest weight within the cap (sorted weights; 1 is one, so one is within a cap + 1e-9 >= 1)
+        held = weights[bisect_right(weights, cap + 1e-9) - 1] if cap + 1e-9 >= 1 else 1.0
         least = max(1, math.ceil(held - 1e-9))
         if least + 1e-9 < n_requests:
             caps.add(least)
     return tuple(sorted(caps))
+
+
+_RESERVES: dict[tuple, tuple] = {}
+
+
+def _cap_reserves(arch: Architecture, lay: GenLayout, n_req: float, cap_search: bool, max_num_seqs: float | None,
+                  default_seqs: int, engine_version: str | None) -> tuple:
+    """What gen_side's engine search reads of its caps before the memory: the profile-run reserve
+    (`gen_other_bytes`) of the cap asked for (else vLLM's default), the caps it tries (None first: no cap, or
+    the one asked for) and the reserve of each after the first, with the least of those. Memoized (gen_side
+    asks it at every memory level of a layout): keyed by the architecture's identity, guarded, and by what
+    gen_other_bytes reads of the layout (tp, and whether tp x pp > 1) and engine_caps of the requests."""
+    key = (id(arch), lay.tp, lay.tp * lay.pp > 1, n_req, cap_search, max_num_seqs, default_seqs, engine_version)
+    hit = _RESERVES.get(key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    other = gen_other_bytes(arch, lay, max_num_seqs or default_seqs, engine_version)
+    caps = (max_num_seqs,) if max_num_seqs else (None,) + (engine_caps(n_req) if cap_search else ())
+    others = tuple(gen_other_bytes(arch, lay, c, engine_version) for c in caps[1:])
+    found = (other, caps, others, min(others, default=None))
+    if len(_RESERVES) > 4096:
+        _RESERVES.clear()
+    _RESERVES[key] = (arch, found)
+    return found
 
 
 _RUNS: dict[tuple, tuple] = {}
@@ -215,14 +259,15 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     dev = device(pool, problem.workload.precision, problem.profile)
     wb = gen_dtype_bytes(problem)
     weights = weight_bytes_per_gpu(arch, lay, wb)
-    k = max(1, int(in_flight))
-    n_req = k * wl.samples / lay.dp
     # vLLM's profile run warms the sampler up over max_num_seqs rows. Without a cap, the engine's own
     # default (frameworks/runtime.py engine_default_max_num_seqs, which cases.py asks too): a figure independent of
     # the replica count, as the engine search's count loop needs (whether a layout fits does not depend on
     # dp); the exporters then write a step's requests per replica, which may differ from it
     default_seqs = engine_default_max_num_seqs(pool.gpu.memory_gb, pool.gpu.name)
-    other = gen_other_bytes(arch, lay, max_num_seqs or default_seqs, wl.engine_version)
+    k = max(1, int(in_flight))
+    n_req = k * wl.samples / lay.dp
+    other, caps, others, least_other = _cap_reserves(arch, lay, n_req, cap_search, max_num_seqs, default_seqs,
+                                                     wl.engine_version)
     aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
     cap = capacity_bytes(pool, problem.workload.headroom)
     engine_room = min(cap - reserved, engine_cap_bytes(problem, pool)) - weights - aux_bytes
@@ -249,23 +294,26 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     prompt_tokens = prompts * wl.prompt_len
     ctx = wl.prompt_len / 2
     n_total = k * wl.samples
-    # the candidates' caps (None: no cap) and the KV tokens each leaves (its profile run reserves for it)
-    caps: list = [max_num_seqs] if max_num_seqs else [None] + (list(engine_caps(n_req)) if cap_search else [])
-    rooms = [kv_tokens] + [max(kv_room(gen_other_bytes(arch, lay, c, wl.engine_version)), 0.0) / kv_tok_gpu
-                           for c in caps[1:]]
+    # the candidates' caps (None: no cap; `caps`) and the KV tokens each leaves (its profile run reserves for
+    # it: `others`, after the first cap's), asked only where the search runs
+    def rooms_of() -> list[float]:
+        return [kv_tokens] + [max(kv_room(o), 0.0) / kv_tok_gpu for o in others]
 
     def bound(c: float, budget: float) -> float:
         return decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, n_total,
                                   clip=wl.clip_ratio, max_num_seqs=c)
 
     if fits and lower_bound:
-        # every candidate's KV is within the largest room (the least cap's), and a cap only raises the bound
-        decode = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, max(rooms),
+        # every candidate's KV is within the largest room (the least cap's), and a cap only raises the bound;
+        # a room never grows with the reserve (kv_room), so the largest is the least reserve's, float for float
+        top = kv_tokens if least_other is None else max(kv_tokens, max(kv_room(least_other), 0.0) / kv_tok_gpu)
+        decode = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, top,
                                     n_total, clip=wl.clip_ratio, max_num_seqs=float(max_num_seqs or math.inf))
         peak, limited, rep = 0.0, False, 0.0
     elif fits:
         base = float(wl.seq_max)
-        floor = prefill_time(arch, dev, lay, prompt_tokens, ctx)  # re-prefills only add (a property test)
+        rooms = rooms_of()
+        floor = _prefill(arch, dev, lay, prompt_tokens, ctx)  # re-prefills only add (a property test)
         room = dict(zip(caps, rooms))  # every run the search takes is of one of these caps
         limit = {c: float(c or math.inf) for c in caps}  # a cap as the simulation takes it (None: no cap)
         # the heap: (bound, order, cap, at): at = _TOP the cap's run unpinned, else its at-th pinned budget
@@ -301,7 +349,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
                 order += 1
             if budget is None and res.kv_need > room[c] * (1 + 1e-9):
                 continue  # the unpinned run needs more KV than this memory leaves
-            t = res.time + prefill_time(arch, dev, lay, prompt_tokens + res.reprefill_tokens, ctx)
+            t = res.time + _prefill(arch, dev, lay, prompt_tokens + res.reprefill_tokens, ctx)
             if t < best:
                 best, pick = t, (c, budget, res)
         chosen_cap, budget, res = pick
@@ -316,7 +364,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         decode, peak, limited, rep = float("inf"), 0.0, True, 0.0
     # prefix caching: each prompt is prefilled once for its samples_per_prompt responses;
     # k steps in flight: this step's share
-    prefill = prefill_time(arch, dev, lay, prompt_tokens + rep, ctx) / k
+    prefill = _prefill(arch, dev, lay, prompt_tokens + rep, ctx) / k
     decode = decode / k
     aux_times = {role: aux_forward_on_gen(a, dev, lay, wl.samples, wl.seq_mean) for role, a, _ in aux_models}
     return GenSide(layout=lay, gpus=lay.tp * lay.pp * lay.dp, prefill=prefill, decode=decode,
