@@ -155,13 +155,14 @@ def test_engine_caps_by_bisection_are_those_of_the_scan():
     assert bound > 1000, bound
 
 
-def test_the_engine_searchs_memos_are_the_functions_they_stand_for():
-    """gen_side's memos of what its search reads before the memory (`_cap_reserves`: the profile-run reserves
-    of the caps it tries; `_prefill`: prefill_time), asked of layouts that differ in what they are not keyed
-    by (dp, ep: the same tp and pp), give what the functions give on each layout, float for float."""
+def test_prefill_memo_and_the_least_caps_reserve():
+    """gen_side's engine search: `_prefill` (prefill_time memoized by tp and pp), asked of layouts that differ
+    in what it is not keyed by (dp, ep), gives what prefill_time gives on each, float for float; and the
+    profile-run reserve (`gen_other_bytes`) never falls with the cap, float for float, so the least of the
+    caps engine_caps gives (sorted) leaves the lower-bound path its largest KV room."""
     from rlsolve.perf.generate import GenLayout, gen_other_bytes, prefill_time
     from rlsolve.perf.hw import device
-    from rlsolve.perf.step import _cap_reserves, _prefill, engine_caps
+    from rlsolve.perf.step import _prefill, engine_caps
     from rlsolve.solver.rules import gen_universe
     rng = random.Random(19)
     compared = capped = 0
@@ -177,14 +178,9 @@ def test_the_engine_searchs_memos_are_the_functions_they_stand_for():
                         tokens, ctx = rng.uniform(1, 1e6), rng.uniform(1, 8192)
                         assert _prefill(arch, dev, other_lay, tokens, ctx) == prefill_time(arch, dev, other_lay,
                                                                                            tokens, ctx)
-                        n_req = rng.choice((rng.uniform(1, 4096), float(rng.randint(1, 4096))))
-                        for search, seqs in ((True, None), (False, None), (True, rng.randint(1, 512))):
-                            other, caps, others, least = _cap_reserves(arch, other_lay, n_req, search, seqs, 256,
-                                                                       version)
-                            want_caps = (seqs,) if seqs else (None,) + (engine_caps(n_req) if search else ())
-                            want = tuple(gen_other_bytes(arch, other_lay, c, version) for c in want_caps[1:])
-                            assert other == gen_other_bytes(arch, other_lay, seqs or 256, version)
-                            assert caps == want_caps and others == want and least == min(want, default=None)
-                            compared += 1
-                            capped += len(others) > 1
-    assert compared > 300 and capped > 100, (compared, capped)
+                        caps = engine_caps(rng.choice((rng.uniform(1, 4096), float(rng.randint(1, 4096)))))
+                        reserves = [gen_other_bytes(arch, other_lay, c, version) for c in caps]
+                        assert list(caps) == sorted(caps) and reserves == sorted(reserves), (caps, reserves)
+                        compared += 1
+                        capped += len(set(reserves)) > 1
+    assert compared > 300 and capped > 50, (compared, capped)

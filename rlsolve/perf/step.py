@@ -173,30 +173,6 @@ def engine_caps(n_requests: float, groups: int = 32) -> tuple[int, ...]:
     return tuple(sorted(caps))
 
 
-_RESERVES: dict[tuple, tuple] = {}
-
-
-def _cap_reserves(arch: Architecture, lay: GenLayout, n_req: float, cap_search: bool, max_num_seqs: float | None,
-                  default_seqs: int, engine_version: str | None) -> tuple:
-    """What gen_side's engine search reads of its caps before the memory: the profile-run reserve
-    (`gen_other_bytes`) of the cap asked for (else vLLM's default), the caps it tries (None first: no cap, or
-    the one asked for) and the reserve of each after the first, with the least of those. Memoized (gen_side
-    asks it at every memory level of a layout): keyed by the architecture's identity, guarded, and by what
-    gen_other_bytes reads of the layout (tp, and whether tp x pp > 1) and engine_caps of the requests."""
-    key = (id(arch), lay.tp, lay.tp * lay.pp > 1, n_req, cap_search, max_num_seqs, default_seqs, engine_version)
-    hit = _RESERVES.get(key)
-    if hit is not None and hit[0] is arch:
-        return hit[1]
-    other = gen_other_bytes(arch, lay, max_num_seqs or default_seqs, engine_version)
-    caps = (max_num_seqs,) if max_num_seqs else (None,) + (engine_caps(n_req) if cap_search else ())
-    others = tuple(gen_other_bytes(arch, lay, c, engine_version) for c in caps[1:])
-    found = (other, caps, others, min(others, default=None))
-    if len(_RESERVES) > 4096:
-        _RESERVES.clear()
-    _RESERVES[key] = (arch, found)
-    return found
-
-
 _RUNS: dict[tuple, tuple] = {}
 _TRACES: dict[tuple, tuple] = {}
 
@@ -259,15 +235,14 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     dev = device(pool, problem.workload.precision, problem.profile)
     wb = gen_dtype_bytes(problem)
     weights = weight_bytes_per_gpu(arch, lay, wb)
+    k = max(1, int(in_flight))
+    n_req = k * wl.samples / lay.dp
     # vLLM's profile run warms the sampler up over max_num_seqs rows. Without a cap, the engine's own
     # default (frameworks/runtime.py engine_default_max_num_seqs, which cases.py asks too): a figure independent of
     # the replica count, as the engine search's count loop needs (whether a layout fits does not depend on
     # dp); the exporters then write a step's requests per replica, which may differ from it
     default_seqs = engine_default_max_num_seqs(pool.gpu.memory_gb, pool.gpu.name)
-    k = max(1, int(in_flight))
-    n_req = k * wl.samples / lay.dp
-    other, caps, others, least_other = _cap_reserves(arch, lay, n_req, cap_search, max_num_seqs, default_seqs,
-                                                     wl.engine_version)
+    other = gen_other_bytes(arch, lay, max_num_seqs or default_seqs, wl.engine_version)
     aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
     cap = capacity_bytes(pool, problem.workload.headroom)
     engine_room = min(cap - reserved, engine_cap_bytes(problem, pool)) - weights - aux_bytes
@@ -294,25 +269,26 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     prompt_tokens = prompts * wl.prompt_len
     ctx = wl.prompt_len / 2
     n_total = k * wl.samples
-    # the candidates' caps (None: no cap; `caps`) and the KV tokens each leaves (its profile run reserves for
-    # it: `others`, after the first cap's), asked only where the search runs
-    def rooms_of() -> list[float]:
-        return [kv_tokens] + [max(kv_room(o), 0.0) / kv_tok_gpu for o in others]
+    # the candidates' caps (None: no cap) and the KV tokens each leaves (its profile run reserves for it)
+    caps: tuple = (max_num_seqs,) if max_num_seqs else (None,) + (engine_caps(n_req) if cap_search else ())
 
     def bound(c: float, budget: float) -> float:
         return decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, n_total,
                                   clip=wl.clip_ratio, max_num_seqs=c)
 
     if fits and lower_bound:
-        # every candidate's KV is within the largest room (the least cap's), and a cap only raises the bound;
-        # a room never grows with the reserve (kv_room), so the largest is the least reserve's, float for float
-        top = kv_tokens if least_other is None else max(kv_tokens, max(kv_room(least_other), 0.0) / kv_tok_gpu)
+        # every candidate's KV is within the largest room (the least cap's), and a cap only raises the bound.
+        # The profile-run reserve never falls with the cap and the room never grows with the reserve, float for
+        # float (a property test), so the largest room of the caps tried is that of the least (engine_caps sorts)
+        top = kv_tokens if len(caps) < 2 else \
+            max(kv_tokens, max(kv_room(gen_other_bytes(arch, lay, caps[1], wl.engine_version)), 0.0) / kv_tok_gpu)
         decode = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, top,
                                     n_total, clip=wl.clip_ratio, max_num_seqs=float(max_num_seqs or math.inf))
         peak, limited, rep = 0.0, False, 0.0
     elif fits:
         base = float(wl.seq_max)
-        rooms = rooms_of()
+        rooms = [kv_tokens] + [max(kv_room(gen_other_bytes(arch, lay, c, wl.engine_version)), 0.0) / kv_tok_gpu
+                               for c in caps[1:]]
         floor = _prefill(arch, dev, lay, prompt_tokens, ctx)  # re-prefills only add (a property test)
         room = dict(zip(caps, rooms))  # every run the search takes is of one of these caps
         limit = {c: float(c or math.inf) for c in caps}  # a cap as the simulation takes it (None: no cap)
