@@ -1365,6 +1365,20 @@ class _TrainIndex:
 
     def __init__(self, problem: Problem, out: Candidates, mode: str):
         self.models = frozenset(aux_models(problem))
+        self.pools = [pool.n_gpus for pool in problem.pools]
+        self.by_time = sorted((c for c in out.train if c.mode == mode), key=lambda c: time_units(c.time))
+        # per (hosted models, pool): the auxiliary groups by GPUs, with the least time (ms) up to each
+        groups_of: dict[tuple, list[AuxCand]] = {}
+        for a in out.aux:
+            groups_of.setdefault((a.hosts, a.pool), []).append(a)
+        self.aux_front: dict[tuple, tuple[list[int], list[int]]] = {}
+        for key, cs in groups_of.items():
+            gpus, least = [], []
+            for a in sorted(cs, key=lambda a: (a.gpus, time_units(a.time))):
+                gpus.append(a.gpus)
+                least.append(min(time_units(a.time), least[-1]) if least else time_units(a.time))
+            self.aux_front[key] = (gpus, least)
+        self.completions: dict[tuple, int | None] = {}
         self.lists: dict[tuple, tuple[list[int], list[int], list[TrainCand]]] = {}
         groups: dict[tuple, list[TrainCand]] = {}
         for c in out.train:
@@ -1406,6 +1420,45 @@ class _TrainIndex:
         found = [self._query((q, want), pool_gpus - n if q == pool else math.inf) for q in range(n_pools)]
         found = [c for c in found if c is not None]
         return min(found, key=lambda c: time_units(c.time)) if found else None
+
+    def completing(self, pool: int, n: int, hosts: frozenset) -> int | None:
+        """The least training-side time (ms) of a plan with n engine GPUs of `pool` hosting `hosts`: a
+        disaggregated trainer that hosts none of the engines' models (each model runs in exactly one place:
+        `Program._placement`) and fits beside them, plus, where the two leave models unhosted, the fastest
+        auxiliary group (of the candidates) hosting exactly those that fits in what the two leave of its
+        pool (`Program._world`; its forwards add to the trainers' time: `Program._pipeline`). None: no plan
+        has these engines. On one pool without auxiliary groups, the time of the trainer hosting the models
+        the engines do not (`disagg` with `hosts`); never below `disagg`'s."""
+        key = (pool, n, hosts)
+        if key in self.completions:
+            return self.completions[key]
+        best = None
+        for c in self.by_time:
+            t = time_units(c.time)
+            if best is not None and t >= best:
+                break  # (trainers come fastest first; a group only adds)
+            if c.hosts & hosts:
+                continue
+            free = list(self.pools)
+            free[pool] -= n
+            free[c.pool] -= c.gpus
+            if free[pool] < 0 or free[c.pool] < 0:
+                continue
+            rest = self.models - hosts - c.hosts
+            if rest:
+                fastest = None
+                for q, left in enumerate(free):
+                    front = self.aux_front.get((rest, q))
+                    i = bisect.bisect_right(front[0], left) - 1 if front else -1
+                    if i >= 0 and (fastest is None or front[1][i] < fastest):
+                        fastest = front[1][i]
+                if fastest is None:
+                    continue  # the models left have no group that fits
+                t += fastest
+            if best is None or t < best:
+                best = t
+        self.completions[key] = best
+        return best
 
 
 def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool, out: Candidates,
@@ -1476,15 +1529,16 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                         if all((lay.tp, lay.pp, lay.ep, h, qq, kk) in dead for h, qq, _, kk in host_variants):
                             dead_shapes.add((lay.tp, lay.pp, lay.ep))
                         continue
-                    t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools))
-                    if t is not None and bounded and len(problem.pools) == 1 and not out.aux:
-                        # one pool and no auxiliary group: each model runs on the engines or the
-                        # trainers (exactly once: `Program._placement`), so these engines pair
-                        # only with trainers hosting the others
-                        t = disagg.disagg(p, n, pool.n_gpus, 1, hosts)
-                    if t is None:
+                    if bounded:
+                        # the least training side of a plan with these engines: a trainer hosting none of
+                        # their models, and a group for the models neither hosts (None: no plan has them)
+                        tt = disagg.completing(p, n, hosts)
+                    else:
+                        t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools))
+                        tt = None if t is None else time_units(t.time)
+                    if tt is None:
                         continue
-                    bound = {m: compose_step(m, tg, time_units(t.time), recv, 0) for m in allowed_in}
+                    bound = {m: compose_step(m, tg, tt, recv, 0) for m in allowed_in}
                     tasks.append((bound, (1, n, li, hi), "disagg", n, lay, (hosts, allowed_in, k), q, recv_s))
     if incumbent is None:
         incumbent = {m: INF_TIME for m in modes}
