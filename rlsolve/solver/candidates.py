@@ -37,7 +37,8 @@ against plans already found also prune. A first plan per mode comes from a few t
 shapes (`_probe_incumbents`); then whatever cannot come within RUNNER_UP_MARGIN of the best
 plan of every mode it serves is dropped: training GPU counts by `train_time_lower_bound`
 (GEMM FLOPs at the device's fastest rate; colocated, plus `_ColocatedEngineFloor`), engines
-best first by `gen_side(lower_bound=True)` with the fastest trainer they fit beside, then
+best first by `gen_side(lower_bound=True)` with the least training side that completes a plan
+with them (a trainer hosting none of their models, plus a group for the models neither hosts), then
 trainers, engines and auxiliary groups by the fastest partner left. Each bound has a
 property test."""
 from __future__ import annotations
@@ -1466,9 +1467,10 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     memo: dict | None = None, margin: bool = True) -> list[GenCand]:
     """Engine candidates of pool p. `bounded` (throughput, no price cap, no linear
     constraint): best first by a lower bound of the best plan each can be part of
-    (`gen_side(lower_bound=True)` and the fastest trainer it can pair with); one whose bound
-    exceeds the best plan already found in every mode it serves (plus RUNNER_UP_MARGIN) is
-    not simulated, since it cannot be part of an optimal plan. `incumbent` (per mode, ms): the plans found before,
+    (`gen_side(lower_bound=True)` and the least training side it can complete a plan with:
+    `_TrainIndex.completing`; none: not scored); one whose bound exceeds the best plan already
+    found in every mode it serves (plus RUNNER_UP_MARGIN) is not simulated, since it cannot be
+    part of an optimal plan. `incumbent` (per mode, ms): the plans found before,
     updated with the ones found here."""
     pool = problem.pools[p]
     memo = {} if memo is None else memo
