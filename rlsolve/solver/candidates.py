@@ -1500,6 +1500,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         limit = (_relaxed(incumbent) if margin else incumbent) if bounded and incumbent is not None else None
         fastest = min((time_units(c.time) for c in out.train if c.mode == "disagg"), default=INF_TIME)
         dead: set[tuple] = set()
+        floors: dict[tuple, int] = {}  # per key below: the bound (ms) of its engines at the last larger count
         # an async engine decodes several steps' rollouts at once (rollout_steps_in_flight), so
         # its time differs from the same engine's in sync: one candidate per such group of modes
         host_variants = [(hosts, q, group, k) for hosts, q, allowed_in in _gen_host_variants(problem, d_modes)
@@ -1521,25 +1522,32 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     key = (lay.tp, lay.pp, lay.ep, hosts, q, k)
                     if key in dead:
                         continue
+                    # bounded: the least training side of a plan with these engines (a trainer hosting none of
+                    # their models, and a group for the models neither hosts); none: no plan has them
+                    tt = disagg.completing(p, n, hosts) if bounded else None
+                    if bounded and tt is None:
+                        continue
+                    if limit is not None and key in floors and all(
+                            compose_step(m, floors[key], tt, recv, 0) > limit[m] for m in allowed_in):
+                        # the same engines on more GPUs bound these (the bound never falls with fewer
+                        # replicas): beyond the limit here, so the loop below would skip them; not scored.
+                        # (Not dead: a smaller count may leave room for a faster trainer.)
+                        continue
                     lb = _engine_side(problem, p, lay, memo, hosts=hosts, quant=q, lower_bound=True, in_flight=k)
                     if not lb.fits:
                         continue
-                    tg = _lb_units(lb.time)
+                    tg = floors[key] = _lb_units(lb.time)
                     if limit is not None and all(tg + recv + (fastest if m == "sync" else 0) > limit[m]
                                                  for m in allowed_in):
                         dead.add(key)
                         if all((lay.tp, lay.pp, lay.ep, h, qq, kk) in dead for h, qq, _, kk in host_variants):
                             dead_shapes.add((lay.tp, lay.pp, lay.ep))
                         continue
-                    if bounded:
-                        # the least training side of a plan with these engines: a trainer hosting none of
-                        # their models, and a group for the models neither hosts (None: no plan has them)
-                        tt = disagg.completing(p, n, hosts)
-                    else:
+                    if not bounded:
                         t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools))
-                        tt = None if t is None else time_units(t.time)
-                    if tt is None:
-                        continue
+                        if t is None:
+                            continue
+                        tt = time_units(t.time)
                     bound = {m: compose_step(m, tg, tt, recv, 0) for m in allowed_in}
                     tasks.append((bound, (1, n, li, hi), "disagg", n, lay, (hosts, allowed_in, k), q, recv_s))
     if incumbent is None:
