@@ -664,6 +664,25 @@ def test_engine_lower_bound_never_falls_with_fewer_replicas():
     assert checked > 100
 
 
+def test_engine_lower_bound_never_falls_with_more_reserved_memory():
+    """Monotonicity the colocated engines' levels rely on (`_gen_candidates`): the same engine layout with
+    more memory held by training never gives a smaller `gen_side(lower_bound=True)` time, and once it no
+    longer fits it fits at no higher level (so a level beyond the limit leaves every higher one beyond it)."""
+    checked = 0
+    for problem in _random_problems(10, 21):
+        pool = problem.pools[0]
+        for n in role_counts(pool)[:5]:
+            for lay in list(gen_universe(problem, pool, n))[:6]:
+                sides = [gen_side(problem, pool, lay, reserved=r * 1e9, lower_bound=True)
+                         for r in (0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64)]
+                fits = [g.fits for g in sides]
+                assert fits == sorted(fits, reverse=True), fits
+                times = [g.time for g in sides if g.fits]
+                assert all(b >= a for a, b in zip(times, times[1:])), times
+                checked += len(times)
+    assert checked > 200, checked
+
+
 def test_more_recompute_is_never_faster_and_keeps_the_same_states():
     """Dominance: the least recompute that fits is the only one scored."""
     for problem in _random_problems(8, 14):

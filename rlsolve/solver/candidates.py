@@ -1480,16 +1480,25 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
     d_modes = [m for m in modes if m in ("sync", "async")]
     order = 0
     coloc_counts = sorted({c.gpus for c in out.train if c.mode == "colocated" and c.pool == p})
+    # the colocated limit the task loop below starts from (it only falls)
+    c_limit = (_relaxed(incumbent) if margin else incumbent).get("colocated", INF_TIME) \
+        if bounded and incumbent is not None else None
     for n in coloc_counts:
         levels = sorted({c.reserved_gb for c in out.train if c.mode == "colocated" and c.pool == p and c.gpus == n})
         for _, lay in _legal_engines(problem, p, n, memo, deadline):
             sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
+            low = None  # the engines' side of the bound at the last level scored (ms)
             for lv in levels:
+                t = coloc.colocated(p, n, lv)
+                if c_limit is not None and low is not None and low + time_units(t.time) > c_limit:
+                    # more held memory never lowers the engines' bound (a property test), so this level's
+                    # bound is beyond the limit too and the task loop would skip it: not scored
+                    continue
                 lb = _engine_side(problem, p, lay, memo, reserved_gb=lv, lower_bound=True)
                 if not lb.fits:
                     break  # more reserved memory fits even less
-                t = coloc.colocated(p, n, lv)
-                bound = _lb_units(lb.time + engine_release_time(lb) + sync) + time_units(t.time)
+                low = _lb_units(lb.time + engine_release_time(lb) + sync)
+                bound = low + time_units(t.time)
                 tasks.append(({"colocated": bound}, (0, order), "colocated", n, lay, lv, "none", sync))
                 order += 1
     if d_modes:
