@@ -19,6 +19,9 @@ recorder (no Ray), its Logger and CheckpointManager stand-ins, and it stops wher
 __init__ (nemo_rl/environments/reward_model_environment.py L88-156) runs on the config's env.reward_model:
 its config assertions, then the RayVirtualCluster of the reward model's own GPUs, recorded; it stops there
 (before the tokenizer and the Policy, which load weights).
+An async GRPO export (grpo.async_grpo.enabled) then goes through `grpo.async_grpo_train`'s own checks of the
+config (an async generation engine, importance-sampling correction: v0.7.0 grpo.py L3360-3386), which
+run_grpo.py meets only once the workers are up; it stops where the function imports its async utilities.
 A PPO export (one with a `ppo` section, for examples/run_ppo.py) goes through the same steps with PPO's own
 classes: `nemo_rl.algorithms.ppo.MasterConfig` (its ValueConfig for the critic, PPOConfig, MseValueLossConfig) and
 `ppo.setup` up to its cluster (ppo.py L187-415: the value model's config assertions, the colocated-generation
@@ -26,7 +29,8 @@ assertion, the reward model's share of the cluster; it stops at CheckpointManage
 `nemo_rl.models.value.lm_value.Value.__init__` runs on the config's value section with the policy's cluster (ppo.py
 L484-496 builds the Value workers on it): its backend choice and world-size arithmetic, up to the worker sharding it
 lays out (pp x dp x cp x tp over the cluster's GPUs), recorded; it stops before it makes a Ray queue and workers.
-Prints one JSON line per export: the validated config, the clusters ({name: GPUs per node bundle list}) and, for
+Prints one JSON line per export: the validated config, the clusters ({name: GPUs per node bundle list}),
+"async_checks": "passed" for an async GRPO export, and, for
 PPO, the value model's sharding ({axis: size}); or the error.
 
 Shims (the least that lets `nemo_rl.algorithms.grpo` import on a CPU-only machine with the other
@@ -133,6 +137,8 @@ def check(checkout: Path, exports: list[Path]) -> list[dict]:
                         row["value_sharding"] = _value_sharding(Master(**config).value, policy_gpus)
                     if "reward_model" in (config.get("env") or {}):
                         clusters.update(_reward_model_cluster(config["env"]["reward_model"]))
+                    if not is_ppo and config["grpo"]["async_grpo"]["enabled"]:
+                        row["async_checks"] = _async_grpo_checks(Master(**config))
                 row["clusters"] = clusters
                 out.append(row)
             except Exception as e:  # the framework's verdict, reported to the test
@@ -222,6 +228,27 @@ def _value_sharding(value_config: dict, world_size: int) -> dict[str, int]:
             pass
     sharding = value.sharding_annotations
     return {name: sharding.get_axis_size(name) for name in sharding.names}
+
+
+def _async_grpo_checks(master) -> str:
+    """grpo.async_grpo_train's own checks of the config, which examples/run_grpo.py meets only once it calls
+    it with the workers built (v0.7.0 grpo.py L3360-3386: an async vLLM engine, importance-sampling
+    correction, router replay): run as written up to its first use of a worker, the async utilities it then
+    imports (stood in: they stop it there). "passed", or their AssertionError / NotImplementedError."""
+    from unittest import mock
+    import nemo_rl.algorithms.grpo as grpo
+
+    class Stops(types.ModuleType):
+        def __getattr__(self, name):
+            raise _Stop("config checks passed")
+
+    with mock.patch.dict(sys.modules, {"nemo_rl.algorithms.async_utils": Stops("nemo_rl.algorithms.async_utils")}):
+        try:
+            grpo.async_grpo_train(None, None, None, None, None, None, {}, None, None, None, {}, master,
+                                  max_trajectory_age_steps=master.grpo["async_grpo"]["max_trajectory_age_steps"])
+        except _Stop:
+            return "passed"
+    raise AssertionError("async_grpo_train went past its config checks without importing async_utils")
 
 
 def _reward_model_cluster(rm_config: dict) -> dict[str, list[int]]:

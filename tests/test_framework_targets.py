@@ -266,7 +266,10 @@ def test_nemo_rl_exports_pass_nemo_rl_config_validation(tmp_path, nemo_rl_checko
         else:
             assert made == {"grpo_train_cluster": job.train.gpus, "grpo_inference_cluster": job.gen.gpus,
                             **rm_cluster(job)}, (row["file"], made)
+        # an async GRPO export also passes async_grpo_train's own config checks (async engine, IS correction)
+        assert row.get("async_checks") == ("passed" if job.mode == "async" else None), row["file"]
     assert any("grpo_reward_model_cluster" in row["clusters"] for row in rows[:-1])  # the 70B reward model's case
+    assert any(job.mode == "async" for job in jobs)  # async_grpo_train's checks ran
     assert any("value_sharding" in row for row in rows[:-1])  # the PPO examples' (ppo.setup and Value ran)
     assert "train_micro_batch_size" in rows[-1]["error"]
 
