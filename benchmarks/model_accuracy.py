@@ -69,6 +69,17 @@ def print_groups(data: dict, report) -> None:
                   f"max {s['max_abs_error']:.1%}")
     for phase, s in summary.get("rl_phases", {}).items():
         print(f"rl_step  phase {phase:12s} {s['rows']:3d} rows, median |error| {s['median_abs_error']:.1%}")
+    # which phase carries a family's step error: the signed median per phase of the rows that publish
+    # their breakdown, and the seconds the model misses there (measured - predicted, median)
+    signed: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    for r in report.rows:
+        measured = r.extra.get("phases_measured_s") or {}
+        for phase, e in (r.extra.get("phase_errors") or {}).items():
+            family = r.id.split("-")[0].rstrip("0123456789") or r.id
+            signed[(family, phase)].append((e, -float(measured[phase]) * e))
+    for (family, phase), xs in sorted(signed.items()):
+        med, missed = statistics.median(e for e, _ in xs), statistics.median(s for _, s in xs)
+        print(f"rl_step  {family:10s} phase {phase:12s} {len(xs):3d} rows, median {med:+.1%}, missed {missed:+.1f} s")
 
 
 if __name__ == "__main__":

@@ -667,6 +667,8 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
     if seqs is None and fw is not None and fw.max_num_seqs.value is not None:
         seqs = default("max_num_seqs", fw.max_num_seqs)
     async_engine = gen.get("async_engine")
+    if async_engine is None and fw is not None and fw.async_engine_always is not None:
+        async_engine = default("vLLM's AsyncLLM in every mode", fw.async_engine_always)
     if async_engine is None and mode == "async" and fw is not None and fw.async_engine_when_async is not None:
         async_engine = default("vLLM async_engine in async mode", fw.async_engine_when_async)
     if seqs is None and async_engine:

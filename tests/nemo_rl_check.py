@@ -19,6 +19,12 @@ recorder (no Ray), its Logger and CheckpointManager stand-ins, and it stops wher
 __init__ (nemo_rl/environments/reward_model_environment.py L88-156) runs on the config's env.reward_model:
 its config assertions, then the RayVirtualCluster of the reward model's own GPUs, recorded; it stops there
 (before the tokenizer and the Policy, which load weights).
+Then `VllmGeneration.__init__` on the engines' cluster (grpo.py L876) up to its placement groups, after what
+run_grpo.py and grpo.setup do to the generation config (configure_generation_config, model_name): its checks of
+the engine config (vllm_generation.py L105-170), and the engines' sharding it lays out, recorded.
+An async GRPO export (grpo.async_grpo.enabled) then goes through `grpo.async_grpo_train`'s own checks of the
+config (an async generation engine, importance-sampling correction: v0.7.0 grpo.py L3360-3386), which
+run_grpo.py meets only once the workers are up; it stops where the function imports its async utilities.
 A PPO export (one with a `ppo` section, for examples/run_ppo.py) goes through the same steps with PPO's own
 classes: `nemo_rl.algorithms.ppo.MasterConfig` (its ValueConfig for the critic, PPOConfig, MseValueLossConfig) and
 `ppo.setup` up to its cluster (ppo.py L187-415: the value model's config assertions, the colocated-generation
@@ -26,7 +32,8 @@ assertion, the reward model's share of the cluster; it stops at CheckpointManage
 `nemo_rl.models.value.lm_value.Value.__init__` runs on the config's value section with the policy's cluster (ppo.py
 L484-496 builds the Value workers on it): its backend choice and world-size arithmetic, up to the worker sharding it
 lays out (pp x dp x cp x tp over the cluster's GPUs), recorded; it stops before it makes a Ray queue and workers.
-Prints one JSON line per export: the validated config, the clusters ({name: GPUs per node bundle list}) and, for
+Prints one JSON line per export: the validated config, the clusters ({name: GPUs per node bundle list}),
+the engines' sharding ({axis: size}), "async_checks": "passed" for an async GRPO export, and, for
 PPO, the value model's sharding ({axis: size}); or the error.
 
 Shims (the least that lets `nemo_rl.algorithms.grpo` import on a CPU-only machine with the other
@@ -133,6 +140,11 @@ def check(checkout: Path, exports: list[Path]) -> list[dict]:
                         row["value_sharding"] = _value_sharding(Master(**config).value, policy_gpus)
                     if "reward_model" in (config.get("env") or {}):
                         clusters.update(_reward_model_cluster(config["env"]["reward_model"]))
+                    if not is_ppo and config["grpo"]["async_grpo"]["enabled"]:
+                        row["async_checks"] = _async_grpo_checks(Master(**config))
+                    engines = clusters.get("grpo_inference_cluster", clusters.get("grpo_policy_cluster"))
+                    row["engine_sharding"] = _vllm_engine_checks(config, sum(engines),
+                                                                 config["cluster"]["gpus_per_node"])
                 row["clusters"] = clusters
                 out.append(row)
             except Exception as e:  # the framework's verdict, reported to the test
@@ -221,6 +233,62 @@ def _value_sharding(value_config: dict, world_size: int) -> dict[str, int]:
         except _Stop:
             pass
     sharding = value.sharding_annotations
+    return {name: sharding.get_axis_size(name) for name in sharding.names}
+
+
+def _async_grpo_checks(master) -> str:
+    """grpo.async_grpo_train's own checks of the config, which examples/run_grpo.py meets only once it calls
+    it with the workers built (v0.7.0 grpo.py L3360-3386: an async vLLM engine, importance-sampling
+    correction, router replay): run as written up to its first use of a worker, the async utilities it then
+    imports (stood in: they stop it there). "passed", or their AssertionError / NotImplementedError."""
+    from unittest import mock
+    import nemo_rl.algorithms.grpo as grpo
+
+    class Stops(types.ModuleType):
+        def __getattr__(self, name):
+            raise _Stop("config checks passed")
+
+    with mock.patch.dict(sys.modules, {"nemo_rl.algorithms.async_utils": Stops("nemo_rl.algorithms.async_utils")}):
+        try:
+            grpo.async_grpo_train(None, None, None, None, None, None, {}, None, None, None, {}, master,
+                                  max_trajectory_age_steps=master.grpo["async_grpo"]["max_trajectory_age_steps"])
+        except _Stop:
+            return "passed"
+    raise AssertionError("async_grpo_train went past its config checks without importing async_utils")
+
+
+def _vllm_engine_checks(config: dict, world_size: int, gpus_per_node: int) -> dict[str, int]:
+    """VllmGeneration.__init__ on the engines' cluster up to its placement groups: its own checks of the
+    engine config (v0.7.0 vllm_generation.py L105-170: pipeline parallelism needs the async engine, EP a
+    multiple of TP and, other than TP, no async engine; sampling parameters; required keys), after what
+    examples/run_grpo.py (configure_generation_config, with a tokenizer's ids stood in) and grpo.setup
+    (L810 model_name) do to the generation config. Returns the engines' sharding ({axis: size})."""
+    import copy
+    import nemo_rl.models.generation.vllm.vllm_generation as vg
+    from nemo_rl.models.generation import configure_generation_config
+
+    class Tokenizer:
+        pad_token_id, eos_token_id = 0, 1
+
+    class Cluster:  # what VllmGeneration.__init__ asks of the RayVirtualCluster before it places workers
+        num_gpus_per_node = gpus_per_node
+
+        def world_size(self):
+            return world_size
+
+        def _init_placement_groups(self, *args, **kwargs):
+            raise _Stop("engine config checked")
+
+    generation = configure_generation_config(copy.deepcopy(config["policy"]["generation"]), Tokenizer())
+    generation["model_name"] = config["policy"]["model_name"]
+    engine = vg.VllmGeneration.__new__(vg.VllmGeneration)
+    # its __del__ shuts the workers down (and prints, to stdout, when there are none): none were made
+    engine.worker_group = types.SimpleNamespace(shutdown=lambda **kwargs: True)
+    try:
+        engine.__init__(Cluster(), generation)
+    except _Stop:
+        pass
+    sharding = engine.sharding_annotations
     return {name: sharding.get_axis_size(name) for name in sharding.names}
 
 

@@ -17,13 +17,27 @@ import rlsolve
 from rlsolve.cli.main import main
 from rlsolve.errors import InfeasibleError, SpecError
 from rlsolve.export import PINS, TARGETS, ExportResult, export_plan, prepare
+from rlsolve.frameworks.runtime import engine_default_max_num_seqs
 from rlsolve.plan import LAYOUT_KEYS, Layout
+from rlsolve.solver.rules import pool_named
 
 from conftest import EXAMPLES
 
 # --- cases: the example plans (solved once) and hand-written layouts ----------------------------
 
 _plans: dict[str, dict] = {}
+
+
+def engine_cap_as_planned(cap: int, job) -> bool:
+    """An exported max_num_seqs is the plan's cap; without one, a cap that never binds (at least a step's
+    requests per replica, staleness+1 steps in flight) and, where that many fit in it, vLLM's default for the
+    GPU, the cap the plan's engine reserved its profile run for (perf.step.gen_side)."""
+    if job.opt.max_num_seqs:
+        return cap == job.opt.max_num_seqs
+    pool = pool_named(job.problem, job.gen.pool, "generation pool")
+    default = engine_default_max_num_seqs(pool.gpu.memory_gb, pool.gpu.name)
+    requests = math.ceil(job.samples * (job.staleness + 1) / job.g.dp)
+    return cap >= requests and (cap == default or default < requests)
 
 
 def example_case(path: Path) -> tuple[dict, dict]:
@@ -190,7 +204,7 @@ def check_verl(job, d: dict) -> None:
     assert job.gen.gpus // (g.tp * g.pp * dp_size) * dp_size == g.dp  # servers x replicas per server
     assert d.get(f"{ar}.rollout.expert_parallel_size", 1) == g.ep
     assert d[f"{ar}.rollout.gpu_memory_utilization"] == opt.gpu_memory_utilization
-    assert d[f"{ar}.rollout.max_num_seqs"] == (opt.max_num_seqs or math.ceil(job.samples * (job.staleness + 1) / g.dp))
+    assert engine_cap_as_planned(d[f"{ar}.rollout.max_num_seqs"], job)
     offload = opt.train_offload_during_rollout
     if mega:
         m = f"{ar}.actor.megatron."
@@ -296,7 +310,7 @@ def check_vllm(job, text: str) -> None:
     assert d["--data-parallel-size"] * servers == g.dp
     assert g.tp * g.pp * d["--data-parallel-size"] * servers == job.gen.gpus
     assert d["--gpu-memory-utilization"] == opt.gpu_memory_utilization
-    assert d["--max-num-seqs"] == (opt.max_num_seqs or math.ceil(job.samples * (job.staleness + 1) / g.dp))
+    assert engine_cap_as_planned(d["--max-num-seqs"], job)
     assert d["--max-model-len"] == job.max_len
     assert ("--enable-sleep-mode" in d) == job.colocated
     assert ("--enable-expert-parallel" in d) == (g.ep > 1)
@@ -323,7 +337,7 @@ def check_sglang(job, text: str) -> None:
     else:
         assert d["--mem-fraction-static"] == round((mem.weights + mem.kv_cache) / mem.capacity, 3)
         assert d["--mem-fraction-static"] < opt.gpu_memory_utilization
-    assert d["--max-running-requests"] == attn * (opt.max_num_seqs or math.ceil(job.samples * (job.staleness + 1) / g.dp))
+    assert d["--max-running-requests"] % attn == 0 and engine_cap_as_planned(d["--max-running-requests"] // attn, job)
     assert d["--context-length"] == job.max_len
     assert ("--enable-memory-saver" in d) == job.colocated
 

@@ -56,8 +56,8 @@ def solved(example: Path, framework: str):
     if key not in _plans:
         spec = yaml.safe_load(example.read_text())
         spec["target"] = {"framework": framework}
-        try:
-            _plans[key] = (spec, rlsolve.solve(spec).model_dump(mode="json"))
+        try:  # (a time limit a loaded machine meets too: these tests check exports, not solve time)
+            _plans[key] = (spec, rlsolve.solve(spec, time_limit_s=120).model_dump(mode="json"))
         except SpecError as e:
             _plans[key] = e
     return _plans[key]
@@ -240,12 +240,19 @@ def test_nemo_rl_exports_pass_nemo_rl_config_validation(tmp_path, nemo_rl_checko
         path.write_text(res.text)
         jobs.append(prepare(plan, spec))
         files.append(path)
-    broken = tmp_path / "broken.yaml"
-    doc = yaml.safe_load(files[0].read_text())
-    doc["policy"]["train_micro_batch_size"] = "eight"
-    broken.write_text(yaml.safe_dump(doc))
-    rows = _nemo_rl_check(nemo_rl_checkout, *files, broken)
-    assert len(rows) == len(files) + 1
+    # wrong values, each refused by NeMo-RL's own code: its config classes, async_grpo_train's checks (an async
+    # export on vLLM's synchronous engine) and VllmGeneration's (a sampling parameter out of range)
+    broken = [tmp_path / f"broken-{k}.yaml" for k in range(3)]
+    first_async = next(f for f, job in zip(files, jobs) if job.mode == "async")
+    for path, source, change in ((broken[0], files[0], lambda d: d["policy"].update(train_micro_batch_size="eight")),
+                                 (broken[1], first_async,
+                                  lambda d: d["policy"]["generation"]["vllm_cfg"].update(async_engine=False)),
+                                 (broken[2], files[0], lambda d: d["policy"]["generation"].update(top_p=0.0))):
+        doc = yaml.safe_load(source.read_text())
+        change(doc)
+        path.write_text(yaml.safe_dump(doc))
+    rows = _nemo_rl_check(nemo_rl_checkout, *files, *broken)
+    assert len(rows) == len(files) + 3
     for job, row in zip(jobs, rows):
         assert "error" not in row, (row["file"], row.get("error"), row.get("trace"))
         config = row["config"]
@@ -266,9 +273,16 @@ def test_nemo_rl_exports_pass_nemo_rl_config_validation(tmp_path, nemo_rl_checko
         else:
             assert made == {"grpo_train_cluster": job.train.gpus, "grpo_inference_cluster": job.gen.gpus,
                             **rm_cluster(job)}, (row["file"], made)
-    assert any("grpo_reward_model_cluster" in row["clusters"] for row in rows[:-1])  # the 70B reward model's case
-    assert any("value_sharding" in row for row in rows[:-1])  # the PPO examples' (ppo.setup and Value ran)
-    assert "train_micro_batch_size" in rows[-1]["error"]
+        # an async GRPO export also passes async_grpo_train's own config checks (async engine, IS correction)
+        assert row.get("async_checks") == ("passed" if job.mode == "async" else None), row["file"]
+        # and VllmGeneration's (pp, ep and the async engine, sampling, required keys) lays the plan's engines out
+        assert row["engine_sharding"] == {"data_parallel": job.g.dp, "pipeline_parallel": job.g.pp,
+                                          "tensor_parallel": job.g.tp}, row["file"]
+    assert any("grpo_reward_model_cluster" in row["clusters"] for row in rows[:-3])  # the 70B reward model's case
+    assert any("value_sharding" in row for row in rows[:-3])  # the PPO examples' (ppo.setup and Value ran)
+    assert "train_micro_batch_size" in rows[-3]["error"]
+    assert "async_engine=true" in rows[-2]["error"], rows[-2].get("error")
+    assert "top_p" in rows[-1]["error"], rows[-1].get("error")
 
 
 RM_BASE = {"cluster": {"gpu": "H100-SXM-80GB", "nodes": 1, "network": "IB-NDR-400"},

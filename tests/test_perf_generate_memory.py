@@ -100,3 +100,23 @@ def test_without_a_cap_the_reserve_is_the_engine_defaults_and_a_chosen_cap_reser
     assert uncapped.max_num_seqs is None
     assert uncapped.other == pytest.approx(gen_other_bytes(few.policy, lay, 1024))
     assert gen_side(few, few.pool, GenLayout(tp=1, dp=1)).other == pytest.approx(uncapped.other)
+
+
+def test_an_engine_whose_target_cannot_cap_it_runs_at_the_cap_its_framework_builds_it_with():
+    """OpenRLHF has no max_num_seqs flag and builds every engine as vLLM's AsyncLLMEngine from engine args
+    without it (runtime.yaml async_engine_always), so its engines run at most the scheduler's engine-context
+    default (128): a plan without a cap is scored, and reserves its profile run, as one capped there, not as
+    an engine holding every request. A target that can set the cap exports one that never binds."""
+    spec = {**SPEC, "rl": {**SPEC["rl"], "prompts_per_step": 256, "samples_per_prompt": 8}}
+    capped_at = runtime().engine_context_max_num_seqs.value
+    assert capped_at == 128
+    lay = GenLayout(tp=1, dp=8)  # 256 requests per replica: the cap binds
+    openrlhf = resolve(load_spec({**spec, "target": {"framework": "openrlhf"}}))
+    side = gen_side(openrlhf, openrlhf.pool, lay, cap_search=False)
+    as_capped = gen_side(openrlhf, openrlhf.pool, lay, max_num_seqs=capped_at, cap_search=False)
+    assert side.max_num_seqs is None and side.peak_batch <= capped_at + 1
+    assert (side.decode, side.other, side.kv_tokens) == (as_capped.decode, as_capped.other, as_capped.kv_tokens)
+    # at vLLM's LLM-class default (1024 on an H100, frameworks whose engines differ: none) all 256 run at once
+    llm_class = resolve(load_spec(spec))
+    uncapped = gen_side(llm_class, llm_class.pool, lay, cap_search=False)
+    assert uncapped.peak_batch > capped_at + 1 and uncapped.decode < side.decode

@@ -16,6 +16,9 @@ from typing import Any, Iterable
 import yaml
 
 from rlsolve.models import Architecture
+from rlsolve.frameworks.runtime import engine_default_max_num_seqs
+from rlsolve.perf.generate import GenLayout, gen_other_bytes
+from rlsolve.perf.hw import GB
 from rlsolve.perf.step import AuxSide, aux_side
 from rlsolve.plan import Layout
 from rlsolve.resolve import PoolHW, Problem
@@ -232,14 +235,31 @@ class Job:
         return var
 
     def max_num_seqs(self) -> int:
-        """The engine's concurrent-sequence cap. The plan's value, or (plan: no cap beyond KV memory)
-        a step's samples per engine replica, in flight for staleness+1 steps, so it never binds."""
+        """The engine's concurrent-sequence cap. The plan's value, or (plan: no cap beyond KV memory) one
+        that never binds: vLLM's default for the GPU, which the plan's engine reserved its profile run for
+        (perf.step.gen_side), or, where a step's samples per engine replica in flight for staleness+1 steps
+        are more, that many (the profile run then reserves for more rows than the plan counted)."""
         if self.opt.max_num_seqs:
             return int(self.opt.max_num_seqs)
-        cap = math.ceil(self.samples * (self.staleness + 1) / max(1, self.g.dp))
-        self.notes.note(f"max_num_seqs {cap}: the plan sets no cap beyond KV memory, so the cap is a whole "
-                        f"step's samples per engine replica (it never binds)")
-        return cap
+        pool = pool_named(self.problem, self.gen.pool, "plan.resource_allocation.generation.pool")
+        default = engine_default_max_num_seqs(pool.gpu.memory_gb, pool.gpu.name)
+        requests = math.ceil(self.samples * (self.staleness + 1) / max(1, self.g.dp))
+        if requests <= default:
+            self.notes.note(f"max_num_seqs {default}: the plan sets no cap beyond KV memory; vLLM's default for "
+                            f"the GPU, which the plan's engine reserved memory for, holds a step's {requests} "
+                            f"requests per replica (it never binds)")
+            return default
+        g = self.g
+        lay = GenLayout(tp=g.tp, pp=g.pp, dp=g.dp, ep=g.ep)
+        more = gen_other_bytes(self.problem.policy, lay, requests, self.problem.workload.engine_version) - \
+            gen_other_bytes(self.problem.policy, lay, default, self.problem.workload.engine_version)
+        # (the plan's engine reserved for vLLM's default: perf.step.gen_side keeps whether a layout fits
+        # independent of the replica count; the difference is said, not hidden)
+        self.notes.note(f"max_num_seqs {requests}: the plan sets no cap beyond KV memory, so the cap is a step's "
+                        f"samples per engine replica (it never binds); vLLM's profile run reserves {more / GB:.2f} GB "
+                        f"per GPU more than the plan counted (its sampler warm-up over {requests} rows, not "
+                        f"{default}), so the KV cache comes out that much smaller")
+        return requests
 
     @property
     def heterogeneous(self) -> bool:

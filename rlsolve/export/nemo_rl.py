@@ -62,18 +62,22 @@ def values(job: Job) -> dict[str, Any]:
         v["grpo.async_grpo.enabled"] = job.mode == "async"
         if job.mode == "async":
             v["grpo.async_grpo.max_trajectory_age_steps"] = job.staleness
+            # async_grpo_train's own checks (v0.7.0 grpo.py L3364-3373): rollouts on vLLM's async engine, and
+            # importance-sampling correction of the off-policy samples (grpo_math_1B.yaml has both off)
+            v["policy.generation.vllm_cfg.async_engine"] = True
+            v["loss_fn.use_importance_sampling_correction"] = True
     else:
         v.update(_ppo(job))
     v.update(_backend("policy", t, strategy(job) == "megatron", opt.train_offload_during_rollout))
     gv = "policy.generation.vllm_cfg."
     v.update({gv + "tensor_parallel_size": g.tp, gv + "pipeline_parallel_size": g.pp,
               gv + "expert_parallel_size": g.ep, gv + "max_model_len": job.max_len})
-    if g.pp > 1:
-        # NeMo-RL v0.7.0 vllm_generation.py L117-121: rollout PP runs only on vLLM's async engine, whose
-        # AsyncLLM caps an engine at 128 sequences unless told (engine context): pass the plan's cap through
-        # vllm_kwargs (vllm_worker.py L271, L456), as the engine the plan scored holds them all
+    if g.pp > 1:  # NeMo-RL v0.7.0 vllm_generation.py L117-121: rollout PP runs only on vLLM's async engine
         v[gv + "async_engine"] = True
-        v["policy.generation.vllm_kwargs.max_num_seqs"] = job.max_num_seqs()
+    # the engine's cap, the plan's (or one that never binds: the engine the plan scored holds every request),
+    # passed to vllm.LLM / AsyncEngineArgs through vllm_kwargs (vllm_worker.py L271, L456): without it vLLM
+    # caps the engine at its own default (1024 or 256 sequences; an async engine's AsyncLLM at 128)
+    v["policy.generation.vllm_kwargs.max_num_seqs"] = job.max_num_seqs()
     util = job.memory_fraction("NeMo-RL", "0.6")
     if util is not None:
         v[gv + "gpu_memory_utilization"] = util

@@ -100,6 +100,8 @@ class FrameworkRuntime(_Strict):
     # the framework's asynchronous (off-policy) mode drives vLLM's AsyncLLM, built without max_num_seqs
     # (None: not read; the engine's LLM-class default applies)
     async_engine_when_async: _Bool | None = None
+    # ... and in every mode (None: not read)
+    async_engine_always: _Bool | None = None
     # sequences per log-prob micro-batch (None: not read; a row must state it or the training
     # micro-batch applies)
     logprob_micro_batch: _Int | None = None
@@ -210,6 +212,9 @@ class FrameworkCosts:
 
     orchestration_s: float
     rollout_logprobs: bool
+    # the concurrent-sequence cap its engines run at where its config sets none, in every mode (None: vLLM's
+    # LLM-class default for the GPU, engine_default_max_num_seqs)
+    engine_unset_max_num_seqs: int | None = None
     reference_swap_copies: int = 1
     reference_fsdp_cpu_offload: bool = False
     logit_fp32_bytes_forward: float | None = None
@@ -236,6 +241,18 @@ def engine_default_max_num_seqs(gpu_memory_gb: float, gpu_name: str) -> int:
     with at least 70 GiB other than A100 (vLLM compares the device memory in GiB and the device name)."""
     caps = runtime().engine_max_num_seqs.value
     return caps["large"] if gpu_memory_gb >= 70 * 1.0737 and "A100" not in gpu_name else caps["small"]
+
+
+def unset_max_num_seqs(fw: FrameworkRuntime, async_engine: bool = False) -> int | None:
+    """The concurrent-sequence cap a framework's engines run at where its config sets none: its own default,
+    else the scheduler's engine-context default where it builds vLLM's AsyncLLM without the field (in every
+    mode, or `async_engine`: in this run), else None (vLLM's LLM-class default for the GPU,
+    `engine_default_max_num_seqs`)."""
+    if fw.max_num_seqs.value is not None:
+        return int(fw.max_num_seqs.value)
+    if async_engine or (fw.async_engine_always is not None and fw.async_engine_always.value):
+        return int(runtime().engine_context_max_num_seqs.value)
+    return None
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -291,7 +308,9 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
 
     def flag(name: str) -> bool:  # a yes/no fact held by every chosen framework (for the strategy run, if read for one)
         return all((e := _for_strategy(getattr(f, name), f, strategy)) is not None and e.value for f in chosen)
+    unset = {unset_max_num_seqs(f) for f in chosen}
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
+                          engine_unset_max_num_seqs=unset.pop() if len(unset) == 1 else None,
                           rollout_logprobs=all(f.rollout_logprobs.value or _earlier_logprobs(f, version)
                                                for f in chosen),
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1

@@ -222,7 +222,8 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     continuously batched stream; the step is charged its share of that stream's time.
 
     Without `max_num_seqs` the engine runs the fastest of its candidates: no cap or a cap that binds
-    (`engine_caps`; none when `cap_search` is off, for a target that cannot set one), each with the KV
+    (`engine_caps`; none when `cap_search` is off, for a target that cannot set one: its engines then run at
+    the cap their framework builds them with, `FrameworkCosts.engine_unset_max_num_seqs`), each with the KV
     cache unpinned (all the memory left: allowed when the run's `kv_need` fits) or pinned to a
     `pinned_budget` below that need (allowed when it fits). No candidate's time depends on the memory,
     only whether it is allowed, and more memory allows more: the time never rises with memory (the
@@ -242,7 +243,10 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     # the replica count, as the engine search's count loop needs (whether a layout fits does not depend on
     # dp); the exporters then write a step's requests per replica, which may differ from it
     default_seqs = engine_default_max_num_seqs(pool.gpu.memory_gb, pool.gpu.name)
-    other = gen_other_bytes(arch, lay, max_num_seqs or default_seqs, wl.engine_version)
+    # where the target cannot set the cap, an engine the plan gives none runs at the one its framework builds it
+    # with (OpenRLHF's AsyncLLM: the engine-context default); where it can, the export writes one that never binds
+    unset = math.inf if cap_search else float(wl.framework.engine_unset_max_num_seqs or default_seqs)
+    other = gen_other_bytes(arch, lay, max_num_seqs or (default_seqs if cap_search else unset), wl.engine_version)
     aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
     cap = capacity_bytes(pool, problem.workload.headroom)
     engine_room = min(cap - reserved, engine_cap_bytes(problem, pool)) - weights - aux_bytes
@@ -283,7 +287,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         top = kv_tokens if len(caps) < 2 else \
             max(kv_tokens, max(kv_room(gen_other_bytes(arch, lay, caps[1], wl.engine_version)), 0.0) / kv_tok_gpu)
         decode = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, top,
-                                    n_total, clip=wl.clip_ratio, max_num_seqs=float(max_num_seqs or math.inf))
+                                    n_total, clip=wl.clip_ratio, max_num_seqs=float(max_num_seqs or unset))
         peak, limited, rep = 0.0, False, 0.0
     elif fits:
         base = float(wl.seq_max)
@@ -291,7 +295,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
                                for c in caps[1:]]
         floor = _prefill(arch, dev, lay, prompt_tokens, ctx)  # re-prefills only add (a property test)
         room = dict(zip(caps, rooms))  # every run the search takes is of one of these caps
-        limit = {c: float(c or math.inf) for c in caps}  # a cap as the simulation takes it (None: no cap)
+        limit = {c: float(c or unset) for c in caps}  # a cap as the simulation takes it (None: `unset`)
         # the heap: (bound, order, cap, at): at = _TOP the cap's run unpinned, else its at-th pinned budget
         # (0: one full-length sequence, no cap or the one asked for); a smaller budget only raises the bound,
         # so each pinned run is pushed when the one above it is taken. A cap whose least need
