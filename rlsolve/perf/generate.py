@@ -547,16 +547,24 @@ def _bound_sums(n_requests: float, prompt_len: float, mean_len: float, max_len: 
             float(weight[present].min()))
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=1)
+def _normal_grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, Phi(x), phi(x)) on the grid `expected_max_std_normal` integrates over, built once (the search asks
+    for thousands of replica counts; only the power of Phi depends on the count)."""
+    x = np.linspace(-8.0, 8.0, 4001)
+    cdf = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in x]))
+    pdf = np.exp(-x * x / 2.0) / math.sqrt(2.0 * math.pi)
+    return x, cdf, pdf
+
+
+@lru_cache(maxsize=4096)
 def expected_max_std_normal(k: int) -> float:
     """E[max of k independent standard normals] (0 for k = 1), by integrating x d(Phi(x)^k) on a
     fine grid: the expected largest of k equally distributed sample means, in their standard
     deviations (the central limit approximation of a mean over many requests)."""
     if k <= 1:
         return 0.0
-    x = np.linspace(-8.0, 8.0, 4001)
-    cdf = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in x]))
-    pdf = np.exp(-x * x / 2.0) / math.sqrt(2.0 * math.pi)
+    x, cdf, pdf = _normal_grid()
     return float(np.trapezoid(x * k * cdf ** (k - 1) * pdf, x))
 
 
