@@ -466,15 +466,21 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     representative): the bound of a capped run, which the search compares with an uncapped
     one before simulating the cap (`gen_side`)."""
     g = representative_count(n_requests, groups)
-    tokens, kv_reads, w_max, w_sum, longest, w_min = _bound_sums(n_requests, prompt_len, mean_len, max_len, n_total,
-                                                                 g, clip)
+    tokens, kv_reads, w_max, w_sum, longest, w_min, w_next, longest_next, lone_len = _bound_sums(
+        n_requests, prompt_len, mean_len, max_len, n_total, g, clip)
     b_max = min(max(kv_capacity_tokens / prompt_len, w_max), w_sum, max(max_num_seqs + 1e-9, w_max))
     # the KV tokens in use during a step stay within the capacity (or one representative
     # request admitted into an empty batch), plus one token per running request (the
     # simulation's smallest step), so the context tokens read take at least kv_reads / that
     kv_in_use = max(kv_capacity_tokens * 1.0001, w_max * (prompt_len + max_len)) + b_max
+    # sharper where one representative can outgrow the capacity: only a request running alone can, so a
+    # step reads at most the capacity (plus a token per request) unless one request runs alone (`_lone_steps`)
+    kv_steps = kv_reads / kv_in_use
+    if w_max * (prompt_len + max_len) > kv_capacity_tokens * 1.0001:
+        kv_steps = max(kv_steps, _lone_steps(n_requests, prompt_len, mean_len, max_len, n_total, g, clip,
+                                             kv_capacity_tokens * 1.0001 + b_max))
     # nor can the run end before a request's first admission plus its length (`_queue_steps`)
-    steps = max(longest, tokens / b_max, kv_reads / kv_in_use,
+    steps = max(longest, tokens / b_max, kv_steps,
                 _queue_steps(n_requests, mean_len, max_len, n_total, g, clip,
                              min(max_num_seqs, kv_capacity_tokens / prompt_len)))
     b_min = min(1.0, w_min)
@@ -484,10 +490,44 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     w_lo, w_hi = step.weight_bytes(b_min), step.weight_bytes(b_max)
     slope = (w_hi - w_lo) / (b_max - b_min) if b_max > b_min else 0.0
     weights_read = steps * (w_lo - b_min * slope) + tokens * slope
+    if w_next > w_min:
+        # sharper: a batch is the weight of the representatives running, so a step weighs w_min only while the
+        # lightest runs alone (at most its length lone_len of the steps, and not the longest_next steps the
+        # longest of the others runs) and at least w_next otherwise, where the chord from w_next to b_max lies
+        # below the weight bytes: S1 lone steps and S - S1 others read at least
+        # S1 f(w_min) + (S - S1) f(w_next) + (tokens - S1 w_min - (S - S1) w_next)+ x slope_next; the most lone
+        # steps gives the least (f concave), and the sum grows with S and falls with b_max, as the chord's does
+        w_next_bytes = step.weight_bytes(w_next)
+        slope_next = (w_hi - w_next_bytes) / (b_max - w_next) if b_max > w_next else 0.0
+        lone = min(lone_len, max(steps - longest_next, 0.0))
+        rest = tokens - lone * w_min - (steps - lone) * w_next
+        weights_read = max(weights_read, lone * step.weight_bytes(w_min) + (steps - lone) * w_next_bytes
+                           + max(rest, 0.0) * slope_next)
     gemm = max(weights_read / step.hbm, tokens * step.flops_tok / step.gemm_rate)
     attn = kv_reads * max(step.kv_tok / step.hbm, step.attn_flops_ctx / step.attn_rate)
     ar = (steps * step.ar_fixed + tokens * step.ar_per_seq) * step.tp_ar_per_token
     return gemm + attn + ar + steps * (step.pp_hops + step.overhead) + tokens * step.host_per_seq
+
+
+def _lone_steps(n_requests: float, prompt_len: float, mean_len: float, max_len: float, n_total: float, g: int,
+                clip: float | None, per_step: float) -> float:
+    """Steps `simulate_decode` takes at least to read its context tokens when a step with two or more requests
+    running reads at most `per_step` KV tokens (the capacity with its preemption slack, plus the token each
+    running request adds in a step) and a step with one request running reads that request's KV alone,
+    which may be more. Request j (weight w, length L) running alone for x steps reads at most the KV of its
+    last x positions, lone(x) = w (p x + L x - x^2 / 2); the other steps read at most per_step each, so
+    steps >= sum x_j + (reads - sum lone_j(x_j)) / per_step >= (reads - sum_j gain_j) / per_step, with
+    gain_j = max over x in [0, L] of lone_j(x) - per_step x (at x = p + L - per_step / w, where j's KV
+    passes per_step). Never rises with per_step (its derivative is (sum_j lone_j(x_j) - reads) / per_step^2
+    <= 0), nor with the capacity."""
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
+    p = prompt_len
+    run = weight > 0
+    L, w = lengths[run], weight[run]
+    x = np.clip(p + L - per_step / w, 0.0, L)
+    gain = float(np.sum(w * (p * x + L * x - x * x / 2) - per_step * x))
+    reads = _bound_sums(n_requests, prompt_len, mean_len, max_len, n_total, g, clip)[1]
+    return (reads - gain) / per_step
 
 
 @lru_cache(maxsize=65536)
@@ -558,12 +598,19 @@ def _bound_sums(n_requests: float, prompt_len: float, mean_len: float, max_len: 
                 clip: float | None) -> tuple[float, ...]:
     """What `decode_lower_bound` reads of the representative requests (cached: the search bounds
     thousands of engines over a few replica sizes): tokens decoded, context tokens read, the
-    heaviest and the total weight, the longest response and the lightest weight present."""
+    heaviest and the total weight, the longest response and the lightest weight present; then, of the
+    others than one lightest representative, the lightest weight and the longest response (the lightest's
+    own weight and none if it is alone), and that lightest representative's length."""
     lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
-    present = weight > 0
+    present = np.flatnonzero(weight > 0)
+    w_min = float(weight[present].min())
+    lightest = present[np.argmin(weight[present])]
+    others = present[present != lightest]
+    w_next = float(weight[others].min()) if len(others) else w_min
+    longest_next = float(lengths[others].max()) if len(others) else 0.0
     return (float(np.dot(lengths, weight)), float(np.dot(weight, prompt_len * lengths + lengths * lengths / 2)),
-            float(weight[present].max()), float(weight.sum()), float(lengths[present].max()),
-            float(weight[present].min()))
+            float(weight[present].max()), float(weight.sum()), float(lengths[present].max()), w_min,
+            w_next, longest_next, float(lengths[lightest]))
 
 
 @lru_cache(maxsize=256)
