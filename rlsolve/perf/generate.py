@@ -490,13 +490,14 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     w_lo, w_hi = step.weight_bytes(b_min), step.weight_bytes(b_max)
     slope = (w_hi - w_lo) / (b_max - b_min) if b_max > b_min else 0.0
     weights_read = steps * (w_lo - b_min * slope) + tokens * slope
-    if w_next > w_min:
-        # sharper: a batch is the weight of the representatives running, so a step weighs w_min only while the
-        # lightest runs alone (at most its length lone_len of the steps, and not the longest_next steps the
-        # longest of the others runs) and at least w_next otherwise, where the chord from w_next to b_max lies
-        # below the weight bytes: S1 lone steps and S - S1 others read at least
-        # S1 f(w_min) + (S - S1) f(w_next) + (tokens - S1 w_min - (S - S1) w_next)+ x slope_next; the most lone
-        # steps gives the least (f concave), and the sum grows with S and falls with b_max, as the chord's does
+    if w_next > w_min and w_hi > w_lo:
+        # sharper for MoE (a dense model's weight bytes do not depend on the batch): a batch is the weight of
+        # the representatives running, so a step weighs w_min only while the lightest runs alone (at most its
+        # length lone_len of the steps, and not the longest_next steps the longest of the others runs) and at
+        # least w_next otherwise, where the chord from w_next to b_max lies below the weight bytes f: S1 lone
+        # steps and S - S1 others read at least S1 f(w_min) + (S - S1) f(w_next) + slope_next x the tokens
+        # beyond S1 w_min + (S - S1) w_next (if any); the most lone steps gives the least (f concave), and the
+        # sum grows with S and falls with b_max, as the chord's does
         w_next_bytes = step.weight_bytes(w_next)
         slope_next = (w_hi - w_next_bytes) / (b_max - w_next) if b_max > w_next else 0.0
         lone = min(lone_len, max(steps - longest_next, 0.0))
