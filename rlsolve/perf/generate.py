@@ -503,7 +503,8 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
         lone = min(lone_len, max(steps - longest_next, 0.0))
         rest = tokens - lone * w_min - (steps - lone) * w_next
         weights_read = max(weights_read, lone * step.weight_bytes(w_min) + (steps - lone) * w_next_bytes
-                           + max(rest, 0.0) * slope_next)
+                           + max(rest, 0.0) * slope_next, steps * step.weight_bytes(0.0)
+                           + _expert_bytes_at_least(step, n_requests, mean_len, max_len, n_total, g, clip))
     gemm = max(weights_read / step.hbm, tokens * step.flops_tok / step.gemm_rate)
     attn = kv_reads * max(step.kv_tok / step.hbm, step.attn_flops_ctx / step.attn_rate)
     ar = (steps * step.ar_fixed + tokens * step.ar_per_seq) * step.tp_ar_per_token
@@ -529,6 +530,31 @@ def _lone_steps(n_requests: float, prompt_len: float, mean_len: float, max_len: 
     gain = float(np.sum(w * (p * x + L * x - x * x / 2) - per_step * x))
     reads = _bound_sums(n_requests, prompt_len, mean_len, max_len, n_total, g, clip)[1]
     return (reads - gain) / per_step
+
+
+@lru_cache(maxsize=8192)
+def _expert_bytes_at_least(step: StepModel, n_requests: float, mean_len: float, max_len: float, n_total: float,
+                           g: int, clip: float | None) -> float:
+    """Weight bytes beyond the dense ones, summed over `simulate_decode`'s steps, at least (cached per StepModel:
+    the search bounds many budgets and caps of one replica). Leave out one lightest representative; while m
+    of the others run, the batch is at least m x w_next (the lightest weight among them), so a step reads at
+    least f(0) + phi(m), phi(m) = f(m w_next) - f(0), f the weight bytes, concave in the batch (MoE). Other
+    j runs l_j steps, so the time at least k of them run, summed over k <= K, is at least the sum of the K
+    longest lengths whatever the order (the top K run l_1 + ... + l_K steps, at most min(m, K) at a time);
+    with phi's increments decreasing, the sum of phi(m) over the steps is then at least
+    sum_k (phi(k) - phi(k - 1)) l_(k), l_(k) the k-th longest: the run where all of them start together."""
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
+    present = np.flatnonzero(weight > 0)
+    others = present[present != present[np.argmin(weight[present])]]
+    if not len(others):
+        return 0.0
+    v = float(weight[others].min())
+    out, before = 0.0, step.weight_bytes(0.0)
+    for k, length in enumerate(sorted((float(x) for x in lengths[others]), reverse=True), start=1):
+        now = step.weight_bytes(k * v)
+        out += (now - before) * length
+        before = now
+    return out
 
 
 @lru_cache(maxsize=65536)
