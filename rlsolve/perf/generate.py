@@ -504,7 +504,8 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
         rest = tokens - lone * w_min - (steps - lone) * w_next
         weights_read = max(weights_read, lone * step.weight_bytes(w_min) + (steps - lone) * w_next_bytes
                            + max(rest, 0.0) * slope_next, steps * step.weight_bytes(0.0)
-                           + _expert_bytes_at_least(step, n_requests, mean_len, max_len, n_total, g, clip))
+                           + (_expert_bytes_at_least(step, n_requests, mean_len, max_len, g, clip)
+                              if g == groups else 0.0))
     gemm = max(weights_read / step.hbm, tokens * step.flops_tok / step.gemm_rate)
     attn = kv_reads * max(step.kv_tok / step.hbm, step.attn_flops_ctx / step.attn_rate)
     ar = (steps * step.ar_fixed + tokens * step.ar_per_seq) * step.tp_ar_per_token
@@ -533,24 +534,28 @@ def _lone_steps(n_requests: float, prompt_len: float, mean_len: float, max_len: 
 
 
 @lru_cache(maxsize=8192)
-def _expert_bytes_at_least(step: StepModel, n_requests: float, mean_len: float, max_len: float, n_total: float,
-                           g: int, clip: float | None) -> float:
+def _expert_bytes_at_least(step: StepModel, n_requests: float, mean_len: float, max_len: float, g: int,
+                           clip: float | None) -> float:
     """Weight bytes beyond the dense ones, summed over `simulate_decode`'s steps, at least (cached per StepModel:
-    the search bounds many budgets and caps of one replica). Leave out one lightest representative; while m
-    of the others run, the batch is at least m x w_next (the lightest weight among them), so a step reads at
-    least f(0) + phi(m), phi(m) = f(m w_next) - f(0), f the weight bytes, concave in the batch (MoE). Other
-    j runs l_j steps, so the time at least k of them run, summed over k <= K, is at least the sum of the K
-    longest lengths whatever the order (the top K run l_1 + ... + l_K steps, at most min(m, K) at a time);
-    with phi's increments decreasing, the sum of phi(m) over the steps is then at least
-    sum_k (phi(k) - phi(k - 1)) l_(k), l_(k) the k-th longest: the run where all of them start together."""
-    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
-    present = np.flatnonzero(weight > 0)
-    others = present[present != present[np.argmin(weight[present])]]
-    if not len(others):
+    the search bounds many budgets and caps of one replica). Of the g representatives (`_representatives`)
+    take the g - 1 groups, each weighing v = (n - 1) / (g - 1): while m of them run, the batch is at least
+    m v, so a step reads at least f(0) + phi(m), phi(m) = f(m v) - f(0), f the weight bytes, concave in the
+    batch (MoE). Group j runs l_j steps, so the time at least k groups run, summed over k <= K, is at least
+    the sum of the K longest lengths whatever the order (the K longest run l_1 + ... + l_K steps, at most
+    min(m, K) at a time); with phi's increments decreasing, the sum of phi(m) over the steps is then at
+    least sum_k (phi(k) - phi(k - 1)) l_(k), l_(k) the k-th longest: the run where all groups start together.
+    The lengths taken are the step's quantiles without the slowest replica's shift (`_representatives`
+    lengthens them, never shortens), so that with g = groups fixed the sum only falls as the requests per
+    replica do (v falls): the engines' count loop needs a bound that never rises with more replicas
+    (with fewer requests than groups, g changes with them: 0 there)."""
+    if g < 2 or n_requests < 2:
         return 0.0
-    v = float(weight[others].min())
+    u = (np.arange(g - 1) + 0.5) / (g - 1)
+    with np.errstate(divide="ignore"):  # a clipped share maps its top quantiles to log1p(-1), then to max_len
+        lengths = length_quantiles(mean_len, max_len, u, clip)
+    v = (n_requests - 1) / (g - 1)
     out, before = 0.0, step.weight_bytes(0.0)
-    for k, length in enumerate(sorted((float(x) for x in lengths[others]), reverse=True), start=1):
+    for k, length in enumerate(sorted((float(x) for x in lengths), reverse=True), start=1):
         now = step.weight_bytes(k * v)
         out += (now - before) * length
         before = now
