@@ -128,6 +128,7 @@ class StepModel:
         self.ar_per_seq = per_byte * arch.hidden * 2.0
         self.ar_affine = dev.nodes_spanned(lay.tp, lay.tp) == 1
         self._per_batch: dict[float, tuple[float, float, float]] = {}  # scalar_step_time's batch terms
+        self._expert_bytes: dict[tuple, float] = {}  # _expert_bytes_at_least's sums, per replica's requests
 
     def all_reduce(self, b: float) -> float:
         """One TP all-reduce of a decode step at batch b."""
@@ -533,10 +534,9 @@ def _lone_steps(n_requests: float, prompt_len: float, mean_len: float, max_len: 
     return (reads - gain) / per_step
 
 
-@lru_cache(maxsize=8192)
 def _expert_bytes_at_least(step: StepModel, n_requests: float, mean_len: float, max_len: float, g: int,
                            clip: float | None) -> float:
-    """Weight bytes beyond the dense ones, summed over `simulate_decode`'s steps, at least (cached per StepModel:
+    """Weight bytes beyond the dense ones, summed over `simulate_decode`'s steps, at least (kept on the StepModel:
     the search bounds many budgets and caps of one replica). Of the g representatives (`_representatives`)
     take the g - 1 groups, each weighing v = (n - 1) / (g - 1): while m of them run, the batch is at least
     m v, so a step reads at least f(0) + phi(m), phi(m) = f(m v) - f(0), f the weight bytes, concave in the
@@ -548,6 +548,18 @@ def _expert_bytes_at_least(step: StepModel, n_requests: float, mean_len: float, 
     lengthens them, never shortens), so that with g = groups fixed the sum only falls as the requests per
     replica do (v falls): the engines' count loop needs a bound that never rises with more replicas
     (with fewer requests than groups, g changes with them: 0 there)."""
+    key = (n_requests, mean_len, max_len, g, clip)
+    hit = step._expert_bytes.get(key)
+    if hit is None:
+        if len(step._expert_bytes) > 4096:
+            step._expert_bytes.clear()
+        hit = step._expert_bytes[key] = _expert_bytes_sum(step, n_requests, mean_len, max_len, g, clip)
+    return hit
+
+
+def _expert_bytes_sum(step: StepModel, n_requests: float, mean_len: float, max_len: float, g: int,
+                      clip: float | None) -> float:
+    """`_expert_bytes_at_least`, computed."""
     if g < 2 or n_requests < 2:
         return 0.0
     u = (np.arange(g - 1) + 0.5) / (g - 1)
