@@ -476,6 +476,36 @@ def test_engine_search_candidates_hold_what_the_search_assumes():
     assert checked >= 100
 
 
+def test_decode_lower_bound_holds_for_moe_and_lone_requests():
+    """`decode_lower_bound`'s two sharper terms on an MoE model (DeepSeek-V2: weight bytes grow with the batch,
+    counted by the representatives' weights) with KV budgets both above and below one representative's
+    full-length KV (only a request running alone can outgrow the budget, `_lone_steps`): never above the
+    simulation, never rising with the budget or the cap."""
+    rng = random.Random(47)
+    problem = resolve(load_spec("examples/grpo-deepseek-v2-256xh100.yaml"))
+    lone = limited = 0
+    for tp, ep in ((1, 1), (8, 8)):
+        step = StepModel(problem.policy, device(problem.pools[0]), GenLayout(tp=tp, ep=ep), 2.0, 2.0)
+        for prompt, mean, top, n_req, n_total, clip in _decode_runs(rng, 8):
+            heaviest = (n_req - 1) / (min(32, n_req) - 1) if n_req > 1 else 1.0
+            kvs = sorted(rng.uniform(0.5, 40) * (prompt + top) for _ in range(3))
+            for cap in DECODE_CAPS:
+                bounds = []
+                for kv in kvs:
+                    with np.errstate(divide="ignore"):
+                        sim = simulate_decode(step, n_req, prompt, mean, top, kv, cap, n_total, clip=clip)
+                    bounds.append(decode_lower_bound(step, n_req, prompt, mean, top, kv, n_total, clip=clip,
+                                                     max_num_seqs=cap))
+                    assert bounds[-1] <= sim.time * (1 + 1e-9), (tp, prompt, mean, top, n_req, kv, cap)
+                    lone += heaviest * (prompt + top) > kv * 1.0001
+                    limited += sim.kv_limited
+                assert all(b <= a * (1 + 1e-12) for a, b in zip(bounds, bounds[1:]))
+                wider = decode_lower_bound(step, n_req, prompt, mean, top, kvs[0], n_total, clip=clip,
+                                           max_num_seqs=cap * 2)
+                assert wider <= bounds[0] * (1 + 1e-12)
+    assert lone > 20 and limited > 20
+
+
 def test_resumed_decode_is_the_simulation():
     """`gen_side` runs a pinned candidate by `resume_decode` from its cap's unpinned `decode_trace`: float for
     float the result `simulate_decode` gives under that capacity (preempting runs included), and the trace's

@@ -128,6 +128,7 @@ class StepModel:
         self.ar_per_seq = per_byte * arch.hidden * 2.0
         self.ar_affine = dev.nodes_spanned(lay.tp, lay.tp) == 1
         self._per_batch: dict[float, tuple[float, float, float]] = {}  # scalar_step_time's batch terms
+        self._expert_bytes: dict[tuple, float] = {}  # _expert_bytes_at_least's sums, per replica's requests
 
     def all_reduce(self, b: float) -> float:
         """One TP all-reduce of a decode step at batch b."""
@@ -312,39 +313,48 @@ def _events(step: StepModel, state: tuple, p: float, cap: float, max_num_seqs: f
     done, queue, active = list(done), list(queue), list(active)
     step_time = step.scalar_step_time
     seqs, slack = max_num_seqs + 1e-9, cap * 1.0001
-    # (the sums below are over lists, not generators: the same floats in the same order, about twice as fast;
-    # `if x > m: m = x` keeps what max(m, x) keeps)
+    # beside `active`, in its order, each running request's KV in use w[i] * (p + done[i]), what it has left
+    # to decode L[i] - done[i] and its weight: each computed once when done[i] changes (or it is admitted) and
+    # summed where the loop sums them, so every sum adds the same floats in the same order as over `active`
+    # (sums over lists, about twice as fast as over generators; `if x > m: m = x` keeps what max(m, x) keeps)
+    kv = [w[i] * (p + done[i]) for i in active]
+    rem = [L[i] - done[i] for i in active]
+    wa = [w[i] for i in active]
     # fresh: the KV in use summed at the end of the last event, while no preemption changed it since
     for e in range(left):
         if trace is not None:
             trace.append((done[:], queue[:], active[:], t, steps, area, peak, reprefill, need_most, limited, fresh,
                           left - e))
             over = over_slack = -math.inf
-        used = fresh if fresh is not None else sum([w[i] * (p + done[i]) for i in active])
-        n_act = sum([w[i] for i in active])
+        used = fresh if fresh is not None else sum(kv)
+        n_act = sum(wa)
         admitted = False
         while queue:  # admit
             i = queue[0]
-            need = w[i] * (p + done[i])
+            wi = w[i]
+            need = wi * (p + done[i])
             if active:
                 x = used + need
                 if x > need_most:
                     need_most = x
                 if trace is not None and x > over:
                     over = x
-                if x > cap or n_act + w[i] > seqs:
+                if x > cap or n_act + wi > seqs:
                     limited = limited or x > cap
                     break
             queue.pop(0)
             active.append(i)
+            kv.append(need)
+            rem.append(L[i] - done[i])
+            wa.append(wi)
             used += need
-            n_act += w[i]
+            n_act += wi
             admitted = True
             if done[i] > 0:
                 reprefill += need
         if not active:
             break
-        dt = min([L[i] - done[i] for i in active])
+        dt = min(rem)
         if len(active) > 1:
             x = used + n_act * dt
             if x > need_most:
@@ -357,16 +367,25 @@ def _events(step: StepModel, state: tuple, p: float, cap: float, max_num_seqs: f
                     dt, limited = dt_over, True
         # the KV in use summed over the batch: `used` is that very sum (the same terms in the same order)
         # unless a request was admitted above (then it was added to, not summed)
-        ctx = (sum([w[i] * (p + done[i]) for i in active]) if admitted else used) / n_act + dt / 2
+        ctx = (sum(kv) if admitted else used) / n_act + dt / 2
         t += dt * step_time(n_act, ctx)
         steps += dt
         area += n_act * dt
         if n_act > peak:
             peak = n_act
+        # decode dt tokens of every running request; those with nothing left finish
+        kept, kv, rem = [], [], []
         for i in active:
-            done[i] += dt
-        active = [i for i in active if L[i] - done[i] > 1e-9]
-        used = fresh = sum([w[i] * (p + done[i]) for i in active])
+            d = done[i] = done[i] + dt
+            r = L[i] - d
+            if r > 1e-9:
+                kept.append(i)
+                kv.append(w[i] * (p + d))
+                rem.append(r)
+        if len(kept) < len(active):
+            wa = [w[i] for i in kept]
+        active = kept
+        used = fresh = sum(kv)
         if len(active) > 1:
             x = used / 1.0001
             if x > need_most:
@@ -374,9 +393,10 @@ def _events(step: StepModel, state: tuple, p: float, cap: float, max_num_seqs: f
             if trace is not None:
                 over_slack = used
             while used > slack and len(active) > 1:  # preempt the newest
-                j = active.pop()
-                queue.insert(0, j)
-                used -= w[j] * (p + done[j])
+                queue.insert(0, active.pop())
+                used -= kv.pop()
+                rem.pop()
+                wa.pop()
                 fresh = None
         if trace is not None:
             trace.append((over, over_slack))
@@ -447,15 +467,21 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     representative): the bound of a capped run, which the search compares with an uncapped
     one before simulating the cap (`gen_side`)."""
     g = representative_count(n_requests, groups)
-    tokens, kv_reads, w_max, w_sum, longest, w_min = _bound_sums(n_requests, prompt_len, mean_len, max_len, n_total,
-                                                                 g, clip)
+    tokens, kv_reads, w_max, w_sum, longest, w_min, w_next, longest_next, lone_len = _bound_sums(
+        n_requests, prompt_len, mean_len, max_len, n_total, g, clip)
     b_max = min(max(kv_capacity_tokens / prompt_len, w_max), w_sum, max(max_num_seqs + 1e-9, w_max))
     # the KV tokens in use during a step stay within the capacity (or one representative
     # request admitted into an empty batch), plus one token per running request (the
     # simulation's smallest step), so the context tokens read take at least kv_reads / that
     kv_in_use = max(kv_capacity_tokens * 1.0001, w_max * (prompt_len + max_len)) + b_max
+    # sharper where one representative can outgrow the capacity: only a request running alone can, so a
+    # step reads at most the capacity (plus a token per request) unless one request runs alone (`_lone_steps`)
+    kv_steps = kv_reads / kv_in_use
+    if w_max * (prompt_len + max_len) > kv_capacity_tokens * 1.0001:
+        kv_steps = max(kv_steps, _lone_steps(n_requests, prompt_len, mean_len, max_len, n_total, g, clip,
+                                             kv_capacity_tokens * 1.0001 + b_max))
     # nor can the run end before a request's first admission plus its length (`_queue_steps`)
-    steps = max(longest, tokens / b_max, kv_reads / kv_in_use,
+    steps = max(longest, tokens / b_max, kv_steps,
                 _queue_steps(n_requests, mean_len, max_len, n_total, g, clip,
                              min(max_num_seqs, kv_capacity_tokens / prompt_len)))
     b_min = min(1.0, w_min)
@@ -465,10 +491,87 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     w_lo, w_hi = step.weight_bytes(b_min), step.weight_bytes(b_max)
     slope = (w_hi - w_lo) / (b_max - b_min) if b_max > b_min else 0.0
     weights_read = steps * (w_lo - b_min * slope) + tokens * slope
+    if w_next > w_min and w_hi > w_lo:
+        # sharper for MoE (a dense model's weight bytes do not depend on the batch): a batch is the weight of
+        # the representatives running, so a step weighs w_min only while the lightest runs alone (at most its
+        # length lone_len of the steps, and not the longest_next steps the longest of the others runs) and at
+        # least w_next otherwise, where the chord from w_next to b_max lies below the weight bytes f: S1 lone
+        # steps and S - S1 others read at least S1 f(w_min) + (S - S1) f(w_next) + slope_next x the tokens
+        # beyond S1 w_min + (S - S1) w_next (if any); the most lone steps gives the least (f concave), and the
+        # sum grows with S and falls with b_max, as the chord's does
+        w_next_bytes = step.weight_bytes(w_next)
+        slope_next = (w_hi - w_next_bytes) / (b_max - w_next) if b_max > w_next else 0.0
+        lone = min(lone_len, max(steps - longest_next, 0.0))
+        rest = tokens - lone * w_min - (steps - lone) * w_next
+        weights_read = max(weights_read, lone * step.weight_bytes(w_min) + (steps - lone) * w_next_bytes
+                           + max(rest, 0.0) * slope_next, steps * step.weight_bytes(0.0)
+                           + (_expert_bytes_at_least(step, n_requests, mean_len, max_len, g, clip)
+                              if g == groups else 0.0))
     gemm = max(weights_read / step.hbm, tokens * step.flops_tok / step.gemm_rate)
     attn = kv_reads * max(step.kv_tok / step.hbm, step.attn_flops_ctx / step.attn_rate)
     ar = (steps * step.ar_fixed + tokens * step.ar_per_seq) * step.tp_ar_per_token
     return gemm + attn + ar + steps * (step.pp_hops + step.overhead) + tokens * step.host_per_seq
+
+
+def _lone_steps(n_requests: float, prompt_len: float, mean_len: float, max_len: float, n_total: float, g: int,
+                clip: float | None, per_step: float) -> float:
+    """Steps `simulate_decode` takes at least to read its context tokens when a step with two or more requests
+    running reads at most `per_step` KV tokens (the capacity with its preemption slack, plus the token each
+    running request adds in a step) and a step with one request running reads that request's KV alone,
+    which may be more. Request j (weight w, length L) running alone for x steps reads at most the KV of its
+    last x positions, lone(x) = w (p x + L x - x^2 / 2); the other steps read at most per_step each, so
+    steps >= sum x_j + (reads - sum lone_j(x_j)) / per_step >= (reads - sum_j gain_j) / per_step, with
+    gain_j = max over x in [0, L] of lone_j(x) - per_step x (at x = p + L - per_step / w, where j's KV
+    passes per_step). Never rises with per_step (its derivative is (sum_j lone_j(x_j) - reads) / per_step^2
+    <= 0), nor with the capacity."""
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
+    p = prompt_len
+    run = weight > 0
+    L, w = lengths[run], weight[run]
+    x = np.clip(p + L - per_step / w, 0.0, L)
+    gain = float(np.sum(w * (p * x + L * x - x * x / 2) - per_step * x))
+    reads = _bound_sums(n_requests, prompt_len, mean_len, max_len, n_total, g, clip)[1]
+    return (reads - gain) / per_step
+
+
+def _expert_bytes_at_least(step: StepModel, n_requests: float, mean_len: float, max_len: float, g: int,
+                           clip: float | None) -> float:
+    """Weight bytes beyond the dense ones, summed over `simulate_decode`'s steps, at least (kept on the StepModel:
+    the search bounds many budgets and caps of one replica). Of the g representatives (`_representatives`)
+    take the g - 1 groups, each weighing v = (n - 1) / (g - 1): while m of them run, the batch is at least
+    m v, so a step reads at least f(0) + phi(m), phi(m) = f(m v) - f(0), f the weight bytes, concave in the
+    batch (MoE). Group j runs l_j steps, so the time at least k groups run, summed over k <= K, is at least
+    the sum of the K longest lengths whatever the order (the K longest run l_1 + ... + l_K steps, at most
+    min(m, K) at a time); with phi's increments decreasing, the sum of phi(m) over the steps is then at
+    least sum_k (phi(k) - phi(k - 1)) l_(k), l_(k) the k-th longest: the run where all groups start together.
+    The lengths taken are the step's quantiles without the slowest replica's shift (`_representatives`
+    lengthens them, never shortens), so that with g = groups fixed the sum only falls as the requests per
+    replica do (v falls): the engines' count loop needs a bound that never rises with more replicas
+    (with fewer requests than groups, g changes with them: 0 there)."""
+    key = (n_requests, mean_len, max_len, g, clip)
+    hit = step._expert_bytes.get(key)
+    if hit is None:
+        if len(step._expert_bytes) > 4096:
+            step._expert_bytes.clear()
+        hit = step._expert_bytes[key] = _expert_bytes_sum(step, n_requests, mean_len, max_len, g, clip)
+    return hit
+
+
+def _expert_bytes_sum(step: StepModel, n_requests: float, mean_len: float, max_len: float, g: int,
+                      clip: float | None) -> float:
+    """`_expert_bytes_at_least`, computed."""
+    if g < 2 or n_requests < 2:
+        return 0.0
+    u = (np.arange(g - 1) + 0.5) / (g - 1)
+    with np.errstate(divide="ignore"):  # a clipped share maps its top quantiles to log1p(-1), then to max_len
+        lengths = length_quantiles(mean_len, max_len, u, clip)
+    v = (n_requests - 1) / (g - 1)
+    out, before = 0.0, step.weight_bytes(0.0)
+    for k, length in enumerate(sorted((float(x) for x in lengths), reverse=True), start=1):
+        now = step.weight_bytes(k * v)
+        out += (now - before) * length
+        before = now
+    return out
 
 
 @lru_cache(maxsize=65536)
@@ -539,12 +642,19 @@ def _bound_sums(n_requests: float, prompt_len: float, mean_len: float, max_len: 
                 clip: float | None) -> tuple[float, ...]:
     """What `decode_lower_bound` reads of the representative requests (cached: the search bounds
     thousands of engines over a few replica sizes): tokens decoded, context tokens read, the
-    heaviest and the total weight, the longest response and the lightest weight present."""
+    heaviest and the total weight, the longest response and the lightest weight present; then, of the
+    others than one lightest representative, the lightest weight and the longest response (the lightest's
+    own weight and none if it is alone), and that lightest representative's length."""
     lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
-    present = weight > 0
+    present = np.flatnonzero(weight > 0)
+    w_min = float(weight[present].min())
+    lightest = present[np.argmin(weight[present])]
+    others = present[present != lightest]
+    w_next = float(weight[others].min()) if len(others) else w_min
+    longest_next = float(lengths[others].max()) if len(others) else 0.0
     return (float(np.dot(lengths, weight)), float(np.dot(weight, prompt_len * lengths + lengths * lengths / 2)),
-            float(weight[present].max()), float(weight.sum()), float(lengths[present].max()),
-            float(weight[present].min()))
+            float(weight[present].max()), float(weight.sum()), float(lengths[present].max()), w_min,
+            w_next, longest_next, float(lengths[lightest]))
 
 
 @lru_cache(maxsize=1)
