@@ -278,8 +278,7 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
     if fast is not None:
         return fast
     return _events(step, _start(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares), prompt_len,
-                   kv_capacity_tokens,
-                   max_num_seqs)
+                   kv_capacity_tokens, max_num_seqs)
 
 
 @dataclass(frozen=True)
