@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 
 from rlsolve.perf.generate import GenLayout
-from rlsolve.perf.step import combine, gen_side, rollout_steps_in_flight, sync_time, train_aux, train_side
+from rlsolve.frameworks.runtime import framework_costs
+from rlsolve.perf.step import (combine, engine_shares_fixed, gen_side, rollout_steps_in_flight, sync_time, train_aux,
+                               train_side)
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import resolve
 from rlsolve.solver import solve
@@ -42,6 +44,23 @@ def test_steps_in_flight_pay_the_long_tail_once_per_stream():
     # on-policy modes never have more than one step in flight
     assert rollout_steps_in_flight("sync", 4) == rollout_steps_in_flight("colocated", 4) == 1
     assert rollout_steps_in_flight("async", 4) == 4 and rollout_steps_in_flight("async", 1) == 1
+
+
+def test_engines_that_take_requests_as_they_free_up_wait_for_no_slowest_share():
+    """Where the target splits a step's samples over the engines in fixed shares (every synchronous mode,
+    OpenRLHF's async trainer) the step waits for the engine whose share came out longest; NeMo-RL's and
+    verl's async modes send requests to the engines as they free up (frameworks/runtime.yaml
+    fixed_engine_shares): only the step's longest response is left, so the same engines decode faster.
+    One replica has no other to wait for; `any` takes the fact only where every framework holds it."""
+    nemo, verl, orl, any_ = (framework_costs(f) for f in ("nemo-rl", "verl", "openrlhf", "any"))
+    assert engine_shares_fixed("sync", nemo) and engine_shares_fixed("colocated", verl)
+    assert not engine_shares_fixed("async", nemo) and not engine_shares_fixed("async", verl)
+    assert engine_shares_fixed("async", orl) and not engine_shares_fixed("async", any_)
+    tail = problem(rl={"response_len": {"max": 8192, "mean": 1024}})
+    fixed, free = (gen_side(tail, tail.pool, GenLayout(tp=1, dp=8), fixed_shares=f) for f in (True, False))
+    assert free.decode < fixed.decode
+    one = [gen_side(tail, tail.pool, GenLayout(tp=1, dp=1), fixed_shares=f).decode for f in (True, False)]
+    assert one[0] == one[1]
 
 
 def test_deeper_staleness_gives_an_async_plan_a_shorter_rollout():

@@ -391,11 +391,14 @@ def test_decode_lower_bound_never_exceeds_the_simulation():
         for tp, pp, dp in ((1, 1, 1), (2, 1, 3), (1, 2, 2), (4, 1, 1)):
             if tp * pp > pool.gpus_per_node or problem.policy.heads % tp:
                 continue
-            for r, k in ((0, 1), (8e9, 1), (30e9, 1), (0, 3), (8e9, 4)):  # k: steps in flight (async)
+            # k: steps in flight (async); fixed: the step's samples split over the engines in fixed shares
+            for r, k, fixed in ((0, 1, True), (8e9, 1, True), (30e9, 1, True), (0, 3, True), (8e9, 4, True),
+                                (0, 1, False), (8e9, 4, False)):
                 lay = GenLayout(tp=tp, pp=pp, dp=dp)
-                exact = gen_side(problem, pool, lay, reserved=r, in_flight=k)
+                exact = gen_side(problem, pool, lay, reserved=r, in_flight=k, fixed_shares=fixed)
                 if exact.fits:
-                    bound = gen_side(problem, pool, lay, reserved=r, lower_bound=True, in_flight=k)
+                    bound = gen_side(problem, pool, lay, reserved=r, lower_bound=True, in_flight=k,
+                                     fixed_shares=fixed)
                     assert bound.time <= exact.time * (1 + 1e-9)
 
 
@@ -452,25 +455,29 @@ def test_engine_search_candidates_hold_what_the_search_assumes():
     """What makes `gen_side`'s cap and KV-budget search exact and monotone in memory, on random runs: a run
     under any capacity of at least its `kv_need` is the same run; `kv_need_floor` never exceeds that need;
     `decode_lower_bound` never rises with a larger capacity or a larger cap (the search pushes a smaller
-    budget only when the one above it is taken)."""
+    budget only when the one above it is taken). Every other run with the step's samples in no fixed shares
+    per engine (`fixed_shares` False: the replica's own lengths, not the slowest replica's)."""
     rng = random.Random(41)
     checked = 0
     for problem in _random_problems(6, 41):
         step = StepModel(problem.policy, device(problem.pools[0]), GenLayout(), 2.0, 2.0)
-        for prompt, mean, top, n_req, n_total, clip in _decode_runs(rng):
+        for i, (prompt, mean, top, n_req, n_total, clip) in enumerate(_decode_runs(rng)):
+            fixed = i % 2 == 0
             for cap in DECODE_CAPS:
                 with np.errstate(divide="ignore"):
-                    free = simulate_decode(step, n_req, prompt, mean, top, math.inf, cap, n_total, clip=clip)
+                    free = simulate_decode(step, n_req, prompt, mean, top, math.inf, cap, n_total, clip=clip,
+                                           fixed_shares=fixed)
                     same = simulate_decode(step, n_req, prompt, mean, top, free.kv_need * rng.uniform(1, 3), cap,
-                                           n_total, clip=clip)
+                                           n_total, clip=clip, fixed_shares=fixed)
                 assert (same.time, same.steps, same.kv_limited) == (free.time, free.steps, free.kv_limited)
-                assert kv_need_floor(n_req, prompt, mean, top, n_total, cap, clip=clip) <= free.kv_need * (1 + 1e-12)
+                assert kv_need_floor(n_req, prompt, mean, top, n_total, cap, clip=clip,
+                                     fixed_shares=fixed) <= free.kv_need * (1 + 1e-12)
                 kvs = sorted(rng.uniform(1, 80) * (prompt + top) for _ in range(4))
-                bounds = [decode_lower_bound(step, n_req, prompt, mean, top, kv, n_total, clip=clip, max_num_seqs=cap)
-                          for kv in kvs]
+                bounds = [decode_lower_bound(step, n_req, prompt, mean, top, kv, n_total, clip=clip, max_num_seqs=cap,
+                                             fixed_shares=fixed) for kv in kvs]
                 assert all(b <= a * (1 + 1e-12) for a, b in zip(bounds, bounds[1:]))
                 wider = decode_lower_bound(step, n_req, prompt, mean, top, kvs[0], n_total, clip=clip,
-                                           max_num_seqs=cap * 2)
+                                           max_num_seqs=cap * 2, fixed_shares=fixed)
                 assert wider <= bounds[0] * (1 + 1e-12)
                 checked += 1
     assert checked >= 100
@@ -509,24 +516,28 @@ def test_decode_lower_bound_holds_for_moe_and_lone_requests():
 def test_resumed_decode_is_the_simulation():
     """`gen_side` runs a pinned candidate by `resume_decode` from its cap's unpinned `decode_trace`: float for
     float the result `simulate_decode` gives under that capacity (preempting runs included), and the trace's
-    run is the simulation without a KV limit."""
+    run is the simulation without a KV limit. Every other run with the step's samples in no fixed shares per
+    engine (the trace keeps that with its arguments)."""
     rng = random.Random(43)
     resumed = limited = 0
     for problem in _random_problems(6, 43):
         step = StepModel(problem.policy, device(problem.pools[0]), GenLayout(), 2.0, 2.0,
                          host_per_seq=rng.choice([0.0, 2e-5]))
-        for prompt, mean, top, n_req, n_total, clip in _decode_runs(rng):
+        for i, (prompt, mean, top, n_req, n_total, clip) in enumerate(_decode_runs(rng)):
+            fixed = i % 2 == 0
             for cap in DECODE_CAPS:
                 with np.errstate(divide="ignore"):
-                    free, trace = decode_trace(step, n_req, prompt, mean, top, cap, n_total, clip=clip)
+                    free, trace = decode_trace(step, n_req, prompt, mean, top, cap, n_total, clip=clip,
+                                               fixed_shares=fixed)
                     assert astuple(free) == astuple(simulate_decode(step, n_req, prompt, mean, top, math.inf, cap,
-                                                                    n_total, clip=clip))
+                                                                    n_total, clip=clip, fixed_shares=fixed))
                     if trace is None:
                         continue
                     for kv in [free.kv_need * 2 ** (-k / 8) for k in range(12)] + \
                               [rng.uniform(1, 20) * (prompt + top), free.kv_need * 1.5]:
                         again = resume_decode(step, trace, kv)
-                        sim = simulate_decode(step, n_req, prompt, mean, top, kv, cap, n_total, clip=clip)
+                        sim = simulate_decode(step, n_req, prompt, mean, top, kv, cap, n_total, clip=clip,
+                                              fixed_shares=fixed)
                         assert astuple(again) == astuple(sim), (problem.policy.name, n_req, cap, kv)
                         resumed += 1
                         limited += sim.kv_limited

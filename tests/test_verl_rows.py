@@ -83,10 +83,11 @@ def test_a_run_without_reference_policy_has_no_reference_pass(unpadded):
 
 def test_busiest_rank_share_follows_order_statistics():
     """verl's fixed-count unpadded micro-batches: the busiest of dp ranks' micro-batch token sums."""
-    from rlsolve.perf.train import expected_max_std_normal, unpadded_busiest_share
+    from rlsolve.perf.generate import expected_max_std_normal
+    from rlsolve.perf.train import unpadded_busiest_share
     assert expected_max_std_normal(1) == 0.0
-    assert expected_max_std_normal(2) == pytest.approx(1 / 3.141592653589793 ** 0.5, rel=1e-3)
-    assert expected_max_std_normal(8) == pytest.approx(1.4236, rel=2e-3)  # tabulated order statistic
+    assert expected_max_std_normal(2) == pytest.approx(1 / 3.141592653589793 ** 0.5, rel=1e-6)
+    assert expected_max_std_normal(8) == pytest.approx(1.42360, rel=1e-5)  # tabulated order statistic
     args = (83, 133, 1107 - 83, 0.0)
     assert unpadded_busiest_share(80, 640, *args, 1) == 1.0           # one rank waits for nobody
     assert unpadded_busiest_share(640, 640, *args, 8) == 1.0          # a rank's whole (balanced) share

@@ -84,6 +84,14 @@ class _ElementwiseBytes(_Sourced):
     until_version: str | None = Field(None, pattern=r"^\d+\.\d+(\.\d+)?$")
 
 
+Mode = Literal["colocated", "sync", "async"]
+
+
+class _ModeBools(_Sourced):
+    # a yes/no fact per mode the framework runs (a mode it does not run has no key)
+    value: dict[Mode, bool]
+
+
 class FrameworkRuntime(_Strict):
     train_strategy: _Str
     micro_batch: _Int
@@ -94,6 +102,10 @@ class FrameworkRuntime(_Strict):
     max_num_seqs: _OptInt
     orchestration_s_per_step: _Float
     rollout_logprobs: _Bool
+    # per mode: the step's samples are split over the engines in fixed shares before any response ends, and the
+    # step waits for every engine's share (False: requests go to the engines as they free up, with no barrier
+    # per step at each engine)
+    fixed_engine_shares: _ModeBools
     # the engine is asked for the sampled tokens' log-probs in the releases before `until_version`
     # (an earlier default that rollout_logprobs, read in the current release, no longer holds; None: not read)
     earlier_rollout_logprobs: _BoolUntil | None = None
@@ -208,7 +220,8 @@ class FrameworkCosts:
     layer (gathered before a pass's first layer, reduce-scattered after its backward's last); the bytes per
     hidden element per layer its FSDP mixed-precision policy moves casting each layer's output to fp32 and
     back (None: none charged); the tensor ops per parameter tensor of its FSDP trainer's single-tensor Adam over
-    DTensor parameters, each dispatched on the host (None: the fused step)."""
+    DTensor parameters, each dispatched on the host (None: the fused step); the modes in which it splits a step's
+    samples over the engines in fixed shares (the step waits for the slowest engine's share)."""
 
     orchestration_s: float
     rollout_logprobs: bool
@@ -234,6 +247,7 @@ class FrameworkCosts:
     fsdp_root_embeddings: bool = False
     fsdp_layer_cast_bytes: float | None = None
     fsdp_optimizer_tensor_ops: int | None = None
+    fixed_share_modes: frozenset = frozenset({"colocated", "sync", "async"})
 
 
 def engine_default_max_num_seqs(gpu_memory_gb: float, gpu_name: str) -> int:
@@ -306,6 +320,10 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     casts = [_for_strategy(f.fsdp_layer_output_cast_bytes, f, strategy) for f in chosen]
     adam_ops = [_for_strategy(_holds(f.fsdp_optimizer_tensor_ops, version), f, strategy) for f in chosen]
 
+    # a mode's shares are fixed where every chosen framework that runs the mode fixes them (`any`: the cheaper)
+    fixed = frozenset(m for m in ("colocated", "sync", "async")
+                      if all(f.fixed_engine_shares.value.get(m, True) for f in chosen))
+
     def flag(name: str) -> bool:  # a yes/no fact held by every chosen framework (for the strategy run, if read for one)
         return all((e := _for_strategy(getattr(f, name), f, strategy)) is not None and e.value for f in chosen)
     unset = {unset_max_num_seqs(f) for f in chosen}
@@ -335,4 +353,5 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           fsdp_pads_packed_to_budget=flag("fsdp_pads_packed_to_budget"),
                           fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"),
                           fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts),
-                          fsdp_optimizer_tensor_ops=None if None in adam_ops else min(x.value for x in adam_ops))
+                          fsdp_optimizer_tensor_ops=None if None in adam_ops else min(x.value for x in adam_ops),
+                          fixed_share_modes=fixed)

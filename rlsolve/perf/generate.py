@@ -259,7 +259,7 @@ def representative_count(n_requests: float, groups: int = 32) -> int:
 
 def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
                     kv_capacity_tokens: float, max_num_seqs: float, n_total: float, groups: int = 32,
-                    clip: float | None = None) -> DecodeResult:
+                    clip: float | None = None, fixed_shares: bool = True) -> DecodeResult:
     """Continuous batching of one replica's `n_requests`, as a fluid.
 
     `groups` representative requests stand for the replica's requests (each with a weight);
@@ -270,14 +270,16 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
     re-prefilled (vLLM's recompute preemption). `kv_need` of the result: the largest KV in
     use it compared with `kv_capacity_tokens` (the closed form: the KV held at its busiest), so
     that any capacity of at least that runs the same (the engine search's memory-independent
-    candidates, `perf.step.gen_side`)."""
+    candidates, `perf.step.gen_side`). `fixed_shares`: the framework splits the step's samples
+    over the engines in fixed shares, so the replica stands for the slowest
+    (`slowest_replica_mean`); else for the mean."""
     g = representative_count(n_requests, groups)
     fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, kv_capacity_tokens,
-                                max_num_seqs, n_total, g, clip)
+                                max_num_seqs, n_total, g, clip, fixed_shares)
     if fast is not None:
         return fast
-    return _events(step, _start(n_requests, mean_len, max_len, n_total, g, clip), prompt_len, kv_capacity_tokens,
-                   max_num_seqs)
+    return _events(step, _start(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares), prompt_len,
+                   kv_capacity_tokens, max_num_seqs)
 
 
 @dataclass(frozen=True)
@@ -294,10 +296,11 @@ class DecodeTrace:
     over_slack: tuple
 
 
-def _start(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None):
+def _start(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None,
+           fixed_shares: bool = True):
     """The event run's state before its first event: the representatives in queue order (`_queue`), none
     decoded nor admitted."""
-    table = _queue(n_requests, mean_len, max_len, n_total, g, clip)
+    table = _queue(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
     L = [length for length, _ in table]
     w = [weight for _, weight in table]
     # (L, w, done, queue, active, t, steps, area, peak, reprefill, need_most, limited, fresh, events left)
@@ -408,15 +411,15 @@ def _events(step: StepModel, state: tuple, p: float, cap: float, max_num_seqs: f
 
 def decode_trace(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
                  max_num_seqs: float, n_total: float, groups: int = 32,
-                 clip: float | None = None) -> tuple[DecodeResult, DecodeTrace | None]:
+                 clip: float | None = None, fixed_shares: bool = True) -> tuple[DecodeResult, DecodeTrace | None]:
     """`simulate_decode` without a KV limit (capacity inf), and its `DecodeTrace` when it ran events (None for
     the closed form, whose runs under a finite capacity share no events with it)."""
     g = representative_count(n_requests, groups)
     fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, math.inf, max_num_seqs, n_total, g,
-                                clip)
+                                clip, fixed_shares)
     if fast is not None:
         return fast, None
-    start = _start(n_requests, mean_len, max_len, n_total, g, clip)
+    start = _start(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
     log: list = []
     res = _events(step, start, prompt_len, math.inf, max_num_seqs, log)
     states, over, over_slack = [], [], []
@@ -427,7 +430,7 @@ def decode_trace(step: StepModel, n_requests: float, prompt_len: float, mean_len
             hi, hi_slack = max(hi, log[k + 1][0]), max(hi_slack, log[k + 1][1])
         over.append(hi)
         over_slack.append(hi_slack)
-    args = (n_requests, prompt_len, mean_len, max_len, max_num_seqs, n_total, g, clip)
+    args = (n_requests, prompt_len, mean_len, max_len, max_num_seqs, n_total, g, clip, fixed_shares)
     return res, DecodeTrace(args, tuple((start[0], start[1]) + s for s in states), tuple(over), tuple(over_slack))
 
 
@@ -435,9 +438,9 @@ def resume_decode(step: StepModel, trace: DecodeTrace, kv_capacity_tokens: float
     """`simulate_decode(step, ..., kv_capacity_tokens, ...)` of the run `trace` was taken without a KV limit
     (the same result, float for float: a property test), started from the last event before which every
     comparison with the capacity came out as without a limit."""
-    n_requests, prompt_len, mean_len, max_len, max_num_seqs, n_total, g, clip = trace.args
+    n_requests, prompt_len, mean_len, max_len, max_num_seqs, n_total, g, clip, fixed_shares = trace.args
     fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, kv_capacity_tokens, max_num_seqs,
-                                n_total, g, clip)
+                                n_total, g, clip, fixed_shares)
     if fast is not None:
         return fast
     cap, slack = kv_capacity_tokens, kv_capacity_tokens * 1.0001
@@ -451,7 +454,7 @@ def resume_decode(step: StepModel, trace: DecodeTrace, kv_capacity_tokens: float
 
 def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
                        kv_capacity_tokens: float, n_total: float, groups: int = 32, clip: float | None = None,
-                       max_num_seqs: float = math.inf) -> float:
+                       max_num_seqs: float = math.inf, fixed_shares: bool = True) -> float:
     """A lower bound on `simulate_decode`'s time (any max_num_seqs, or at most `max_num_seqs`), in O(1), for pruning.
 
     With the same representative requests, a step costs at least the dense weights (or the
@@ -468,7 +471,7 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     one before simulating the cap (`gen_side`)."""
     g = representative_count(n_requests, groups)
     tokens, kv_reads, w_max, w_sum, longest, w_min, w_next, longest_next, lone_len = _bound_sums(
-        n_requests, prompt_len, mean_len, max_len, n_total, g, clip)
+        n_requests, prompt_len, mean_len, max_len, n_total, g, clip, fixed_shares)
     b_max = min(max(kv_capacity_tokens / prompt_len, w_max), w_sum, max(max_num_seqs + 1e-9, w_max))
     # the KV tokens in use during a step stay within the capacity (or one representative
     # request admitted into an empty batch), plus one token per running request (the
@@ -479,11 +482,11 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     kv_steps = kv_reads / kv_in_use
     if w_max * (prompt_len + max_len) > kv_capacity_tokens * 1.0001:
         kv_steps = max(kv_steps, _lone_steps(n_requests, prompt_len, mean_len, max_len, n_total, g, clip,
-                                             kv_capacity_tokens * 1.0001 + b_max))
+                                             kv_capacity_tokens * 1.0001 + b_max, fixed_shares))
     # nor can the run end before a request's first admission plus its length (`_queue_steps`)
     steps = max(longest, tokens / b_max, kv_steps,
                 _queue_steps(n_requests, mean_len, max_len, n_total, g, clip,
-                             min(max_num_seqs, kv_capacity_tokens / prompt_len)))
+                             min(max_num_seqs, kv_capacity_tokens / prompt_len), fixed_shares))
     b_min = min(1.0, w_min)
     # weight bytes per step grow with the batch, concavely for MoE (distinct experts touched):
     # above the chord between the smallest and the largest batch, so summed over the steps at
@@ -514,7 +517,7 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
 
 
 def _lone_steps(n_requests: float, prompt_len: float, mean_len: float, max_len: float, n_total: float, g: int,
-                clip: float | None, per_step: float) -> float:
+                clip: float | None, per_step: float, fixed_shares: bool = True) -> float:
     """Steps `simulate_decode` takes at least to read its context tokens when a step with two or more requests
     running reads at most `per_step` KV tokens (the capacity with its preemption slack, plus the token each
     running request adds in a step) and a step with one request running reads that request's KV alone,
@@ -524,13 +527,13 @@ def _lone_steps(n_requests: float, prompt_len: float, mean_len: float, max_len: 
     gain_j = max over x in [0, L] of lone_j(x) - per_step x (at x = p + L - per_step / w, where j's KV
     passes per_step). Never rises with per_step (its derivative is (sum_j lone_j(x_j) - reads) / per_step^2
     <= 0), nor with the capacity."""
-    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
     p = prompt_len
     run = weight > 0
     L, w = lengths[run], weight[run]
     x = np.clip(p + L - per_step / w, 0.0, L)
     gain = float(np.sum(w * (p * x + L * x - x * x / 2) - per_step * x))
-    reads = _bound_sums(n_requests, prompt_len, mean_len, max_len, n_total, g, clip)[1]
+    reads = _bound_sums(n_requests, prompt_len, mean_len, max_len, n_total, g, clip, fixed_shares)[1]
     return (reads - gain) / per_step
 
 
@@ -576,7 +579,7 @@ def _expert_bytes_sum(step: StepModel, n_requests: float, mean_len: float, max_l
 
 @lru_cache(maxsize=65536)
 def _queue_steps(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None,
-                 batch_cap: float) -> float:
+                 batch_cap: float, fixed_shares: bool = True) -> float:
     """Steps before `simulate_decode`'s last request finishes, at least, when a running batch never weighs
     more than `batch_cap` (max_num_seqs; or the KV capacity over the prompt, which every running request
     holds). Requests are first admitted in queue order (the fixed shuffle; a preempted one goes back to the
@@ -590,7 +593,7 @@ def _queue_steps(n_requests: float, mean_len: float, max_len: float, n_total: fl
         return 0.0
     finished: list[tuple[float, float]] = []  # (finishing step at least, weight), ascending
     before = out = 0.0
-    for length, w in _queue(n_requests, mean_len, max_len, n_total, g, clip):
+    for length, w in _queue(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares):
         need = before - batch_cap + w - 1e-9
         start = 0.0
         if need > 0 and finished:
@@ -607,23 +610,24 @@ def _queue_steps(n_requests: float, mean_len: float, max_len: float, n_total: fl
 
 
 @lru_cache(maxsize=8192)
-def _queue(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None):
+def _queue(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None,
+           fixed_shares: bool = True):
     """(length, weight) of the representative requests in `simulate_decode`'s queue order: a fixed
     low-discrepancy shuffle (requests arrive in no particular length order)."""
-    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
     order = sorted(range(g), key=lambda i: (i * 0.6180339887) % 1.0)
     return tuple((float(lengths[i]), float(weight[i])) for i in order)
 
 
 def kv_need_floor(n_requests: float, prompt_len: float, mean_len: float, max_len: float, n_total: float,
-                  max_num_seqs: float, groups: int = 32, clip: float | None = None) -> float:
+                  max_num_seqs: float, groups: int = 32, clip: float | None = None, fixed_shares: bool = True) -> float:
     """A lower bound on the `kv_need` of `simulate_decode` without a KV limit (capacity inf), in O(g): the
     requests first admitted are the longest prefix of the queue whose weight stays within max_num_seqs
     (the first always), and when two or more run, the KV they hold when the shortest of them finishes
     (each its prompt plus that many tokens) is compared with the capacity; a closed-form run (every
     request admitted) needs the KV held at its start at least."""
     g = representative_count(n_requests, groups)
-    table = _queue(n_requests, mean_len, max_len, n_total, g, clip)
+    table = _queue(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
     weight = shortest = 0.0
     count = 0
     for length, w in table:
@@ -639,13 +643,13 @@ def kv_need_floor(n_requests: float, prompt_len: float, mean_len: float, max_len
 
 @lru_cache(maxsize=8192)
 def _bound_sums(n_requests: float, prompt_len: float, mean_len: float, max_len: float, n_total: float, g: int,
-                clip: float | None) -> tuple[float, ...]:
+                clip: float | None, fixed_shares: bool = True) -> tuple[float, ...]:
     """What `decode_lower_bound` reads of the representative requests (cached: the search bounds
     thousands of engines over a few replica sizes): tokens decoded, context tokens read, the
     heaviest and the total weight, the longest response and the lightest weight present; then, of the
     others than one lightest representative, the lightest weight and the longest response (the lightest's
     own weight and none if it is alone), and that lightest representative's length."""
-    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
     present = np.flatnonzero(weight > 0)
     w_min = float(weight[present].min())
     lightest = present[np.argmin(weight[present])]
@@ -686,7 +690,7 @@ def _length_std(mean: float, max_len: float, clip: float | None) -> float:
 
 
 def slowest_replica_mean(n_requests: float, mean_len: float, max_len: float, n_total: float,
-                         clip: float | None = None) -> float:
+                         clip: float | None = None, fixed_shares: bool = True) -> float:
     """Mean response length of the replica that finishes last. The frameworks split a step's
     samples over the engines in fixed shares before any is decoded (NeMo-RL
     BatchedDataDict.shard_by_batch_size in VllmGeneration.generate, v0.7.0; verl and OpenRLHF
@@ -695,9 +699,13 @@ def slowest_replica_mean(n_requests: float, mean_len: float, max_len: float, n_t
     responses, the slowest holds about the largest of dp sample means, mean + sd / sqrt(n) x
     E[max of dp standard normals]. Independent draws are the floor: the responses of one
     prompt, which go to one engine together, are alike in length (Seer, arXiv 2511.14617),
-    which only widens the spread."""
+    which only widens the spread. Where the framework does not fix the shares (`fixed_shares`
+    False: frameworks/runtime.yaml fixed_engine_shares, e.g. NeMo-RL's and verl's asynchronous
+    modes, whose engines take the next requests as they free up, with no barrier per step at
+    each engine) no replica is slower than the step's mean: the mean itself (the step's longest
+    response still ends the run, `_representatives`)."""
     dp = int(round(n_total / n_requests)) if n_requests > 0 else 1
-    if dp <= 1 or n_requests <= 1 or mean_len >= max_len:
+    if not fixed_shares or dp <= 1 or n_requests <= 1 or mean_len >= max_len:
         return mean_len
     shifted = mean_len + _length_std(mean_len, max_len, clip) / math.sqrt(n_requests) * expected_max_std_normal(dp)
     return min(shifted, max_len)
@@ -705,14 +713,14 @@ def slowest_replica_mean(n_requests: float, mean_len: float, max_len: float, n_t
 
 @lru_cache(maxsize=8192)
 def _representatives(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int,
-                     clip: float | None = None):
+                     clip: float | None = None, fixed_shares: bool = True):
     """(lengths, weights) of the g representative requests (cached: the search asks for the
     same replica sizes many times; callers never modify the arrays): the slowest replica's
     (`slowest_replica_mean`), with one request at the longest response among all n_total (a
     quantile of the step's own distribution: it is the step's longest, whichever engine holds it)."""
     u = (np.arange(g - 1) + 0.5) / (g - 1)
     top = 1.0 - 1.0 / (n_total + 1.0)
-    slow = slowest_replica_mean(n_requests, mean_len, max_len, n_total, clip)
+    slow = slowest_replica_mean(n_requests, mean_len, max_len, n_total, clip, fixed_shares)
     longest = length_quantiles(mean_len, max_len, np.array([top]), clip)
     groups = length_quantiles(mean_len, max_len, u, clip)
     if slow > mean_len:  # the slowest replica's quantiles, none lengthened past the step's longest
@@ -728,11 +736,11 @@ def _representatives(n_requests: float, mean_len: float, max_len: float, n_total
 
 def _decode_all_admitted(step: StepModel, n_requests: float, prompt_len: float, mean_len: float,
                          max_len: float, kv_capacity_tokens: float, max_num_seqs: float, n_total: float,
-                         g: int, clip: float | None = None) -> DecodeResult | None:
+                         g: int, clip: float | None = None, fixed_shares: bool = True) -> DecodeResult | None:
     """Closed form when every request runs from the start: between consecutive finish
     lengths the batch is constant and the context grows linearly. None when the KV memory
     or max_num_seqs would force queueing (then the event simulation runs)."""
-    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip)
+    lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
     order = np.argsort(lengths, kind="stable")
     L, w = lengths[order], weight[order]
     edges = np.concatenate([[0.0], L])

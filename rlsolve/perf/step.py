@@ -9,11 +9,11 @@ from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from rlsolve.frameworks.runtime import engine_default_max_num_seqs
+from rlsolve.frameworks.runtime import FrameworkCosts, engine_default_max_num_seqs
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_trace, gen_other_bytes,
                                    kv_need_floor, kv_bytes_per_token_per_gpu, prefill_time, representative_count,
-                                   resume_decode, simulate_decode, weight_bytes_per_gpu)
+                                   resume_decode, simulate_decode, slowest_replica_mean, weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_seq_len,
                                 params_per_gpu,
@@ -106,6 +106,14 @@ def rollout_steps_in_flight(mode: str, staleness: int) -> int:
     return max(1, staleness) if mode == "async" else 1
 
 
+def engine_shares_fixed(mode: str, framework: FrameworkCosts) -> bool:
+    """Whether the target framework, in `mode`, splits a step's samples over the engines in fixed shares before
+    any response ends, so the step waits for the slowest engine's share (`generate.slowest_replica_mean`);
+    else requests go to the engines as they free up (frameworks/runtime.yaml fixed_engine_shares: NeMo-RL's
+    async GRPO and verl's separate_async do, OpenRLHF's async trainer dispatches batch by batch)."""
+    return mode in framework.fixed_share_modes
+
+
 _STEPS: dict[tuple, tuple] = {}
 
 
@@ -177,21 +185,23 @@ _RUNS: dict[tuple, tuple] = {}
 _TRACES: dict[tuple, tuple] = {}
 
 
-def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float):
+def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float,
+                fixed_shares: bool = True):
     """`simulate_decode` of one (cap, KV budget) candidate, memoized: its run does not depend on the
     memory the engine has (that only decides whether it is allowed), so the search shares it across
     every memory level it is asked at. Keyed like `_step_model`, by the StepModel's identity, kept
     alive beside the result. The cap's unpinned run (budget inf) keeps its `DecodeTrace`, and a pinned
     run of the same cap starts from it where its budget first changes the run (`resume_decode`: the same
     result as `simulate_decode`'s, float for float; the search takes the unpinned run before its pinned ones)."""
-    key = (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, budget, cap)
+    key = (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, fixed_shares,
+           budget, cap)
     hit = _RUNS.get(key)
     if hit is not None and hit[0] is step:
         return hit[1]
     at = key[:-2] + (cap,)
     if budget == math.inf:
         res, trace = decode_trace(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, cap, n_total,
-                                  clip=wl.clip_ratio)
+                                  clip=wl.clip_ratio, fixed_shares=fixed_shares)
         if len(_TRACES) > 4096:
             _TRACES.clear()
         _TRACES[at] = (step, trace)
@@ -201,7 +211,7 @@ def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float
             res = resume_decode(step, kept[1], budget)
         else:
             res = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, cap,
-                                  n_total, clip=wl.clip_ratio)
+                                  n_total, clip=wl.clip_ratio, fixed_shares=fixed_shares)
     if len(_RUNS) > 65536:
         _RUNS.clear()
     _RUNS[key] = (step, res)
@@ -211,7 +221,7 @@ def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float
 def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,
              aux_models: tuple[tuple[str, Architecture, float], ...] = (), kv_cache_gb: float | None = None,
              max_num_seqs: float | None = None, lower_bound: bool = False, in_flight: int = 1,
-             cap_search: bool = True) -> GenSide:
+             cap_search: bool = True, fixed_shares: bool = True) -> GenSide:
     """Time and memory of generating one step's samples on `lay.dp` replicas.
 
     `reserved`: bytes per GPU held by other roles while generating (colocated training
@@ -219,7 +229,9 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     decoding (reference, reward). `lower_bound`: the decode time is `decode_lower_bound`'s
     instead of the simulation's (the search prunes with it; the rest is exact). `in_flight`
     (`rollout_steps_in_flight`): the engine decodes that many steps' requests as one
-    continuously batched stream; the step is charged its share of that stream's time.
+    continuously batched stream; the step is charged its share of that stream's time. `fixed_shares`
+    (`engine_shares_fixed`): the framework splits the step's samples over the engines in fixed shares, so
+    the replica simulated is the slowest (`generate.slowest_replica_mean`); else the mean one.
 
     Without `max_num_seqs` the engine runs the fastest of its candidates: no cap or a cap that binds
     (`engine_caps`; none when `cap_search` is off, for a target that cannot set one: its engines then run at
@@ -273,12 +285,16 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     prompt_tokens = prompts * wl.prompt_len
     ctx = wl.prompt_len / 2
     n_total = k * wl.samples
+    # fixed shares change the run only where the slowest replica's mean differs from the mean (more than one
+    # replica): elsewhere the runs of both are the same floats, so they share one memo entry (`_decode_run`)
+    fixed_shares = fixed_shares and slowest_replica_mean(n_req, wl.response_mean, wl.response_max, n_total,
+                                                         wl.clip_ratio) != wl.response_mean
     # the candidates' caps (None: no cap) and the KV tokens each leaves (its profile run reserves for it)
     caps: tuple = (max_num_seqs,) if max_num_seqs else (None,) + (engine_caps(n_req) if cap_search else ())
 
     def bound(c: float, budget: float) -> float:
         return decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, n_total,
-                                  clip=wl.clip_ratio, max_num_seqs=c)
+                                  clip=wl.clip_ratio, max_num_seqs=c, fixed_shares=fixed_shares)
 
     if fits and lower_bound:
         # every candidate's KV is within the largest room (the least cap's), and a cap only raises the bound.
@@ -287,7 +303,8 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         top = kv_tokens if len(caps) < 2 else \
             max(kv_tokens, max(kv_room(gen_other_bytes(arch, lay, caps[1], wl.engine_version)), 0.0) / kv_tok_gpu)
         decode = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, top,
-                                    n_total, clip=wl.clip_ratio, max_num_seqs=float(max_num_seqs or unset))
+                                    n_total, clip=wl.clip_ratio, max_num_seqs=float(max_num_seqs or unset),
+                                    fixed_shares=fixed_shares)
         peak, limited, rep = 0.0, False, 0.0
     elif fits:
         base = float(wl.seq_max)
@@ -303,7 +320,8 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         lowest = pinned_budget(1.0, KV_BUDGETS_PER_HALVING)  # a bound cap's smallest pinned budget, over its need
         heap = [(floor + bound(limit[c], r), n, c, _TOP) for n, (c, r) in enumerate(zip(caps, rooms))
                 if r >= base and (c == caps[0] or kv_need_floor(n_req, wl.prompt_len, wl.response_mean, wl.response_max,
-                                                                n_total, limit[c], clip=wl.clip_ratio) * lowest
+                                                                n_total, limit[c], clip=wl.clip_ratio,
+                                                                fixed_shares=fixed_shares) * lowest
                                   <= r * (1 + 1e-9))]
         heap.append((floor + bound(limit[caps[0]], base), len(caps), caps[0], 0))
         heapq.heapify(heap)
@@ -315,14 +333,14 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
                 break  # every candidate left takes at least its bound: none can win
             if at == _TOP:
                 budget = None
-                res = _decode_run(step, n_req, wl, n_total, math.inf, limit[c])
+                res = _decode_run(step, n_req, wl, n_total, math.inf, limit[c], fixed_shares)
                 need[c] = res.kv_need
                 # its pinned budgets: the first within the room (and above a full-length sequence)
                 nxt = next((j for j in range(1, KV_BUDGETS_PER_HALVING + 1 if c != caps[0] else 10 ** 6)
                             if pinned_budget(res.kv_need, j) <= room[c] * (1 + 1e-9)), None)
             else:
                 budget = base if at == 0 else pinned_budget(need[c], at)
-                res = _decode_run(step, n_req, wl, n_total, budget, limit[c])
+                res = _decode_run(step, n_req, wl, n_total, budget, limit[c], fixed_shares)
                 nxt = at + 1 if 0 < at and (c == caps[0] or at < KV_BUDGETS_PER_HALVING) else None
             if nxt is not None and pinned_budget(need[c], nxt) > base:
                 heapq.heappush(heap, (floor + bound(limit[c], pinned_budget(need[c], nxt)), order, c, nxt))

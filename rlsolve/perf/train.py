@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from rlsolve.models import Architecture
-from rlsolve.perf.generate import length_quantiles
+from rlsolve.perf.generate import expected_max_std_normal, length_quantiles
 from rlsolve.perf.hw import GB, Device, constants
 
 BF16 = 2.0
@@ -762,18 +762,6 @@ def packed_busiest_share(sequences: int, prompt_len: float, response_mean: float
     bins, total = packed_bins(int(sequences), prompt_len, response_mean, response_max, clip, int(budget))
     busiest = max(float(bins[r::dp].sum()) for r in range(min(dp, len(bins))))
     return busiest * dp / total
-
-
-@lru_cache(maxsize=64)
-def expected_max_std_normal(n: int) -> float:
-    """E[max of n independent standard normals] (order statistics, by numerical integration of
-    n x phi(x) Phi(x)^(n-1) on a fine grid); 0 for n = 1."""
-    if n <= 1:
-        return 0.0
-    x = np.linspace(-10.0, 10.0, 20001)
-    phi = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-    cdf = np.cumsum(phi) * (x[1] - x[0])
-    return float(np.sum(x * n * phi * np.clip(cdf, 0.0, 1.0) ** (n - 1)) * (x[1] - x[0]))
 
 
 @lru_cache(maxsize=256)

@@ -55,9 +55,9 @@ from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, compose_step,
                                critic_fits, critic_group_excess, critic_group_pass, critic_memory, critic_pass,
-                               engine_release_time, gen_side, policy_memory, refit_gather_time, refit_hold,
-                               trainer_offload_time, recv_time, rollout_steps_in_flight, send_time, sync_time,
-                               train_aux, train_core, with_critic)
+                               engine_release_time, engine_shares_fixed, gen_side, policy_memory, refit_gather_time,
+                               refit_hold, trainer_offload_time, recv_time, rollout_steps_in_flight, send_time,
+                               sync_time, train_aux, train_core, with_critic)
 from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, moe_host_efficiency
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
@@ -949,7 +949,8 @@ class _ColocatedEngineFloor:
     def _at(self, tp: int, pp: int, ep: int, dp: int) -> int:
         key = (tp, pp, ep, dp)
         if key not in self.memo:
-            lb = gen_side(self.problem, self.pool, GenLayout(tp=tp, pp=pp, dp=dp, ep=ep), lower_bound=True)
+            lb = gen_side(self.problem, self.pool, GenLayout(tp=tp, pp=pp, dp=dp, ep=ep), lower_bound=True,
+                          fixed_shares=engine_shares_fixed("colocated", self.problem.workload.framework))
             self.memo[key] = _lb_units(lb.time) if lb.fits else INF_TIME
         return self.memo[key]
 
@@ -1483,6 +1484,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
     # the colocated limit the task loop below starts from (it only falls)
     c_limit = (_relaxed(incumbent) if margin else incumbent).get("colocated", INF_TIME) \
         if bounded and incumbent is not None else None
+    coloc_fixed = engine_shares_fixed("colocated", problem.workload.framework)
     for n in coloc_counts:
         levels = sorted({c.reserved_gb for c in out.train if c.mode == "colocated" and c.pool == p and c.gpus == n})
         for _, lay in _legal_engines(problem, p, n, memo, deadline):
@@ -1494,7 +1496,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     # more held memory never lowers the engines' bound (a property test), so this level's
                     # bound is beyond the limit too and the task loop would skip it: not scored
                     continue
-                lb = _engine_side(problem, p, lay, memo, reserved_gb=lv, lower_bound=True)
+                lb = _engine_side(problem, p, lay, memo, reserved_gb=lv, lower_bound=True, fixed_shares=coloc_fixed)
                 if not lb.fits:
                     break  # more reserved memory fits even less
                 low = _lb_units(lb.time + engine_release_time(lb) + sync)
@@ -1510,10 +1512,11 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         fastest = min((time_units(c.time) for c in out.train if c.mode == "disagg"), default=INF_TIME)
         dead: set[tuple] = set()
         floors: dict[tuple, int] = {}  # per key below: the bound (ms) of its engines at the last larger count
-        # an async engine decodes several steps' rollouts at once (rollout_steps_in_flight), so
-        # its time differs from the same engine's in sync: one candidate per such group of modes
-        host_variants = [(hosts, q, group, k) for hosts, q, allowed_in in _gen_host_variants(problem, d_modes)
-                         for group, k in _in_flight_groups(problem, allowed_in)]
+        # an async engine decodes several steps' rollouts at once (rollout_steps_in_flight), and the
+        # target may not split them over the engines in fixed shares (engine_shares_fixed), so its time
+        # differs from the same engine's in sync: one candidate per such group of modes
+        host_variants = [(hosts, q, group, k, fixed) for hosts, q, allowed_in in _gen_host_variants(problem, d_modes)
+                         for group, k, fixed in _in_flight_groups(problem, allowed_in)]
         # an engine shape (tp, pp, ep) whose every host variant is dead: no count of it is
         # scored again, so its layouts need no rule check either (`_legal_engines`' skip)
         dead_shapes: set[tuple] = set()
@@ -1527,8 +1530,8 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                 if recv_s is None:
                     recv_s = memo[rkey] = recv_time(problem, pool, lay)
                 recv = time_units(recv_s)
-                for hi, (hosts, q, allowed_in, k) in enumerate(host_variants):
-                    key = (lay.tp, lay.pp, lay.ep, hosts, q, k)
+                for hi, (hosts, q, allowed_in, k, fixed) in enumerate(host_variants):
+                    key = (lay.tp, lay.pp, lay.ep, hosts, q, k, fixed)
                     if key in dead:
                         continue
                     # bounded: the least training side of a plan with these engines (a trainer hosting none of
@@ -1542,14 +1545,15 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                         # replicas): beyond the limit here, so the loop below would skip them; not scored.
                         # (Not dead: a smaller count may leave room for a faster trainer.)
                         continue
-                    lb = _engine_side(problem, p, lay, memo, hosts=hosts, quant=q, lower_bound=True, in_flight=k)
+                    lb = _engine_side(problem, p, lay, memo, hosts=hosts, quant=q, lower_bound=True, in_flight=k,
+                                      fixed_shares=fixed)
                     if not lb.fits:
                         continue
                     tg = floors[key] = _lb_units(lb.time)
                     if limit is not None and all(tg + recv + (fastest if m == "sync" else 0) > limit[m]
                                                  for m in allowed_in):
                         dead.add(key)
-                        if all((lay.tp, lay.pp, lay.ep, h, qq, kk) in dead for h, qq, _, kk in host_variants):
+                        if all((lay.tp, lay.pp, lay.ep, h, qq, kk, ff) in dead for h, qq, _, kk, ff in host_variants):
                             dead_shapes.add((lay.tp, lay.pp, lay.ep))
                         continue
                     if not bounded:
@@ -1558,7 +1562,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                             continue
                         tt = time_units(t.time)
                     bound = {m: compose_step(m, tg, tt, recv, 0) for m in allowed_in}
-                    tasks.append((bound, (1, n, li, hi), "disagg", n, lay, (hosts, allowed_in, k), q, recv_s))
+                    tasks.append((bound, (1, n, li, hi), "disagg", n, lay, (hosts, allowed_in, k, fixed), q, recv_s))
     if incumbent is None:
         incumbent = {m: INF_TIME for m in modes}
     found: list[GenCand] = []
@@ -1568,11 +1572,11 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
             continue
         deadline.check("simulating engine layouts")
         if mode == "colocated":
-            side = _engine_side(problem, p, lay, memo, reserved_gb=extra)
+            side = _engine_side(problem, p, lay, memo, reserved_gb=extra, fixed_shares=coloc_fixed)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
         else:
-            extra, allowed_in, k = extra
-            side = _engine_side(problem, p, lay, memo, hosts=extra, quant=q, in_flight=k)
+            extra, allowed_in, k, fixed = extra
+            side = _engine_side(problem, p, lay, memo, hosts=extra, quant=q, in_flight=k, fixed_shares=fixed)
             g = GenCand(mode, lay, extra, q, 0, side, sync, pool=p, modes=allowed_in)
         out.evaluated += 1
         if not side.fits or engine_cap_violations(problem, lay, side.max_num_seqs):
@@ -1622,24 +1626,24 @@ def _legal_engines(problem: Problem, p: int, n: int, memo: dict, deadline: Deadl
 
 def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserved_gb: int = 0,
                  hosts: frozenset = frozenset(), quant: str = "none", lower_bound: bool = False,
-                 in_flight: int = 1) -> GenSide:
+                 in_flight: int = 1, fixed_shares: bool = True) -> GenSide:
     """`gen_side` of an engine layout, memoized across the probe and the full enumeration
     (they score many of the same engines); its max_num_seqs search only where the target can set one.
     gen_side reads the hosted models only through their architectures and bytes per parameter (their
     weights beside the engine's, their forwards): engines hosting the same architectures at the same
     bytes under other roles (a reference and a reward model that are both the policy) share one
-    evaluation, its per-model times relabelled."""
-    key = (p, lay, reserved_gb, hosts, quant, lower_bound, in_flight)
+    evaluation, its per-model times relabelled. `in_flight` and `fixed_shares`: how the mode decodes (gen_side)."""
+    key = (p, lay, reserved_gb, hosts, quant, lower_bound, in_flight, fixed_shares)
     hit = memo.get(key)
     if hit is None:
         aux = _aux_on_gen(problem, hosts, quant)
         models = tuple(sorted((id(a), b) for _, a, b in aux))
-        same = memo.get(("engine of models", p, lay, reserved_gb, models, lower_bound, in_flight))
+        same = memo.get(("engine of models", p, lay, reserved_gb, models, lower_bound, in_flight, fixed_shares))
         if same is None:
             hit = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9, aux_models=aux,
                            lower_bound=lower_bound, in_flight=in_flight,
-                           cap_search=engine_can_cap(problem, lay))
-            memo["engine of models", p, lay, reserved_gb, models, lower_bound, in_flight] = (aux, hit)
+                           cap_search=engine_can_cap(problem, lay), fixed_shares=fixed_shares)
+            memo["engine of models", p, lay, reserved_gb, models, lower_bound, in_flight, fixed_shares] = (aux, hit)
         else:
             hit = _relabelled(*same, aux)
         memo[key] = hit
@@ -1660,13 +1664,15 @@ def _relabelled(aux: tuple, side: GenSide, other: tuple) -> GenSide:
     return replace(side, aux_times=times)
 
 
-def _in_flight_groups(problem: Problem, modes: frozenset) -> list[tuple[frozenset, int]]:
-    """The disaggregated modes split by the steps an engine decodes at once in them
-    (`rollout_steps_in_flight`): one group when they agree."""
-    groups: dict[int, set] = {}
+def _in_flight_groups(problem: Problem, modes: frozenset) -> list[tuple[frozenset, int, bool]]:
+    """The disaggregated modes split by how an engine decodes in them: the steps it decodes at once
+    (`rollout_steps_in_flight`) and whether the target splits a step's samples over the engines in fixed
+    shares (`engine_shares_fixed`): one group when they agree."""
+    groups: dict[tuple[int, bool], set] = {}
     for m in modes:
-        groups.setdefault(rollout_steps_in_flight(m, problem.workload.max_staleness), set()).add(m)
-    return [(frozenset(ms), k) for k, ms in sorted(groups.items())]
+        groups.setdefault((rollout_steps_in_flight(m, problem.workload.max_staleness),
+                           engine_shares_fixed(m, problem.workload.framework)), set()).add(m)
+    return [(frozenset(ms), k, fixed) for (k, fixed), ms in sorted(groups.items())]
 
 
 def _aux_on_gen(problem: Problem, hosts: frozenset, quant: str) -> tuple:

@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from rlsolve.errors import SpecError
-from rlsolve.perf.step import (QUANT_BYTES, StepEstimate, aux_side, combine, gen_side, rollout_steps_in_flight,
-                               train_side)
+from rlsolve.perf.step import (QUANT_BYTES, StepEstimate, aux_side, combine, engine_shares_fixed, gen_side,
+                               rollout_steps_in_flight, train_side)
 from rlsolve.plan import LAYOUT_KEYS, Layout, Plan
 from rlsolve.resolve import Problem
 from rlsolve.solver.rules import (aux_shares_actor_degrees, critic_layout, engine_can_cap, layout_violations,
@@ -50,6 +50,7 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
     pl, opt = lay.placement, lay.optimization
     mode = lay.pipeline.mode
     can_cap = engine_can_cap(problem, g_lay)  # the engine searches max_num_seqs where the target sets it
+    fixed = engine_shares_fixed(mode, problem.workload.framework)  # the step waits for the slowest engine's share
     ts = train_side(problem, pt, t_lay,
                     reference=pl.reference if pl.reference in ("training", "cpu_offload") else "elsewhere",
                     reward="training" if pl.reward == "training" else "elsewhere",
@@ -58,7 +59,7 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
     if mode == "colocated":
         reserved = 0.0 if opt.train_offload_during_rollout else ts.states
         gs = gen_side(problem, pg, g_lay, reserved=reserved, kv_cache_gb=opt.kv_cache_gb,
-                      max_num_seqs=opt.max_num_seqs, cap_search=can_cap)
+                      max_num_seqs=opt.max_num_seqs, cap_search=can_cap, fixed_shares=fixed)
     else:
         aux = []
         if pl.reference == "generation":
@@ -67,7 +68,7 @@ def evaluate_layout(problem: Problem, lay: Layout) -> StepEstimate:
             aux.append(("reward", problem.reward, QUANT_BYTES[opt.reward_quantization]))
         gs = gen_side(problem, pg, g_lay, aux_models=tuple(aux), kv_cache_gb=opt.kv_cache_gb,
                       max_num_seqs=opt.max_num_seqs, in_flight=rollout_steps_in_flight(mode, lay.pipeline.staleness),
-                      cap_search=can_cap)
+                      cap_search=can_cap, fixed_shares=fixed)
     aux = None
     hosts = frozenset(k for k in ("reference", "reward") if getattr(pl, k) == "auxiliary")
     if hosts:

@@ -19,8 +19,8 @@ from rlsolve.frameworks.rules import strategies
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, critic_fits, critic_group_excess,
                                critic_group_pass, critic_pass,
-                               engine_release_time, gen_side, policy_memory, recv_time, refit_gather_time,
-                               refit_hold, trainer_offload_time, rollout_steps_in_flight, send_time,
+                               engine_release_time, engine_shares_fixed, gen_side, policy_memory, recv_time,
+                               refit_gather_time, refit_hold, trainer_offload_time, rollout_steps_in_flight, send_time,
                                sync_time, train_aux, train_core)
 from rlsolve.resolve import Problem
 from rlsolve.solver.rules import (aux_group_pools, aux_models, aux_shares_actor_degrees, critic_pair_violations,
@@ -47,6 +47,7 @@ class Side:
     degrees: tuple = ()        # where the target runs an auxiliary group with the actor's degrees: trainers
                                # (tp, cp), auxiliary groups (tp,)
     in_flight: int = 1         # engines: steps decoded at once (rollout_steps_in_flight); 1 elsewhere
+    fixed_shares: bool = True  # engines: a step's samples split over them in fixed shares (engine_shares_fixed)
     hold_ms: int = 0           # disaggregated trainers: the refit gather async engines wait for (refit_hold)
 
 
@@ -55,7 +56,8 @@ def _fastest(sides: list[Side]) -> list[Side]:
     slower one can be swapped for it in any plan), unlike the solver's dominance rules."""
     best: dict[tuple, Side] = {}
     for x in sides:
-        key = (x.pool, x.gpus, x.sync_ms, x.hosts, x.held_gb, x.place, x.degrees, x.in_flight, x.hold_ms)
+        key = (x.pool, x.gpus, x.sync_ms, x.hosts, x.held_gb, x.place, x.degrees, x.in_flight, x.fixed_shares,
+               x.hold_ms)
         if key not in best or x.time_ms < best[key].time_ms:
             best[key] = x
     return list(best.values())
@@ -210,17 +212,18 @@ def _gen_sides(problem: Problem) -> list[Side]:
             variants.append((frozenset({"reward"}), q))
             if problem.reference is not None:
                 variants.append((frozenset({"reference", "reward"}), q))
-    in_flight = sorted({rollout_steps_in_flight(m, problem.workload.max_staleness) for m in ("sync", "async")})
+    decoding = sorted({(rollout_steps_in_flight(m, problem.workload.max_staleness),
+                        engine_shares_fixed(m, problem.workload.framework)) for m in ("sync", "async")})
     for p, pool in enumerate(problem.pools):
         for n in role_counts(pool):
             for lay in _gen_layouts(problem, p, n):
-                for (hosts, q), k in product(variants, in_flight):
+                for (hosts, q), (k, fixed) in product(variants, decoding):
                     aux = tuple((h, getattr(problem, h), QUANT_BYTES[q] if h == "reward" else 2.0) for h in sorted(hosts))
-                    side = gen_side(problem, pool, lay, aux_models=aux, in_flight=k,
+                    side = gen_side(problem, pool, lay, aux_models=aux, in_flight=k, fixed_shares=fixed,
                                     cap_search=engine_can_cap(problem, lay))
                     if side.fits and not engine_cap_violations(problem, lay, side.max_num_seqs):
                         out.append(Side(p, n, time_units(side.time), time_units(recv_time(problem, pool, lay)), hosts,
-                                        0, (lay, q), _place(problem, (q,)), in_flight=k))
+                                        0, (lay, q), _place(problem, (q,)), in_flight=k, fixed_shares=fixed))
     return _fastest(out)
 
 
@@ -232,8 +235,8 @@ def _coloc_gen(problem: Problem, p: int, n: int, level_gb: int, cache: dict) -> 
         pool = problem.pools[p]
         terms = []
         for lay in _gen_layouts(problem, p, n):
-            side = gen_side(problem, pool, lay, reserved=level_gb * 1e9,
-                            cap_search=engine_can_cap(problem, lay))
+            side = gen_side(problem, pool, lay, reserved=level_gb * 1e9, cap_search=engine_can_cap(problem, lay),
+                            fixed_shares=engine_shares_fixed("colocated", problem.workload.framework))
             if side.fits and not engine_cap_violations(problem, lay, side.max_num_seqs):
                 sync, _ = sync_time(problem, pool, pool, lay, n, colocated=True)
                 terms.append(time_units(side.time + engine_release_time(side) + sync))
@@ -322,7 +325,7 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
         full = sum(bit.values())
         mask = (lambda hosts: sum(bit[m] for m in hosts))
         g = {k: np.array([getattr(x, k) for x in gens], dtype=np.int64)
-             for k in ("pool", "gpus", "time_ms", "sync_ms", "in_flight")}
+             for k in ("pool", "gpus", "time_ms", "sync_ms", "in_flight", "fixed_shares")}
         t = {k: np.array([getattr(x, k) for x in trains], dtype=np.int64)
              for k in ("pool", "gpus", "time_ms", "sync_ms", "hold_ms")}
         g_h = np.array([mask(x.hosts) for x in gens])[None, :]
@@ -346,7 +349,9 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
             tt = (t["time_ms"] + (a.time_ms if a else 0))[:, None]
             for mode in disagg:
                 k = rollout_steps_in_flight(mode, problem.workload.max_staleness)
-                runs = ok & _target_matrix(problem, mode, trains, gens, a) & (g["in_flight"] == k)[None, :]
+                fixed = engine_shares_fixed(mode, problem.workload.framework)
+                runs = (ok & _target_matrix(problem, mode, trains, gens, a)
+                        & ((g["in_flight"] == k) & (g["fixed_shares"] == fixed))[None, :])
                 if not runs.any():
                     continue
                 steps = compose_step(mode, g["time_ms"][None, :], tt, g["sync_ms"][None, :], t["sync_ms"][:, None],
