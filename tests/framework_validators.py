@@ -8,7 +8,9 @@ exported text to the code the framework runs at launch and returns what that cod
   instantiated to `RolloutConfig` the way verl's agent loop does (`omega_conf_to_dataclass`).
 - OpenRLHF 0.11.2: `python -m openrlhf.cli.train_ppo_ray` run as `__main__` with the script's flags:
   its argparse parser, `hierarchize` and every post-parse check; then `train(args)` up to where it
-  would start Ray actors (its colocation assertions run), with Ray's placement calls stubbed.
+  would start Ray actors (its colocation assertions run), with Ray's placement calls stubbed; then
+  DeepSpeed's config check of each actor group (`DeepSpeedConfig` of the config OpenRLHF's strategy
+  builds for it, at the group's world size), which each group's `deepspeed.initialize` runs.
 - vLLM 0.33.0: the `vllm serve` subcommand parser, `validate_parsed_serve_args`, and
   `AsyncEngineArgs.from_cli_args` (VLLM_TARGET_DEVICE=cpu: vLLM's own switch for a CPU platform).
 - SGLang 0.5.23: `sglang.srt.server_args.prepare_server_args` (parser + ServerArgs.__post_init__).
@@ -188,7 +190,45 @@ def openrlhf(result, job) -> Any:
         for obj, name, value in saved:
             setattr(obj, name, value)
     assert "args" in seen and "groups" in seen, "train() did not reach its actor groups"
+    seen["deepspeed"] = _openrlhf_deepspeed(seen)
     return seen
+
+
+def _openrlhf_deepspeed(seen: dict) -> dict[str, Any]:
+    """DeepSpeed's own config check of every actor group train() asked for, as the group's
+    `deepspeed.initialize` runs it on its own GPUs: OpenRLHF's real strategy (`get_strategy`) builds
+    `get_ds_train_config()` for the actor and critic and `get_ds_eval_config(offload=--ref/--reward.offload)`
+    for the reference and reward models (openrlhf/utils/deepspeed/deepspeed.py L431-500: both carry
+    train_batch_size = --train.batch_size x ring x tp and --train.micro_batch_size), and
+    `DeepSpeedConfig` asserts train_batch_size == micro x grad_accum x the group's world size
+    (deepspeed/runtime/config.py _batch_assertion; OpenRLHF passes no mpu, so the world is every rank
+    of the group). Returns the DeepSpeedConfig of each group by actor class."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from openrlhf.utils import get_strategy
+
+    args = seen["args"]
+    strategy = get_strategy(args)
+    offload = {"ReferenceModelActor": args.ref.offload, "RewardModelActor": args.reward.offload}
+    out = {}
+    for cls, nodes, per_node, *_ in seen["groups"]:
+        cfg = (strategy.get_ds_train_config() if cls in ("PolicyModelActor", "CriticModelActor")
+               else strategy.get_ds_eval_config(offload=offload[cls]))
+        with _deepspeed_world(nodes * per_node), contextlib.redirect_stdout(open(os.devnull, "w")):
+            out[cls] = DeepSpeedConfig(cfg)
+    return out
+
+
+@contextlib.contextmanager
+def _deepspeed_world(world: int):
+    """deepspeed.comm's world size and rank as rank 0 of a launch on `world` GPUs sees them."""
+    import deepspeed.comm as ds_comm
+    saved = ds_comm.get_world_size, ds_comm.get_rank
+    ds_comm.get_world_size = lambda group=None: world
+    ds_comm.get_rank = lambda group=None: 0
+    try:
+        yield
+    finally:
+        ds_comm.get_world_size, ds_comm.get_rank = saved
 
 
 # --- vLLM ----------------------------------------------------------------------------------------
@@ -247,19 +287,13 @@ def sglang(result, job) -> Any:
 
 def deepspeed(result, job) -> Any:
     """DeepSpeedConfig as `deepspeed --num_nodes N --num_gpus G` would build it on rank 0."""
-    import deepspeed.comm as ds_comm
     from deepspeed.runtime.config import DeepSpeedConfig
 
     m = re.search(r"deepspeed --num_nodes (\d+) --num_gpus (\d+)", result.text)
     world = int(m.group(1)) * int(m.group(2))
     cfg = json.loads(result.text)
-    saved = ds_comm.get_world_size, ds_comm.get_rank
-    ds_comm.get_world_size = lambda group=None: world
-    ds_comm.get_rank = lambda group=None: 0
-    try:
+    with _deepspeed_world(world):
         return DeepSpeedConfig(cfg), world
-    finally:
-        ds_comm.get_world_size, ds_comm.get_rank = saved
 
 
 # --- Megatron-LM ---------------------------------------------------------------------------------

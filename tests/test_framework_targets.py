@@ -149,6 +149,10 @@ def _same_numbers(target: str, built, job) -> None:
         assert args.vllm.gpu_memory_utilization == job.opt.gpu_memory_utilization
         actor = next(gr for gr in built["groups"] if gr[0] == "PolicyModelActor")
         assert actor[1] * actor[2] == job.train.gpus
+        ds = built["deepspeed"]  # DeepSpeed's own batch split of each group, as its deepspeed.initialize checks it
+        assert ds["PolicyModelActor"].gradient_accumulation_steps == t.grad_accum
+        assert all(c.train_micro_batch_size_per_gpu == t.micro_batch for c in ds.values())
+        assert set(ds) == {gr[0] for gr in built["groups"]}
         for model, cls in (("reference", "ReferenceModelActor"), ("reward", "RewardModelActor")):
             if getattr(job.placement, model) == "auxiliary":  # a Ray actor group of its own on the plan's GPUs
                 group = next(gr for gr in built["groups"] if gr[0] == cls)
@@ -396,6 +400,29 @@ def test_seventy_b_reward_model_on_a_group_of_its_own_in_one_pool_exports_to_ope
     _same_numbers("openrlhf", built, job)
     assert sum(n * g for cls, n, g, *_ in built["groups"] if cls in ("PolicyModelActor", "RewardModelActor")) + \
         built["args"].vllm.num_engines * built["args"].vllm.tensor_parallel_size <= 64
+
+
+def test_openrlhf_refuses_an_auxiliary_group_that_splits_the_batch_unevenly_and_the_export_says_so():
+    """OpenRLHF 0.11.2 initializes the reward model's DeepSpeed engine with the actor's --train.batch_size and
+    --train.micro_batch_size (get_ds_eval_config), and DeepSpeedConfig asserts that batch is micro x grad_accum x
+    the group's world size. A plan whose auxiliary group holds 3 replicas of the actor's tp x ring (24 GPUs
+    beside 32 trainers and 8 engine GPUs) passed train_ppo_ray's checks and would stop at the reward group's
+    deepspeed.initialize: the validator now runs DeepSpeed's check for every group, and the export warns. (The
+    solver's aux-group rule does not yet require the split: reported to the lead.)"""
+    spec = yaml.safe_load((ROOT / "examples/grpo-70b-64xh100.yaml").read_text())
+    spec["target"] = {"framework": "openrlhf"}
+    spec["constraints"] = {"modes": ["sync"], "linear": ["training.gpus == 32", "generation.gpus == 8", "gpus == 64"]}
+    plan = rlsolve.solve(spec, time_limit_s=120)
+    t, aux = plan.parallelism.training, plan.resource_allocation.auxiliary
+    replicas = aux.gpus // (t.tp * t.cp)
+    assert plan.placement.reward == "auxiliary" and aux.gpus % (t.tp * t.cp) == 0
+    plan = plan.model_dump(mode="json")
+    job = prepare(plan, spec)
+    assert job.mini_batch_samples % (t.micro_batch * replicas)  # the case: no whole micro-batches per replica
+    res = export_plan(plan, spec, "openrlhf")
+    assert any("deepspeed.initialize refuses the group" in w for w in res.warnings), res.warnings
+    with pytest.raises(AssertionError, match="train_batch_size is not equal to micro_batch_per_gpu"):
+        fv.openrlhf(res, job)
 
 
 def test_reward_pool_of_its_own_in_one_pool_exports_to_verl():
