@@ -69,6 +69,17 @@ def _shim_flash_attn() -> None:
     sys.modules["flash_attn.utils"].distributed = sys.modules["flash_attn.utils.distributed"]
 
 
+def _shim_transfer_queue() -> None:
+    """verl 0.9.1's v1 trainer imports TransferQueue (its data plane between Ray actors) at module level and
+    uses it only once `TaskRunnerV1.run` calls tq.init: the one class its modules import by name stands in."""
+    if "transfer_queue" in sys.modules:
+        return
+    mod = types.ModuleType("transfer_queue")
+    mod.KVBatchMeta = type("KVBatchMeta", (), {})
+    mod.__spec__ = importlib.machinery.ModuleSpec("transfer_queue", None)
+    sys.modules["transfer_queue"] = mod
+
+
 def _shim_typing_override() -> None:
     if not hasattr(typing, "override"):
         import typing_extensions
@@ -132,7 +143,114 @@ def verl(result, job) -> Any:
         rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
         assert isinstance(rollout, RolloutConfig)
         GlobalHydra.instance().clear()
+        global verl_trainer_built
+        verl_trainer_built = _verl_trainer(cfg, job, Path(tmp))
         return cfg
+
+
+verl_trainer_built: dict = {}  # what _verl_trainer built for the last verl() call (the config stays verl's own)
+
+
+class _Recorded:
+    """verl's TrainingWorker where it would build a model engine: keeps the config it was given."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def reset(self):
+        pass
+
+    def set_loss_fn(self, loss_fn):
+        pass
+
+    def get_dispatch_collect(self):
+        return {}
+
+
+def _verl_trainer(composed, job, tmp: Path) -> dict:
+    """What verl 0.9.1's `TaskRunnerV1.run` does with the validated config before GPU work: the trainer class
+    of `trainer.v1.trainer_mode` built on the resolved config (PPOTrainerSeparateAsync.__init__ asserts
+    train_batch_size == parameter_sync_step x ppo_mini_batch_size, a standalone rollout pool, a non-naive
+    checkpoint engine and a reward resource pool; the replay buffer and the hybrid-rollout switch config are
+    built), its resource pools (`_init_resource_pool_mgr`), each actor/rollout/ref worker's `init_model` on the
+    global pool's world size up to its model engines (the actor/ref/rollout dataclasses, the micro-batch
+    asserts, the rollout mesh's `world_size % (tp x dp x pp)` assert), and the LLM server replicas
+    `LLMServerManager` builds (hybrid on the trainer's workers, or standalone on the rollout pool; each
+    RolloutReplica asserts its world fits its nodes). Stubbed where Ray or CUDA work starts: the model engines
+    (TrainingWorker), torch's device mesh, the rollout class, the checkpoint engine, the replicas' launch.
+    Returns what was built: pools, per-role engine configs and meshes, replicas per manager."""
+    import asyncio
+    import copy
+
+    from omegaconf import OmegaConf, open_dict
+    _shim_transfer_queue()
+    import verl.workers.engine_workers as ew
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.workers.rollout import llm_server
+
+    cfg = copy.deepcopy(composed)
+    with open_dict(cfg):
+        cfg.transfer_queue.enable = True  # as TaskRunnerV1.run sets it
+        # the policy's HFModelConfig reads config.json where a run downloads it: a local one stands in
+        cfg.actor_rollout_ref.model.path = _hf_dir(job.policy, tmp)
+        cfg.actor_rollout_ref.model.load_tokenizer = False
+    OmegaConf.resolve(cfg)
+    trainer = get_trainer_cls(cfg.trainer.v1.trainer_mode)(config=cfg)
+    trainer._init_resource_pool_mgr()
+    pools = {k: list(v) for k, v in trainer.resource_pool_manager.resource_pool_spec.items()}
+    world = sum(pools["global_pool"])
+    out: dict[str, Any] = {"trainer": type(trainer).__name__, "pools": pools, "roles": {}, "replicas": {}}
+
+    env = {k: os.environ.get(k) for k in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")}
+    stubs = [(ew, "init_device_mesh", None), (ew, "get_rollout_class", lambda name, mode: lambda **k: None),
+             (ew.CheckpointEngineRegistry, "new", staticmethod(lambda *a, **k: None)),
+             (ew.torch.distributed, "get_rank", lambda *a: 0), (ew, "aggressive_empty_cache", lambda **k: None)]
+    saved = [(obj, name, obj.__dict__[name] if isinstance(obj, type) else getattr(obj, name)) for obj, name, _ in stubs]
+    try:
+        os.environ.update(WORLD_SIZE=str(world), RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+        for role, remote_cls in trainer.role_worker_mapping.items():
+            cls = remote_cls.__ray_metadata__.modified_class
+            if not issubclass(cls, ew.ActorRolloutRefWorker):
+                continue
+            meshes, engines = [], []
+            stubs[0] = (ew, "init_device_mesh", lambda dev, mesh_shape, mesh_dim_names: meshes.append(tuple(mesh_shape)))
+            for obj, name, value in stubs:
+                setattr(obj, name, value)
+            worker = cls(config=copy.deepcopy(cfg.actor_rollout_ref), role=str(role),
+                         distillation_config=cfg.get("distillation"))
+            worker.actor_worker_cls = worker.ref_worker_cls = lambda config: engines.append(config) or _Recorded(config)
+            worker.set_dispatch_collect = lambda **k: None
+            worker.init_model()
+            out["roles"][str(role)] = {"world": world, "engines": engines, "rollout_mesh": meshes}
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    async def launched(self, *a, **k):
+        pass
+
+    managers = []
+    if getattr(trainer, "_enable_hybrid_replicas", True):
+        managers.append(("hybrid", dict(worker_group=types.SimpleNamespace(world_size=world))))
+    if type(trainer).__name__ == "PPOTrainerSeparateAsync":
+        managers.append(("standalone", {}))
+    for name, kwargs in managers:
+        manager = llm_server.LLMServerManager(config=cfg, **kwargs)
+        replica_cls = manager.rollout_replica_class
+        saved_init = replica_cls.init_hybrid, replica_cls.init_standalone
+        replica_cls.init_hybrid = replica_cls.init_standalone = launched
+        try:  # _initialize_llm_servers: the replicas, then their (unlaunched) addresses and the metrics checks
+            with contextlib.redirect_stdout(open(os.devnull, "w")):
+                asyncio.run(manager._initialize_llm_servers())
+        finally:
+            replica_cls.init_hybrid, replica_cls.init_standalone = saved_init
+        out["replicas"][name] = [(r.world_size, r.nnodes) for r in manager.rollout_replicas]
+    return out
 
 
 # --- OpenRLHF ------------------------------------------------------------------------------------

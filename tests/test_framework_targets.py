@@ -116,6 +116,15 @@ def _same_numbers(target: str, built, job) -> None:
             assert ar.actor.fsdp_config.ulysses_sequence_parallel_size == t.cp
         if not job.colocated:
             assert ar.rollout.nnodes * ar.rollout.n_gpus_per_node == job.gen.gpus
+        run = fv.verl_trainer_built  # verl's trainer, workers and LLM servers as TaskRunnerV1 builds them
+        assert run["trainer"] == ("PPOTrainerSync" if job.colocated else "PPOTrainerSeparateAsync")
+        assert sum(run["pools"]["global_pool"]) == job.train.gpus
+        replicas = [r for rs in run["replicas"].values() for r in rs]  # every engine GPU of the plan serves
+        assert sum(w for w, _ in replicas) == job.gen.gpus and {w for w, _ in replicas} == {g.tp * g.pp * ar.rollout.data_parallel_size}
+        actor = next(v for k, v in run["roles"].items() if "actor" in k)
+        assert actor["world"] == job.train.gpus
+        assert all(e.engine_config.micro_batch_size_per_gpu in (None, t.micro_batch) and
+                   e.engine_config.infer_micro_batch_size_per_gpu == t.micro_batch for e in actor["engines"])
         rm = cfg.reward.reward_model
         if job.aux is not None and "reward" in job.aux_hosts():  # the plan's group of its own: verl's reward pool
             from verl.utils.config import omega_conf_to_dataclass
@@ -423,6 +432,27 @@ def test_openrlhf_refuses_an_auxiliary_group_that_splits_the_batch_unevenly_and_
     assert any("deepspeed.initialize refuses the group" in w for w in res.warnings), res.warnings
     with pytest.raises(AssertionError, match="train_batch_size is not equal to micro_batch_per_gpu"):
         fv.openrlhf(res, job)
+
+
+@pytest.mark.parametrize("example, key, value, refusal", [
+    ("ppo-7b-8xh100", "actor_rollout_ref.rollout.tensor_model_parallel_size", 3, "is not divisible by infer_world_size"),
+    ("grpo-hetero-h20-h800", "trainer.v1.separate_async.parameter_sync_step", 3,
+     "train_batch_size must equal parameter_sync_step"),
+    ("grpo-hetero-h20-h800", "actor_rollout_ref.rollout.checkpoint_engine.backend", "naive", "nccl/nixl/mooncake"),
+])
+def test_verl_trainer_checks_past_validate_config_refuse_a_broken_export(example, key, value, refusal):
+    """verl 0.9.1 checks the config again once TaskRunnerV1 builds the trainer and its workers: the separate_async
+    trainer's own asserts, and the hybrid worker's rollout mesh (world % tp x dp x pp). validate_config passes
+    each edit below; the validator (fv._verl_trainer) runs those checks, so an export that breaks one fails."""
+    got = solved(ROOT / f"examples/{example}.yaml", "verl")
+    spec, plan = got
+    job = prepare(plan, spec)
+    res = export_plan(plan, spec, "verl")
+    fv.verl(res, job)  # the export as is passes
+    line = next(w for w in res.text.splitlines() if w.strip().startswith(key + "="))
+    broken = types.SimpleNamespace(**{**vars(res), "text": res.text.replace(line, f"  {key}={value}")})
+    with pytest.raises(AssertionError, match=refusal):
+        fv.verl(broken, job)
 
 
 def test_reward_pool_of_its_own_in_one_pool_exports_to_verl():
