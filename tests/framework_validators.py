@@ -10,7 +10,8 @@ exported text to the code the framework runs at launch and returns what that cod
   its argparse parser, `hierarchize` and every post-parse check; then `train(args)` up to where it
   would start Ray actors (its colocation assertions run), with Ray's placement calls stubbed; then
   DeepSpeed's config check of each actor group (`DeepSpeedConfig` of the config OpenRLHF's strategy
-  builds for it, at the group's world size), which each group's `deepspeed.initialize` runs.
+  builds for it, at the group's world size), which each group's `deepspeed.initialize` runs; and
+  `create_vllm_engines` itself, each engine's `RolloutRayActor.__init__` up to vLLM's `AsyncEngineArgs`.
 - vLLM 0.33.0: the `vllm serve` subcommand parser, `validate_parsed_serve_args`, and
   `AsyncEngineArgs.from_cli_args` (VLLM_TARGET_DEVICE=cpu: vLLM's own switch for a CPU platform).
 - SGLang 0.5.23: `sglang.srt.server_args.prepare_server_args` (parser + ServerArgs.__post_init__).
@@ -309,7 +310,64 @@ def openrlhf(result, job) -> Any:
             setattr(obj, name, value)
     assert "args" in seen and "groups" in seen, "train() did not reach its actor groups"
     seen["deepspeed"] = _openrlhf_deepspeed(seen)
+    if "vllm" in seen:
+        seen["vllm_engine_args"] = _openrlhf_vllm_engines(*seen["vllm"])
     return seen
+
+
+def _openrlhf_vllm_engines(args: tuple, kwargs: dict) -> list:
+    """OpenRLHF's own `create_vllm_engines` with the arguments train() passed it (openrlhf/trainer/ray/
+    vllm_engine.py L209-313: the engine kwargs it builds), then each `RolloutRayActor.__init__` up to
+    `vllm.AsyncLLMEngine.from_engine_args`: its device/env setup and `vllm.AsyncEngineArgs(**kwargs)`, vLLM's
+    own dataclass for them (an unknown or mistyped kwarg fails there). Stubbed: Ray's placement group and
+    bundle table, the actors' scheduling, and the engine start. Returns each engine's AsyncEngineArgs."""
+    import asyncio
+
+    import openrlhf.trainer.ray.vllm_engine as orl_vllm
+    import vllm
+
+    made: list[dict] = []
+    remote = types.SimpleNamespace(remote=lambda **kw: made.append(kw))
+    stubs = [(orl_vllm, "placement_group", lambda bundles, strategy=None: types.SimpleNamespace(ready=lambda: None)),
+             (orl_vllm, "get_bundle_indices", lambda pg, i, n: list(range(i * n, (i + 1) * n))),
+             (orl_vllm, "PlacementGroupSchedulingStrategy", lambda **k: None),
+             (orl_vllm, "RolloutRayActor", types.SimpleNamespace(options=lambda **k: remote)),
+             (orl_vllm, "batch_vllm_engine_call", lambda *a, **k: None), (orl_vllm.ray, "get", lambda x: x)]
+    actor_cls = orl_vllm.RolloutRayActor.__ray_metadata__.modified_class
+    built = []
+
+    def engine(engine_args):
+        raise Reached(engine_args)
+
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in stubs] + [(vllm.AsyncLLMEngine, "from_engine_args",
+                                                                            vllm.AsyncLLMEngine.from_engine_args)]
+    env = dict(os.environ)
+    try:
+        for obj, name, value in stubs:
+            setattr(obj, name, value)
+        orl_vllm.create_vllm_engines(*args, **kwargs)
+        vllm.AsyncLLMEngine.from_engine_args = engine
+        os.environ.setdefault("RAY_ADDRESS", "127.0.0.1:6379")  # (else it asks the running Ray worker)
+        with tempfile.TemporaryDirectory() as tmp:
+            for kw in made:
+                urls = kw.get("remote_rm_url")
+                urls = [urls] if isinstance(urls, str) else urls
+                if urls and urls[0].endswith(".py"):  # the script's $REWARD_FUNC: the user's file, which the
+                    user = Path(tmp, "reward.py")  # executor imports; one with its entry point stands in
+                    user.write_text("def reward_func(queries, prompts, labels):\n    raise NotImplementedError\n")
+                    kw = {**kw, "remote_rm_url": [str(user), *urls[1:]]}
+                try:
+                    with contextlib.redirect_stdout(open(os.devnull, "w")):
+                        asyncio.run(actor_cls.__init__(object.__new__(actor_cls), **kw))
+                except Reached as r:
+                    built.append(r.payload)
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+        os.environ.clear()
+        os.environ.update(env)
+    assert len(built) == len(made), "RolloutRayActor.__init__ did not reach its engine"
+    return built
 
 
 def _openrlhf_deepspeed(seen: dict) -> dict[str, Any]:

@@ -162,6 +162,11 @@ def _same_numbers(target: str, built, job) -> None:
         assert ds["PolicyModelActor"].gradient_accumulation_steps == t.grad_accum
         assert all(c.train_micro_batch_size_per_gpu == t.micro_batch for c in ds.values())
         assert set(ds) == {gr[0] for gr in built["groups"]}
+        engines = built["vllm_engine_args"]  # vLLM's AsyncEngineArgs of each engine OpenRLHF starts
+        assert len(engines) == g.dp and {e.tensor_parallel_size for e in engines} == {g.tp * g.pp}
+        assert {e.gpu_memory_utilization for e in engines} == {job.opt.gpu_memory_utilization}
+        assert {(e.max_num_seqs, e.max_model_len, e.enable_sleep_mode) for e in engines} == \
+            {(None, args.data.max_len, job.colocated)}  # no cap: OpenRLHF has no flag (the plan scores vLLM's default)
         for model, cls in (("reference", "ReferenceModelActor"), ("reward", "RewardModelActor")):
             if getattr(job.placement, model) == "auxiliary":  # a Ray actor group of its own on the plan's GPUs
                 group = next(gr for gr in built["groups"] if gr[0] == cls)
