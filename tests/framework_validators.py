@@ -251,7 +251,38 @@ def _verl_trainer(composed, job, tmp: Path) -> dict:
         finally:
             replica_cls.init_hybrid, replica_cls.init_standalone = saved_init
         out["replicas"][name] = [(r.world_size, r.nnodes) for r in manager.rollout_replicas]
+    if cfg.reward.reward_model.enable:
+        from verl.trainer.ppo.utils import Role
+        out["reward_pool"] = trainer.mapping[Role.RewardModel]
+        out["reward_replicas"] = _verl_reward_servers(cfg, trainer, pools)
     return out
+
+
+def _verl_reward_servers(cfg, trainer, pools: dict) -> list:
+    """verl's RewardModelManager._initialize_llm_servers (experimental/reward_loop/reward_model.py L51-95), as
+    RewardLoopManager runs it on the reward model's resource pool (its own, or the trainer's global pool): the
+    replica count (asserted > 0), each RolloutReplica (its nodes asserted), and split_resource_pool's asserts
+    (the pool's world divisible by the replica's tp x dp x pp) up to the pool's Ray placement groups. The
+    reward model's HF config and tokenizer (read where a run downloads them) are not loaded."""
+    from verl.experimental.reward_loop import reward_model as vrm
+    from verl.trainer.ppo.utils import Role
+
+    def placement_groups(**k):
+        raise Reached()
+
+    pool = types.SimpleNamespace(world_size=sum(pools[trainer.mapping[Role.RewardModel]]), store=None,
+                                 get_placement_groups=placement_groups)
+    manager = types.SimpleNamespace(config=cfg.reward.reward_model, resource_pool=pool, _run_all=None)
+    saved = vrm.HFModelConfig
+    vrm.HFModelConfig = lambda path: types.SimpleNamespace(path=path, get_processor=lambda: None)
+    try:
+        vrm.RewardModelManager._initialize_llm_servers(manager)
+        raise AssertionError("RewardModelManager did not reach the reward pool's placement groups")
+    except Reached:
+        pass
+    finally:
+        vrm.HFModelConfig = saved
+    return [(r.world_size, r.nnodes) for r in manager.rollout_replicas]
 
 
 # --- OpenRLHF ------------------------------------------------------------------------------------

@@ -126,6 +126,8 @@ def _same_numbers(target: str, built, job) -> None:
         assert all(e.engine_config.micro_batch_size_per_gpu in (None, t.micro_batch) and
                    e.engine_config.infer_micro_batch_size_per_gpu == t.micro_batch for e in actor["engines"])
         rm = cfg.reward.reward_model
+        if rm.enable:  # the reward model's servers verl builds fill its pool (the plan's group, or the trainers)
+            assert sum(w for w, _ in run["reward_replicas"]) == sum(run["pools"][run["reward_pool"]])
         if job.aux is not None and "reward" in job.aux_hosts():  # the plan's group of its own: verl's reward pool
             from verl.utils.config import omega_conf_to_dataclass
             from verl.workers.config import RolloutConfig
