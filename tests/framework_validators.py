@@ -213,13 +213,14 @@ def _verl_trainer(composed, job, tmp: Path) -> dict:
             cls = remote_cls.__ray_metadata__.modified_class
             if not issubclass(cls, ew.ActorRolloutRefWorker):
                 continue
-            meshes, engines = [], []
+            meshes, engines = [], {}
             stubs[0] = (ew, "init_device_mesh", lambda dev, mesh_shape, mesh_dim_names: meshes.append(tuple(mesh_shape)))
             for obj, name, value in stubs:
                 setattr(obj, name, value)
             worker = cls(config=copy.deepcopy(cfg.actor_rollout_ref), role=str(role),
                          distillation_config=cfg.get("distillation"))
-            worker.actor_worker_cls = worker.ref_worker_cls = lambda config: engines.append(config) or _Recorded(config)
+            worker.actor_worker_cls = lambda config: engines.setdefault("actor", config) and _Recorded(config)
+            worker.ref_worker_cls = lambda config: engines.setdefault("ref", config) and _Recorded(config)
             worker.set_dispatch_collect = lambda **k: None
             worker.init_model()
             out["roles"][str(role)] = {"world": world, "engines": engines, "rollout_mesh": meshes}
@@ -232,6 +233,16 @@ def _verl_trainer(composed, job, tmp: Path) -> dict:
             else:
                 os.environ[k] = v
 
+    # each optimizer step: the trainer hands TrainingWorker.train_mini_batch ppo_mini_batch_size x rollout.n samples
+    # (v1/trainer_base.py _update_actor L1829-1830, _update_critic L1806-1807), which asserts they split over the
+    # engine's data-parallel ranks (engine_workers.py L266-269)
+    from verl.utils.config import omega_conf_to_dataclass
+    n = cfg.actor_rollout_ref.rollout.n
+    steps = [("actor", next(v["engines"]["actor"] for v in out["roles"].values() if "actor" in v["engines"]).engine_config,
+              cfg.actor_rollout_ref.actor.ppo_mini_batch_size * n)]
+    if trainer.use_critic:
+        steps.append(("critic", omega_conf_to_dataclass(cfg.critic).engine, cfg.critic.ppo_mini_batch_size * n))
+    out["optimizer_steps"] = {name: _verl_train_mini_batch(engine, samples, world) for name, engine, samples in steps}
     async def launched(self, *a, **k):
         pass
 
@@ -256,6 +267,47 @@ def _verl_trainer(composed, job, tmp: Path) -> dict:
         out["reward_pool"] = trainer.mapping[Role.RewardModel]
         out["reward_replicas"] = _verl_reward_servers(cfg, trainer, pools)
     return out
+
+
+def _verl_train_mini_batch(engine_config, samples: int, world: int) -> tuple[int, int]:
+    """TrainingWorker.train_mini_batch's own split of a mini-batch over the engine's data-parallel ranks, up to
+    its data iterator; the engine's dp: FSDPEngine.get_data_parallel_size (world // ulysses) run on the
+    engine's config, Megatron's world // (tp x pp x cp) (Megatron-Core parallel_state's data-parallel size,
+    which MegatronEngine.get_data_parallel_size returns). Returns (dp, samples per dp rank)."""
+    import torch
+    from tensordict import TensorDict
+    import verl.workers.engine_workers as ew
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    if hasattr(engine_config, "ulysses_sequence_parallel_size"):
+        saved = torch.distributed.get_world_size
+        torch.distributed.get_world_size = lambda *a: world
+        try:
+            dp = FSDPEngine.get_data_parallel_size(types.SimpleNamespace(
+                ulysses_sequence_parallel_size=engine_config.ulysses_sequence_parallel_size))
+        finally:
+            torch.distributed.get_world_size = saved
+    else:
+        e = engine_config
+        dp = world // (e.tensor_model_parallel_size * e.pipeline_model_parallel_size * e.context_parallel_size)
+    data = TensorDict({}, batch_size=[max(1, samples // dp)])
+    tu.assign_non_tensor(data, mini_batch_size=samples, epochs=1)
+    worker = types.SimpleNamespace(engine=types.SimpleNamespace(get_data_parallel_size=lambda: dp,
+                                                                get_data_parallel_rank=lambda: 0))
+
+    def iterator(data, mini_batch_size, **k):
+        raise Reached(mini_batch_size)
+
+    saved_it = tu.make_iterator
+    tu.make_iterator = iterator
+    try:
+        ew.TrainingWorker.train_mini_batch(worker, data)
+        raise AssertionError("train_mini_batch did not reach its data iterator")
+    except Reached as r:
+        return dp, r.payload
+    finally:
+        tu.make_iterator = saved_it
 
 
 def _verl_reward_servers(cfg, trainer, pools: dict) -> list:

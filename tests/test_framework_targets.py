@@ -121,10 +121,21 @@ def _same_numbers(target: str, built, job) -> None:
         assert sum(run["pools"]["global_pool"]) == job.train.gpus
         replicas = [r for rs in run["replicas"].values() for r in rs]  # every engine GPU of the plan serves
         assert sum(w for w, _ in replicas) == job.gen.gpus and {w for w, _ in replicas} == {g.tp * g.pp * ar.rollout.data_parallel_size}
-        actor = next(v for k, v in run["roles"].items() if "actor" in k)
-        assert actor["world"] == job.train.gpus
+        engines = {name: e for v in run["roles"].values() for name, e in v["engines"].items()}
+        assert all(v["world"] == job.train.gpus for v in run["roles"].values())
         assert all(e.engine_config.micro_batch_size_per_gpu in (None, t.micro_batch) and
-                   e.engine_config.infer_micro_batch_size_per_gpu == t.micro_batch for e in actor["engines"])
+                   e.engine_config.infer_micro_batch_size_per_gpu == t.micro_batch for e in engines.values())
+        for e in engines.values():  # the actor's and the reference's engines run the plan's training layout
+            if ar.actor.strategy == "megatron":
+                assert (e.engine_config.tensor_model_parallel_size, e.engine_config.pipeline_model_parallel_size,
+                        e.engine_config.context_parallel_size) == (t.tp, t.pp, t.cp)
+            else:
+                assert e.engine_config.ulysses_sequence_parallel_size == t.cp
+        dp, per_rank = run["optimizer_steps"]["actor"]  # verl's split of an optimizer step is the plan's
+        assert dp == t.dp and per_rank == t.micro_batch * t.grad_accum
+        if job.critic is not None:
+            c = job.critic_t
+            assert run["optimizer_steps"]["critic"] == (c.dp, job.mini_batch_samples // c.dp)
         rm = cfg.reward.reward_model
         if rm.enable:  # the reward model's servers verl builds fill its pool (the plan's group, or the trainers)
             assert sum(w for w, _ in run["reward_replicas"]) == sum(run["pools"][run["reward_pool"]])
