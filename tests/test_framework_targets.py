@@ -116,7 +116,29 @@ def _same_numbers(target: str, built, job) -> None:
             assert ar.actor.fsdp_config.ulysses_sequence_parallel_size == t.cp
         if not job.colocated:
             assert ar.rollout.nnodes * ar.rollout.n_gpus_per_node == job.gen.gpus
+        run = fv.verl_trainer_built  # verl's trainer, workers and LLM servers as TaskRunnerV1 builds them
+        assert run["trainer"] == ("PPOTrainerSync" if job.colocated else "PPOTrainerSeparateAsync")
+        assert sum(run["pools"]["global_pool"]) == job.train.gpus
+        replicas = [r for rs in run["replicas"].values() for r in rs]  # every engine GPU of the plan serves
+        assert sum(w for w, _ in replicas) == job.gen.gpus and {w for w, _ in replicas} == {g.tp * g.pp * ar.rollout.data_parallel_size}
+        engines = {name: e for v in run["roles"].values() for name, e in v["engines"].items()}
+        assert all(v["world"] == job.train.gpus for v in run["roles"].values())
+        assert all(e.engine_config.micro_batch_size_per_gpu in (None, t.micro_batch) and
+                   e.engine_config.infer_micro_batch_size_per_gpu == t.micro_batch for e in engines.values())
+        for e in engines.values():  # the actor's and the reference's engines run the plan's training layout
+            if ar.actor.strategy == "megatron":
+                assert (e.engine_config.tensor_model_parallel_size, e.engine_config.pipeline_model_parallel_size,
+                        e.engine_config.context_parallel_size) == (t.tp, t.pp, t.cp)
+            else:
+                assert e.engine_config.ulysses_sequence_parallel_size == t.cp
+        dp, per_rank = run["optimizer_steps"]["actor"]  # verl's split of an optimizer step is the plan's
+        assert dp == t.dp and per_rank == t.micro_batch * t.grad_accum
+        if job.critic is not None:
+            c = job.critic_t
+            assert run["optimizer_steps"]["critic"] == (c.dp, job.mini_batch_samples // c.dp)
         rm = cfg.reward.reward_model
+        if rm.enable:  # the reward model's servers verl builds fill its pool (the plan's group, or the trainers)
+            assert sum(w for w, _ in run["reward_replicas"]) == sum(run["pools"][run["reward_pool"]])
         if job.aux is not None and "reward" in job.aux_hosts():  # the plan's group of its own: verl's reward pool
             from verl.utils.config import omega_conf_to_dataclass
             from verl.workers.config import RolloutConfig
@@ -149,6 +171,15 @@ def _same_numbers(target: str, built, job) -> None:
         assert args.vllm.gpu_memory_utilization == job.opt.gpu_memory_utilization
         actor = next(gr for gr in built["groups"] if gr[0] == "PolicyModelActor")
         assert actor[1] * actor[2] == job.train.gpus
+        ds = built["deepspeed"]  # DeepSpeed's own batch split of each group, as its deepspeed.initialize checks it
+        assert ds["PolicyModelActor"].gradient_accumulation_steps == t.grad_accum
+        assert all(c.train_micro_batch_size_per_gpu == t.micro_batch for c in ds.values())
+        assert set(ds) == {gr[0] for gr in built["groups"]}
+        engines = built["vllm_engine_args"]  # vLLM's AsyncEngineArgs of each engine OpenRLHF starts
+        assert len(engines) == g.dp and {e.tensor_parallel_size for e in engines} == {g.tp * g.pp}
+        assert {e.gpu_memory_utilization for e in engines} == {job.opt.gpu_memory_utilization}
+        assert {(e.max_num_seqs, e.max_model_len, e.enable_sleep_mode) for e in engines} == \
+            {(None, args.data.max_len, job.colocated)}  # no cap: OpenRLHF has no flag (the plan scores vLLM's default)
         for model, cls in (("reference", "ReferenceModelActor"), ("reward", "RewardModelActor")):
             if getattr(job.placement, model) == "auxiliary":  # a Ray actor group of its own on the plan's GPUs
                 group = next(gr for gr in built["groups"] if gr[0] == cls)
@@ -396,6 +427,50 @@ def test_seventy_b_reward_model_on_a_group_of_its_own_in_one_pool_exports_to_ope
     _same_numbers("openrlhf", built, job)
     assert sum(n * g for cls, n, g, *_ in built["groups"] if cls in ("PolicyModelActor", "RewardModelActor")) + \
         built["args"].vllm.num_engines * built["args"].vllm.tensor_parallel_size <= 64
+
+
+def test_openrlhf_refuses_an_auxiliary_group_that_splits_the_batch_unevenly_and_the_export_says_so():
+    """OpenRLHF 0.11.2 initializes the reward model's DeepSpeed engine with the actor's --train.batch_size and
+    --train.micro_batch_size (get_ds_eval_config), and DeepSpeedConfig asserts that batch is micro x grad_accum x
+    the group's world size. A plan whose auxiliary group holds 3 replicas of the actor's tp x ring (24 GPUs
+    beside 32 trainers and 8 engine GPUs) passed train_ppo_ray's checks and would stop at the reward group's
+    deepspeed.initialize: the validator now runs DeepSpeed's check for every group, and the export warns. (The
+    solver's aux-group rule does not yet require the split: reported to the lead.)"""
+    spec = yaml.safe_load((ROOT / "examples/grpo-70b-64xh100.yaml").read_text())
+    spec["target"] = {"framework": "openrlhf"}
+    spec["constraints"] = {"modes": ["sync"], "linear": ["training.gpus == 32", "generation.gpus == 8", "gpus == 64"]}
+    plan = rlsolve.solve(spec, time_limit_s=120)
+    t, aux = plan.parallelism.training, plan.resource_allocation.auxiliary
+    replicas = aux.gpus // (t.tp * t.cp)
+    assert plan.placement.reward == "auxiliary" and aux.gpus % (t.tp * t.cp) == 0
+    plan = plan.model_dump(mode="json")
+    job = prepare(plan, spec)
+    assert job.mini_batch_samples % (t.micro_batch * replicas)  # the case: no whole micro-batches per replica
+    res = export_plan(plan, spec, "openrlhf")
+    assert any("deepspeed.initialize refuses the group" in w for w in res.warnings), res.warnings
+    with pytest.raises(AssertionError, match="train_batch_size is not equal to micro_batch_per_gpu"):
+        fv.openrlhf(res, job)
+
+
+@pytest.mark.parametrize("example, key, value, refusal", [
+    ("ppo-7b-8xh100", "actor_rollout_ref.rollout.tensor_model_parallel_size", 3, "is not divisible by infer_world_size"),
+    ("grpo-hetero-h20-h800", "trainer.v1.separate_async.parameter_sync_step", 3,
+     "train_batch_size must equal parameter_sync_step"),
+    ("grpo-hetero-h20-h800", "actor_rollout_ref.rollout.checkpoint_engine.backend", "naive", "nccl/nixl/mooncake"),
+])
+def test_verl_trainer_checks_past_validate_config_refuse_a_broken_export(example, key, value, refusal):
+    """verl 0.9.1 checks the config again once TaskRunnerV1 builds the trainer and its workers: the separate_async
+    trainer's own asserts, and the hybrid worker's rollout mesh (world % tp x dp x pp). validate_config passes
+    each edit below; the validator (fv._verl_trainer) runs those checks, so an export that breaks one fails."""
+    got = solved(ROOT / f"examples/{example}.yaml", "verl")
+    spec, plan = got
+    job = prepare(plan, spec)
+    res = export_plan(plan, spec, "verl")
+    fv.verl(res, job)  # the export as is passes
+    line = next(w for w in res.text.splitlines() if w.strip().startswith(key + "="))
+    broken = types.SimpleNamespace(**{**vars(res), "text": res.text.replace(line, f"  {key}={value}")})
+    with pytest.raises(AssertionError, match=refusal):
+        fv.verl(broken, job)
 
 
 def test_reward_pool_of_its_own_in_one_pool_exports_to_verl():

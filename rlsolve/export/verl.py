@@ -195,6 +195,9 @@ def sections(job: Job) -> list[Section]:
         s.add(f"{AR}.ref.log_prob_micro_batch_size_per_gpu", t.micro_batch)
         key = f"{AR}.ref.megatron.param_offload" if mega else f"{AR}.ref.fsdp_config.param_offload"
         s.add(key, bool(opt.reference_offload), "reference weights live in CPU memory between uses")
+        if not mega:  # (Megatron's ref.megatron.* follow the actor's degrees; FSDP's ref follows actor.ulysses_*,
+            # not the actor's fsdp_config: _generated_ppo_trainer.yaml ref.ulysses_sequence_parallel_size)
+            s.add(f"{AR}.ref.ulysses_sequence_parallel_size", t.cp, "the reference splits sequences as the actor does")
         if pl.reference == "generation":
             notes.warn("reference placement 'generation' is not expressible in verl: the reference model runs on "
                        "the training GPUs (global pool)")
