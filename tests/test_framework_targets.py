@@ -429,25 +429,34 @@ def test_seventy_b_reward_model_on_a_group_of_its_own_in_one_pool_exports_to_ope
         built["args"].vllm.num_engines * built["args"].vllm.tensor_parallel_size <= 64
 
 
-def test_openrlhf_refuses_an_auxiliary_group_that_splits_the_batch_unevenly_and_the_export_says_so():
+def test_openrlhf_auxiliary_groups_split_the_actors_batch_evenly_as_deepspeed_requires():
     """OpenRLHF 0.11.2 initializes the reward model's DeepSpeed engine with the actor's --train.batch_size and
     --train.micro_batch_size (get_ds_eval_config), and DeepSpeedConfig asserts that batch is micro x grad_accum x
-    the group's world size. A plan whose auxiliary group holds 3 replicas of the actor's tp x ring (24 GPUs
-    beside 32 trainers and 8 engine GPUs) passed train_ppo_ray's checks and would stop at the reward group's
-    deepspeed.initialize: the validator now runs DeepSpeed's check for every group, and the export warns. (The
-    solver's aux-group rule does not yet require the split: reported to the lead.)"""
+    the group's world size. The rule table asks it of an auxiliary group (rules.aux_group_violations): with 32
+    trainers and 8 engine GPUs on the 64, the remaining 24 are 3 replicas of the actor's tp x ring = 8, which
+    2,048 samples do not split, so no plan uses all 64; the plan on fewer GPUs passes DeepSpeed's own check for
+    every group; a plan edited to the 24-GPU group is refused at export (the field named); and its launch
+    script, edited so, is refused by DeepSpeed's check (the validator can fail)."""
     spec = yaml.safe_load((ROOT / "examples/grpo-70b-64xh100.yaml").read_text())
     spec["target"] = {"framework": "openrlhf"}
     spec["constraints"] = {"modes": ["sync"], "linear": ["training.gpus == 32", "generation.gpus == 8", "gpus == 64"]}
+    with pytest.raises(rlsolve.InfeasibleError):
+        rlsolve.solve(spec, time_limit_s=120)
+    spec["constraints"]["linear"] = ["training.gpus == 32", "generation.gpus == 8"]
     plan = rlsolve.solve(spec, time_limit_s=120)
     t, aux = plan.parallelism.training, plan.resource_allocation.auxiliary
-    replicas = aux.gpus // (t.tp * t.cp)
-    assert plan.placement.reward == "auxiliary" and aux.gpus % (t.tp * t.cp) == 0
+    assert plan.placement.reward == "auxiliary" and aux.gpus == 16 and (t.tp, t.cp, t.micro_batch) == (4, 2, 1)
     plan = plan.model_dump(mode="json")
     job = prepare(plan, spec)
-    assert job.mini_batch_samples % (t.micro_batch * replicas)  # the case: no whole micro-batches per replica
     res = export_plan(plan, spec, "openrlhf")
-    assert any("deepspeed.initialize refuses the group" in w for w in res.warnings), res.warnings
+    assert not res.warnings, res.warnings
+    fv.openrlhf(res, job)  # every group's DeepSpeedConfig accepts the batch
+    uneven = yaml.safe_load(yaml.safe_dump(plan))
+    uneven["resource_allocation"]["auxiliary"]["gpus"] = 24
+    with pytest.raises(SpecError, match="resource_allocation.auxiliary.gpus"):
+        export_plan(uneven, spec, "openrlhf")
+    assert "  --reward.num_nodes 2\n" in res.text
+    res.text = res.text.replace("  --reward.num_nodes 2\n", "  --reward.num_nodes 3\n")
     with pytest.raises(AssertionError, match="train_batch_size is not equal to micro_batch_per_gpu"):
         fv.openrlhf(res, job)
 

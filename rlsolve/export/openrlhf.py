@@ -45,15 +45,6 @@ def sections(job: Job) -> list[Section]:
     if aux is not None and aux.gpus % (job.t.tp * job.t.cp):
         notes.warn(f"OpenRLHF runs every model with the actor's tp x ring = {job.t.tp * job.t.cp} GPUs per replica: "
                    f"the auxiliary group's {aux.gpus} GPUs do not hold whole replicas")
-    if aux is not None and not aux.gpus % (job.t.tp * job.t.cp):
-        replicas = aux.gpus // (job.t.tp * job.t.cp)
-        if job.mini_batch_samples % (job.t.micro_batch * replicas):
-            notes.warn(f"OpenRLHF builds the {' and '.join(sorted(job.aux_hosts()))} model's DeepSpeed config with the "
-                       f"actor's --train.batch_size {job.mini_batch_samples} and --train.micro_batch_size "
-                       f"{job.t.micro_batch} (openrlhf/utils/deepspeed/deepspeed.py get_ds_eval_config): on the "
-                       f"auxiliary group's {replicas} replica(s) {job.mini_batch_samples} samples are no whole number "
-                       f"of micro-batches per replica, and deepspeed.initialize refuses the group (DeepSpeedConfig: "
-                       f"train_batch_size == micro x grad_accum x world size)")
     if aux is not None and colocate_all:
         notes.warn("with --train.colocate_all OpenRLHF puts every DeepSpeed model in the actor's placement group: the "
                    f"plan's auxiliary group ({aux.gpus} GPUs for the {' and '.join(sorted(job.aux_hosts()))} "

@@ -22,7 +22,7 @@ from rlsolve.solver.estimate import evaluate_layout
 from rlsolve.solver.program import Program, run
 from rlsolve.solver.report import build_plan
 from rlsolve.frameworks.rules import strategy_for
-from rlsolve.solver.rules import aux_models, modes_allowed, one_pool, target_caps
+from rlsolve.solver.rules import aux_group_violations, aux_models, modes_allowed, one_pool, target_caps
 from rlsolve.spec import Spec, load_spec
 
 SOLVER_KEYS = {"time_limit_s", "workers", "deterministic", "top_k"}
@@ -46,12 +46,33 @@ def make_program(problem: Problem, cands: Candidates, modes: list[str], objectiv
         linear = [parse_linear(t) for t in problem.spec.constraints.linear]
     prog = Program(cands, modes, [p.n_gpus for p in problem.pools], aux_models(problem),
                    [round(p.price_per_gpu_hour_usd * 1000) for p in problem.pools],
-                   None if budget is None else int(budget * 1000), linear, one_pool=one_pool(problem))
+                   None if budget is None else int(budget * 1000), linear, one_pool=one_pool(problem),
+                   aux_apart=_aux_apart(problem, cands))
     if objective == "cost":
         prog.minimize_cost()
     else:
         prog.minimize_step()
     return prog
+
+
+def _aux_apart(problem: Problem, cands: Candidates) -> frozenset[tuple[int, int]]:
+    """(auxiliary row, training row) pairs of the actor's tp that the rule table refuses together
+    (`aux_group_violations`: a group run with the actor's degrees and batch flags)."""
+    verdicts: dict[tuple, bool] = {}  # by what the rule reads: the group's GPUs and the trainer's degrees
+    out = set()
+    for a in cands.aux:
+        if a.actor_tp is None:
+            continue
+        for x in cands.train:
+            lay = x.layout
+            if lay.tp != a.actor_tp:
+                continue
+            key = (a.gpus, lay.tp, lay.cp, lay.micro_batch)
+            if key not in verdicts:
+                verdicts[key] = bool(aux_group_violations(problem, a.gpus, lay))
+            if verdicts[key]:
+                out.add((a.id, x.id))
+    return frozenset(out)
 
 
 def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand, ac: AuxCand | None = None) -> Layout:

@@ -198,8 +198,9 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
     deadline = deadline or Deadline(None)
     modes = modes_allowed(problem)
     if aux_shares_actor_degrees(problem):
-        # a group of its own runs with the actor's tp and cp: trainers differing in them pair with different groups
-        keep_apart = keep_apart | {"training.tp", "training.cp"}
+        # a group of its own runs with the actor's tp, cp and micro-batch (rules.aux_group_violations): trainers
+        # differing in them pair with different groups
+        keep_apart = keep_apart | {"training.tp", "training.cp", "training.micro_batch"}
     out = Candidates(gen=[], train=[])
     if not modes or not _any_legal_engine(problem, deadline):
         return out  # no engine layout is legal anywhere: nothing is worth scoring (the diagnosis says why)

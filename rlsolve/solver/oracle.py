@@ -23,7 +23,8 @@ from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_st
                                refit_gather_time, refit_hold, trainer_offload_time, rollout_steps_in_flight, send_time,
                                sync_time, train_aux, train_core)
 from rlsolve.resolve import Problem
-from rlsolve.solver.rules import (aux_group_pools, aux_models, aux_shares_actor_degrees, critic_pair_violations,
+from rlsolve.solver.rules import (aux_group_pools, aux_group_violations, aux_models, aux_shares_actor_degrees,
+                                  critic_pair_violations,
                                   critic_places,
                                   critic_universe, critic_violations, engine_can_cap, engine_cap_violations,
                                   gen_universe, gen_violations, modes_allowed, one_pool, role_counts, target_caps,
@@ -115,7 +116,7 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                                                        ("reward", on_train)) if on])
                     core = t.total + old + ref_t + rew_t + val_t + problem.workload.framework.orchestration_s + gather
                     states = mem.states + resident
-                    degrees = (lay.tp, lay.cp) if shared else ()
+                    degrees = (lay.tp, lay.cp, lay.micro_batch) if shared else ()
                     value = "none" if problem.value is None else "training"
                     if colocated:
                         for off in (False, True):
@@ -166,7 +167,8 @@ def _critic_group_sides(problem: Problem, p: int, lay, mem, t, old: float, cache
                 core = t.total + old + ref_t + rew_t + excess + problem.workload.framework.orchestration_s + gather
                 out.append(Side(p, n + m, time_units(core), time_units(send_time(problem, pool, n)), hosts, 0,
                                 (lay, ref, q, m, c), _place(problem, (ref, on_train, q, False, "auxiliary")),
-                                (lay.tp, lay.cp) if shared else (), hold_ms=time_units(refit_hold(problem, gather))))
+                                (lay.tp, lay.cp, lay.micro_batch) if shared else (),
+                                hold_ms=time_units(refit_hold(problem, gather))))
     return out
 
 
@@ -264,13 +266,12 @@ def _aux_sides(problem: Problem) -> list[Side | None]:
     return out
 
 
-def _pairs(t: Side, a: Side | None) -> bool:
+def _pairs(problem: Problem, t: Side, a: Side | None) -> bool:
     """This trainer and auxiliary group go together: where the target runs the group with the actor's
-    degrees, the same tp, and the group's GPUs whole replicas of tp x cp."""
+    degrees, the same tp, and the rule table's other conditions (`aux_group_violations`)."""
     if a is None or not a.degrees:
         return True
-    tp, cp = t.degrees
-    return a.degrees[0] == tp and a.gpus % (tp * cp) == 0
+    return a.degrees[0] == t.degrees[0] and not aux_group_violations(problem, a.gpus, t.what[0])
 
 
 def oracle(problem: Problem, objective: str = "throughput") -> int | None:
@@ -302,7 +303,7 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
         cache: dict = {}
         for t in _train_sides(problem, colocated=True):
             for a in auxes:
-                if not homed(t.hosts, a.hosts if a else frozenset()) or not _pairs(t, a):
+                if not homed(t.hosts, a.hosts if a else frozenset()) or not _pairs(problem, t, a):
                     continue
                 if single and a is not None and a.pool != t.pool:
                     continue
@@ -336,7 +337,7 @@ def oracle(problem: Problem, objective: str = "throughput") -> int | None:
             used = [(g["pool"] == q)[None, :] * g["gpus"][None, :] + (t["pool"] == q)[:, None] * t["gpus"][:, None]
                     + (a.gpus if a and a.pool == q else 0) for q in range(len(sizes))]
             ok = homed & np.logical_and.reduce([u <= size for u, size in zip(used, sizes)])
-            ok &= np.array([_pairs(x, a) for x in trains])[:, None]
+            ok &= np.array([_pairs(problem, x, a) for x in trains])[:, None]
             if single:
                 ok &= g["pool"][None, :] == t["pool"][:, None]
                 if a is not None:

@@ -26,7 +26,7 @@ roles on the same pool and count, GPUs per pool: engines, trainers and an auxili
 pool, a colocated pair counted once), modes (a chosen row implies a mode the target runs its
 placements in: row => mode in row.modes), degrees (the element links and the user's linear
 constraints), groups (an auxiliary group the target runs with the actor's degrees sits beside a
-trainer of that tp, tp x cp dividing its GPUs), memory (colocated: what training keeps during
+trainer of that tp, and never beside one the rule table refuses it with: precomputed pairs), memory (colocated: what training keeps during
 rollout fits the KV budget its generation row was scored with), placement (each reference/reward model in
 exactly one place), pipeline (the step of the chosen mode, `perf.step.compose_step`, with the
 trainers' refit gather in their time and, for async engines that wait for it, in theirs: `refit_hold`;
@@ -69,8 +69,10 @@ class Program:
 
     def __init__(self, cands: Candidates, modes: list[str], pool_gpus: list[int], aux_models: list[str],
                  pool_price_milli: list[int] | None = None, budget_milli: int | None = None,
-                 linear: list | None = None, one_pool: bool = False):
+                 linear: list | None = None, one_pool: bool = False, aux_apart: frozenset = frozenset()):
         self.cands, self.modes, self.aux_models = cands, modes, aux_models
+        # (auxiliary row id, training row id) that the rule table refuses together (rules.aux_group_violations)
+        self.aux_apart = aux_apart
         self.one_pool = one_pool  # every chosen role on one pool (rules.one_pool)
         self.pool_gpus = pool_gpus
         self.n_gpus = sum(pool_gpus)
@@ -170,16 +172,14 @@ class Program:
 
     def _groups(self) -> None:
         """An auxiliary group the target runs with the actor's degrees (`actor_tp`) goes only beside a
-        trainer of that tp whose tp x cp divides the group's GPUs."""
+        trainer of that tp, and never beside one of `aux_apart` (the rule table's pairs it refuses)."""
         m, v, c = self.m, self.v, self.cands
-        cps = {x.layout.cp for x in c.train}
         for a in c.aux:
             if a.actor_tp is None:
                 continue
             m.add(v.degrees["training.tp"] == a.actor_tp).only_enforce_if(v.aux[a.id])
-            for cp in cps:
-                if a.gpus % (a.actor_tp * cp):
-                    m.add(v.degrees["training.cp"] != cp).only_enforce_if(v.aux[a.id])
+        for a, x in self.aux_apart:
+            m.add_bool_or([v.aux[a].Not(), v.train[x].Not()])
 
     def _price(self) -> None:
         """Dollars per hour of the GPUs used (thousandths), for the cost objective and the budget."""

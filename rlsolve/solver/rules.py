@@ -86,13 +86,25 @@ def aux_shares_actor_degrees(problem: Problem) -> bool:
 
 def aux_group_violations(problem: Problem, gpus: int, train: TrainLayout) -> list[Violation]:
     """An auxiliary group beside this trainer: where the target runs it with the actor's degrees, its
-    GPUs hold whole replicas of tp x cp GPUs."""
-    if not aux_shares_actor_degrees(problem) or gpus % (train.tp * train.cp) == 0:
+    GPUs hold whole replicas of tp x cp GPUs, and the actor's batch flags make a whole number of
+    micro-batches on each of its replicas (OpenRLHF builds every model's DeepSpeed config from the actor's
+    --train.batch_size and --train.micro_batch_size, and DeepSpeedConfig asserts the batch is micro-batch x
+    accumulation x the group's data-parallel world)."""
+    if not aux_shares_actor_degrees(problem):
         return []
     caps = target_caps(problem)
-    return [Violation("target", "resource_allocation.auxiliary.gpus",
-                      f"{gpus} GPUs do not hold whole replicas of the actor's tp x cp = {train.tp * train.cp} GPUs "
-                      f"(source: {caps.shapes.source})")]
+    replica = train.tp * train.cp
+    if gpus % replica:
+        return [Violation("target", "resource_allocation.auxiliary.gpus",
+                          f"{gpus} GPUs do not hold whole replicas of the actor's tp x cp = {replica} GPUs "
+                          f"(source: {caps.shapes.source})")]
+    batch, per_step = problem.workload.global_batch, train.micro_batch * (gpus // replica)
+    if batch % per_step:
+        return [Violation("target", "resource_allocation.auxiliary.gpus",
+                          f"{gpus} GPUs are {gpus // replica} replicas of the actor's tp x cp = {replica}: the actor's "
+                          f"batch of {batch} samples per optimizer step is no whole number of micro-batches of "
+                          f"{train.micro_batch} on each (source: {caps.shapes.source})")]
+    return []
 
 
 def _target(verdict, field: str) -> list[Violation]:
