@@ -257,14 +257,13 @@ def engine_default_max_num_seqs(gpu_memory_gb: float, gpu_name: str) -> int:
     return caps["large"] if gpu_memory_gb >= 70 * 1.0737 and "A100" not in gpu_name else caps["small"]
 
 
-def unset_max_num_seqs(fw: FrameworkRuntime, async_engine: bool = False) -> int | None:
-    """The concurrent-sequence cap a framework's engines run at where its config sets none: its own default,
-    else the scheduler's engine-context default where it builds vLLM's AsyncLLM without the field (in every
-    mode, or `async_engine`: in this run), else None (vLLM's LLM-class default for the GPU,
-    `engine_default_max_num_seqs`)."""
+def unset_max_num_seqs(fw: FrameworkRuntime) -> int | None:
+    """The concurrent-sequence cap a framework's engines run at, in every mode, where its config sets none: its
+    own default, else the scheduler's engine-context default where it always builds vLLM's AsyncLLM without the
+    field, else None (vLLM's LLM-class default for the GPU, `engine_default_max_num_seqs`)."""
     if fw.max_num_seqs.value is not None:
         return int(fw.max_num_seqs.value)
-    if async_engine or (fw.async_engine_always is not None and fw.async_engine_always.value):
+    if fw.async_engine_always is not None and fw.async_engine_always.value:
         return int(runtime().engine_context_max_num_seqs.value)
     return None
 

@@ -482,7 +482,7 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     kv_steps = kv_reads / kv_in_use
     if w_max * (prompt_len + max_len) > kv_capacity_tokens * 1.0001:
         kv_steps = max(kv_steps, _lone_steps(n_requests, prompt_len, mean_len, max_len, n_total, g, clip,
-                                             kv_capacity_tokens * 1.0001 + b_max, fixed_shares))
+                                             kv_capacity_tokens * 1.0001 + b_max, kv_reads, fixed_shares))
     # nor can the run end before a request's first admission plus its length (`_queue_steps`)
     steps = max(longest, tokens / b_max, kv_steps,
                 _queue_steps(n_requests, mean_len, max_len, n_total, g, clip,
@@ -517,23 +517,22 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
 
 
 def _lone_steps(n_requests: float, prompt_len: float, mean_len: float, max_len: float, n_total: float, g: int,
-                clip: float | None, per_step: float, fixed_shares: bool = True) -> float:
-    """Steps `simulate_decode` takes at least to read its context tokens when a step with two or more requests
-    running reads at most `per_step` KV tokens (the capacity with its preemption slack, plus the token each
-    running request adds in a step) and a step with one request running reads that request's KV alone,
-    which may be more. Request j (weight w, length L) running alone for x steps reads at most the KV of its
-    last x positions, lone(x) = w (p x + L x - x^2 / 2); the other steps read at most per_step each, so
-    steps >= sum x_j + (reads - sum lone_j(x_j)) / per_step >= (reads - sum_j gain_j) / per_step, with
-    gain_j = max over x in [0, L] of lone_j(x) - per_step x (at x = p + L - per_step / w, where j's KV
-    passes per_step). Never rises with per_step (its derivative is (sum_j lone_j(x_j) - reads) / per_step^2
-    <= 0), nor with the capacity."""
+                clip: float | None, per_step: float, reads: float, fixed_shares: bool = True) -> float:
+    """Steps `simulate_decode` takes at least to read its context tokens (`reads`, `_bound_sums`') when a step
+    with two or more requests running reads at most `per_step` KV tokens (the capacity with its preemption
+    slack, plus the token each running request adds in a step) and a step with one request running reads that
+    request's KV alone, which may be more. Request j (weight w, length L) running alone for x steps reads at
+    most the KV of its last x positions, lone(x) = w (p x + L x - x^2 / 2); the other steps read at most
+    per_step each, so steps >= sum x_j + (reads - sum lone_j(x_j)) / per_step >= (reads - sum_j gain_j) /
+    per_step, with gain_j = max over x in [0, L] of lone_j(x) - per_step x (at x = p + L - per_step / w, where
+    j's KV passes per_step). Never rises with per_step (its derivative is (sum_j lone_j(x_j) - reads) /
+    per_step^2 <= 0), nor with the capacity."""
     lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
     p = prompt_len
     run = weight > 0
     L, w = lengths[run], weight[run]
     x = np.clip(p + L - per_step / w, 0.0, L)
     gain = float(np.sum(w * (p * x + L * x - x * x / 2) - per_step * x))
-    reads = _bound_sums(n_requests, prompt_len, mean_len, max_len, n_total, g, clip, fixed_shares)[1]
     return (reads - gain) / per_step
 
 

@@ -76,22 +76,42 @@ def aux_forward_on_gen(arch: Architecture, dev: Device, lay: GenLayout, sequence
     return _prefill(arch, dev, lay, sequences * seq_len / lay.dp, seq_len / 2)
 
 
-_PREFILLS: dict[tuple, tuple] = {}
+class _IdentityMemo:
+    """Results keyed by the identity of the objects they are computed from (architectures, devices, StepModels:
+    never changed once built), each kept alive beside its result so that an id is never taken for another
+    object's (as `device` guards its own memo); cleared once it holds more than `limit` results."""
+
+    MISS = object()
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.table: dict[tuple, tuple] = {}
+
+    def get(self, key: tuple, owners: tuple):
+        hit = self.table.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], owners)):
+            return hit[1]
+        return self.MISS
+
+    def put(self, key: tuple, owners: tuple, value):
+        if len(self.table) > self.limit:
+            self.table.clear()
+        self.table[key] = (owners, value)
+        return value
+
+
+_PREFILLS = _IdentityMemo(65536)
 
 
 def _prefill(arch: Architecture, dev, lay: GenLayout, tokens: float, context: float) -> float:
-    """`prefill_time`, memoized (the engine search asks the same prefills at every memory level of a layout).
-    Keyed like `_step_model`, by the identity of the architecture and device, guarded, and by the degrees
-    prefill_time reads: tp and pp (never dp nor ep)."""
+    """`prefill_time`, memoized (the engine search asks the same prefills at every memory level of a layout),
+    by the identity of the architecture and device and by the degrees prefill_time reads: tp and pp (never dp
+    nor ep)."""
     key = (id(arch), id(dev), lay.tp, lay.pp, tokens, context)
-    hit = _PREFILLS.get(key)
-    if hit is not None and hit[0] is arch and hit[1] is dev:
-        return hit[2]
-    t = prefill_time(arch, dev, lay, tokens, context)
-    if len(_PREFILLS) > 65536:
-        _PREFILLS.clear()
-    _PREFILLS[key] = (arch, dev, t)
-    return t
+    hit = _PREFILLS.get(key, (arch, dev))
+    if hit is not _PREFILLS.MISS:
+        return hit
+    return _PREFILLS.put(key, (arch, dev), prefill_time(arch, dev, lay, tokens, context))
 
 
 def rollout_steps_in_flight(mode: str, staleness: int) -> int:
@@ -114,26 +134,23 @@ def engine_shares_fixed(mode: str, framework: FrameworkCosts) -> bool:
     return mode in framework.fixed_share_modes
 
 
-_STEPS: dict[tuple, tuple] = {}
+_STEPS = _IdentityMemo(4096)
 
 
 def _step_model(arch: Architecture, dev, lay: GenLayout, wb: float, host_per_seq: float, eager: bool) -> StepModel:
-    """The engine's StepModel, memoized (a pure function of its arguments, never changed after it is
-    built: the search bounds and simulates the same layout under many memory budgets). Keyed by the
-    identity of the architecture and device, guarded as `device` guards its own memo, and by one
-    replica's degrees: a StepModel reads tp, pp and ep only through max(tp, ep) (the GPUs a routed expert
-    is split over), never dp, so the counts of one replica shape share it, and so do an engine with
-    ep <= tp and the same with ep = tp (built with dp = 1 and that ep)."""
+    """The engine's StepModel, memoized (a pure function of its arguments, never changed after it is built: the
+    search bounds and simulates the same layout under many memory budgets). Keyed by the identity of the
+    architecture and device (`_IdentityMemo`), and by one replica's degrees: a StepModel reads tp, pp and ep
+    only through max(tp, ep) (the GPUs a routed expert is split over), never dp, so the counts of one replica
+    shape share it, and so do an engine with ep <= tp and the same with ep = tp (built with dp = 1 and that
+    ep)."""
     key = (id(arch), id(dev), lay.tp, lay.pp, max(lay.tp, lay.ep), wb, host_per_seq, eager)
-    hit = _STEPS.get(key)
-    if hit is not None and hit[0] is arch and hit[1] is dev:
-        return hit[2]
+    hit = _STEPS.get(key, (arch, dev))
+    if hit is not _STEPS.MISS:
+        return hit
     step = StepModel(arch, dev, GenLayout(tp=lay.tp, pp=lay.pp, dp=1, ep=max(lay.tp, lay.ep)), wb, wb,
                      host_per_seq=host_per_seq, eager=eager)
-    if len(_STEPS) > 4096:
-        _STEPS.clear()
-    _STEPS[key] = (arch, dev, step)
-    return step
+    return _STEPS.put(key, (arch, dev), step)
 
 
 # The KV budgets an engine may pin (the plan's kv_cache_gb, exported through its gpu_memory_utilization)
@@ -181,8 +198,8 @@ def engine_caps(n_requests: float, groups: int = 32) -> tuple[int, ...]:
     return tuple(sorted(caps))
 
 
-_RUNS: dict[tuple, tuple] = {}
-_TRACES: dict[tuple, tuple] = {}
+_RUNS = _IdentityMemo(65536)
+_TRACES = _IdentityMemo(4096)
 
 
 def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float,
@@ -195,27 +212,22 @@ def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float
     result as `simulate_decode`'s, float for float; the search takes the unpinned run before its pinned ones)."""
     key = (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, fixed_shares,
            budget, cap)
-    hit = _RUNS.get(key)
-    if hit is not None and hit[0] is step:
-        return hit[1]
+    hit = _RUNS.get(key, (step,))
+    if hit is not _RUNS.MISS:
+        return hit
     at = key[:-2] + (cap,)
     if budget == math.inf:
         res, trace = decode_trace(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, cap, n_total,
                                   clip=wl.clip_ratio, fixed_shares=fixed_shares)
-        if len(_TRACES) > 4096:
-            _TRACES.clear()
-        _TRACES[at] = (step, trace)
+        _TRACES.put(at, (step,), trace)
     else:
-        kept = _TRACES.get(at)
-        if kept is not None and kept[0] is step and kept[1] is not None:
-            res = resume_decode(step, kept[1], budget)
+        trace = _TRACES.get(at, (step,))
+        if trace is not _TRACES.MISS and trace is not None:  # (None: a closed-form run keeps no events)
+            res = resume_decode(step, trace, budget)
         else:
             res = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, cap,
                                   n_total, clip=wl.clip_ratio, fixed_shares=fixed_shares)
-    if len(_RUNS) > 65536:
-        _RUNS.clear()
-    _RUNS[key] = (step, res)
-    return res
+    return _RUNS.put(key, (step,), res)
 
 
 def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,

@@ -21,17 +21,16 @@ Variables:
 - `step` (ms), `gpus_used`, and for the cost objective `rate` (milli-dollars per hour) and
   `cost` = rate x step.
 
-Constraints, one module each: world (one row per role, roles of the chosen mode, colocated
-roles on the same pool and count, GPUs per pool: engines, trainers and an auxiliary group of that
-pool, a colocated pair counted once), modes (a chosen row implies a mode the target runs its
-placements in: row => mode in row.modes), degrees (the element links and the user's linear
-constraints), groups (an auxiliary group the target runs with the actor's degrees sits beside a
-trainer of that tp, and never beside one the rule table refuses it with: precomputed pairs), memory (colocated: what training keeps during
-rollout fits the KV budget its generation row was scored with), placement (each reference/reward model in
-exactly one place), pipeline (the step of the chosen mode, `perf.step.compose_step`, with the
-trainers' refit gather in their time and, for async engines that wait for it, in theirs: `refit_hold`;
-enforced by the mode's literal, and implied as bounds that hold in every mode for the LP relaxation),
-price (the budget).
+Constraints, one module each: world (one row per role, roles of the chosen mode, colocated roles on the same
+pool and count, GPUs per pool: engines, trainers and an auxiliary group of that pool, a colocated pair counted
+once), modes (a chosen row implies a mode the target runs its placements in: row => mode in row.modes), degrees
+(the element links and the user's linear constraints), groups (an auxiliary group the target runs with the
+actor's degrees sits beside a trainer of that tp, and never beside one the rule table refuses it with:
+precomputed pairs), memory (colocated: what training keeps during rollout fits the KV budget its generation row
+was scored with), placement (each reference/reward model in exactly one place), pipeline (the step of the
+chosen mode, `perf.step.compose_step`, with the trainers' refit gather in their time and, for async engines
+that wait for it, in theirs: `refit_hold`; enforced by the mode's literal, and implied as bounds that hold in
+every mode for the LP relaxation), price (the budget).
 
 Objective: throughput minimizes the step (tokens per step are fixed), then GPUs used, then a
 simplicity penalty; cost minimizes rate x step."""

@@ -253,8 +253,8 @@ def engine_cap_violations(problem: Problem, lay: GenLayout, max_num_seqs: int | 
 
 
 def engine_can_cap(problem: Problem, lay: GenLayout) -> bool:
-    """Whether the target can set this engine's max_num_seqs at all: where it cannot, the engine runs
-    without a cap and `perf.step.gen_side` searches none (its `cap_search`)."""
+    """Whether the target can set this engine's max_num_seqs at all: where it cannot, `perf.step.gen_side`
+    searches none (its `cap_search`) and the engine runs at the cap its framework builds it with."""
     return not engine_cap_violations(problem, lay, 1)
 
 
