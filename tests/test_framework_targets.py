@@ -440,8 +440,12 @@ def test_openrlhf_auxiliary_groups_split_the_actors_batch_evenly_as_deepspeed_re
     spec = yaml.safe_load((ROOT / "examples/grpo-70b-64xh100.yaml").read_text())
     spec["target"] = {"framework": "openrlhf"}
     spec["constraints"] = {"modes": ["sync"], "linear": ["training.gpus == 32", "generation.gpus == 8", "gpus == 64"]}
-    with pytest.raises(rlsolve.InfeasibleError):
+    with pytest.raises(rlsolve.InfeasibleError) as e:
         rlsolve.solve(spec, time_limit_s=120)
+    # the explanation names the rule with the plan that breaks it, and the linear constraints that lifted give plans
+    assert any("target openrlhf" in r and "24 GPUs are 3 replicas of the actor's tp x cp = 8" in r and
+               "2048 samples" in r for r in e.value.reasons), e.value.reasons
+    assert any(r.startswith("constraints.linear 'gpus == 64'") for r in e.value.reasons), e.value.reasons
     spec["constraints"]["linear"] = ["training.gpus == 32", "generation.gpus == 8"]
     plan = rlsolve.solve(spec, time_limit_s=120)
     t, aux = plan.parallelism.training, plan.resource_allocation.auxiliary

@@ -12,6 +12,7 @@ import pytest
 
 import rlsolve
 from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
+from rlsolve.linear import parse_linear
 from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_trace, kv_need_floor,
                                    prefill_time, resume_decode, simulate_decode)
 from rlsolve.perf.hw import Device, device
@@ -305,9 +306,29 @@ def test_linear_constraints_hold_in_the_plan():
     assert not plan_violations(resolve(load_spec(spec)), plan)
 
 
-def test_an_impossible_linear_constraint_is_infeasible():
-    with pytest.raises(InfeasibleError):
+def test_an_impossible_linear_constraint_is_infeasible_and_named_with_the_plan_without_it():
+    with pytest.raises(InfeasibleError) as e:
         rlsolve.solve(small_spec(constraints={"linear": ["gpus >= 17"]}))
+    assert e.value.reasons == ["constraints.linear 'gpus >= 17' leaves no plan together with the other constraints; "
+                               "without it the best plan has gpus = 16"]
+
+
+def test_linear_constraints_that_conflict_are_each_named_where_lifting_it_alone_gives_a_plan():
+    """The relaxed diagnosis model leaves the linear constraints out: where every group it models can be
+    met together, the search runs again without each linear constraint alone, and names each whose removal
+    gives a plan, with that plan's values, which break it (a constraint whose removal leaves the problem
+    infeasible is not named)."""
+    linear = ["generation.gpus >= 8", "training.gpus >= 8", "gpus <= 12", "training.tp >= 2"]
+    with pytest.raises(InfeasibleError) as e:
+        rlsolve.solve(small_spec(constraints={"linear": linear, "modes": ["sync", "async"]}))
+    named = {}
+    for reason in e.value.reasons:
+        text = reason.split("'")[1]
+        assert reason.startswith(f"constraints.linear '{text}' leaves no plan"), reason
+        values = dict(kv.split(" = ") for kv in reason.split("the best plan has ")[1].split(", "))
+        assert not parse_linear(text).holds({k: int(v) for k, v in values.items()}), reason
+        named[text] = values
+    assert set(named) == {"generation.gpus >= 8", "training.gpus >= 8", "gpus <= 12"}, e.value.reasons
 
 
 def test_a_bad_linear_constraint_names_the_field():

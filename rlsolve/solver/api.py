@@ -4,7 +4,7 @@ Pure: prints nothing, writes nothing, does not mutate its input."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -22,7 +22,8 @@ from rlsolve.solver.estimate import evaluate_layout
 from rlsolve.solver.program import Program, run
 from rlsolve.solver.report import build_plan
 from rlsolve.frameworks.rules import strategy_for
-from rlsolve.solver.rules import aux_group_violations, aux_models, modes_allowed, one_pool, target_caps
+from rlsolve.solver.rules import (aux_group_violations, aux_models, aux_shares_actor_degrees, modes_allowed, one_pool,
+                                  target_caps)
 from rlsolve.spec import Spec, load_spec
 
 SOLVER_KEYS = {"time_limit_s", "workers", "deterministic", "top_k"}
@@ -39,15 +40,16 @@ def framework_for(problem: Problem, t: TrainCand) -> str:
 
 
 def make_program(problem: Problem, cands: Candidates, modes: list[str], objective: str = "throughput",
-                 linear: list | None = None) -> Program:
-    """The CP-SAT program for these candidates, with its objective set."""
+                 linear: list | None = None, aux_rule: bool = True) -> Program:
+    """The CP-SAT program for these candidates, with its objective set (`aux_rule` False: without the
+    rule table's refused auxiliary-group pairs, which only the infeasibility explanation asks for)."""
     budget = problem.spec.constraints.max_price_per_hour_usd
     if linear is None:
         linear = [parse_linear(t) for t in problem.spec.constraints.linear]
     prog = Program(cands, modes, [p.n_gpus for p in problem.pools], aux_models(problem),
                    [round(p.price_per_gpu_hour_usd * 1000) for p in problem.pools],
                    None if budget is None else int(budget * 1000), linear, one_pool=one_pool(problem),
-                   aux_apart=_aux_apart(problem, cands))
+                   aux_apart=_aux_apart(problem, cands) if aux_rule else frozenset())
     if objective == "cost":
         prog.minimize_cost()
     else:
@@ -191,28 +193,66 @@ class Search:
 
 
 def search(problem: Problem, objective: str = "throughput", workers: int = 2, deterministic: bool = True,
-           deadline: Deadline | None = None) -> Search:
+           deadline: Deadline | None = None, explain: bool = True, aux_rule: bool = True) -> Search:
     """Enumerate, build and solve: the optimum in the program's units (`program.v.step` for
     throughput, `v.extra["cost"]` for cost), which the oracle tests compare with brute force.
-    Raises InfeasibleError (proven) or NoAnswerError (out of time)."""
+    Raises InfeasibleError (proven; its reasons only with `explain`) or NoAnswerError (out of time).
+    `aux_rule` False lifts the auxiliary-group pairing rule (`_binding_rules` asks so)."""
     deadline = deadline or Deadline(None)
     linear = [parse_linear(t) for t in problem.spec.constraints.linear]
     # with a cost objective, a price cap or a linear constraint, fewer GPUs can be better
     all_counts = objective == "cost" or problem.spec.constraints.max_price_per_hour_usd is not None or bool(linear)
     cands = enumerate_candidates(problem, all_counts=all_counts, deadline=deadline, keep_apart=_mentioned(linear),
                                  bounded=not all_counts)
+    why = (lambda: diagnose(problem, deadline, lambda: _binding_rules(problem, objective, deadline))) if explain \
+        else (lambda: [])
     if not cands.gen or not cands.train:
-        raise InfeasibleError(diagnose(problem, deadline))
+        raise InfeasibleError(why())
     modes = modes_allowed(problem)
-    program = make_program(problem, cands, modes, objective, linear)
+    program = make_program(problem, cands, modes, objective, linear, aux_rule)
     deadline.check("building the program", now=True)
     limit = deadline.left() if deadline.limit_s is not None else 3600.0
     solver, status = run(program, limit, workers, deterministic)
     if status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
-        raise InfeasibleError(diagnose(problem, deadline))
+        raise InfeasibleError(why())
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise NoAnswerError(deadline.limit_s or limit, "the CP-SAT search")
     return Search(program, solver, status, cands, modes)
+
+
+def _binding_rules(problem: Problem, objective: str, deadline: Deadline) -> list[str]:
+    """The rules the relaxed diagnosis model leaves out (diagnose.py asks when it finds every constraint
+    group satisfiable on its own): the user's linear constraints and the target's pairing of an auxiliary
+    group with the trainer's batch. The search runs again without each one alone; each whose removal
+    lets a plan exist is binding, and is named with what the plan found without it does instead."""
+    out = []
+    linear = problem.spec.constraints.linear
+    for i, text in enumerate(linear):
+        cons = problem.spec.constraints.model_copy(update={"linear": [t for j, t in enumerate(linear) if j != i]})
+        found = _lifted(replace(problem, spec=problem.spec.model_copy(update={"constraints": cons})), objective,
+                        deadline)
+        if found is not None:
+            lc = parse_linear(text)
+            values = ", ".join(f"{name} = {found.solver.value(found.program.v.degrees[name])}" for name in lc.terms)
+            out.append(f"constraints.linear {text!r} leaves no plan together with the other constraints; without it "
+                       f"the best plan has {values}")
+    if aux_shares_actor_degrees(problem):
+        found = _lifted(problem, objective, deadline, aux_rule=False)
+        if found is not None:
+            _, tc, _, ac = _chosen(found.program, found.solver, found.cands)
+            broken = aux_group_violations(problem, ac.gpus, tc.layout) if ac is not None else []
+            out += [f"target {problem.spec.target.framework}: the plan that fits every other rule breaks this one: "
+                    f"{v.message}; leave GPUs idle (a constraint that does not fix the GPU total), change "
+                    f"rl.prompts_per_step or samples_per_prompt, or use target any" for v in broken]
+    return out
+
+
+def _lifted(problem: Problem, objective: str, deadline: Deadline, aux_rule: bool = True) -> Search | None:
+    """The search on a problem with one rule lifted: None when it is infeasible too or out of time."""
+    try:
+        return search(problem, objective, 1, True, deadline, explain=False, aux_rule=aux_rule)
+    except (InfeasibleError, NoAnswerError):
+        return None
 
 
 def _mentioned(linear: list) -> frozenset:

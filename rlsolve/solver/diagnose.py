@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ortools.sat.python import cp_model
 
@@ -130,19 +131,22 @@ def _gen_options(problem: Problem, deadline: Deadline) -> list[Option]:
     return out
 
 
-def diagnose(problem: Problem, deadline: Deadline | None = None) -> list[str]:
+def diagnose(problem: Problem, deadline: Deadline | None = None,
+             binding: Callable[[], list[str]] | None = None) -> list[str]:
     """Reasons, in words with numbers, for which no plan exists (the caller has proven that
-    none does; this explains it within what is left of the time limit)."""
+    none does; this explains it within what is left of the time limit). `binding`: the rules this
+    relaxed model leaves out, each tried by lifting it (api._binding_rules), asked only when every
+    group here can be met together."""
     deadline = deadline or Deadline(None)
     try:
-        return _diagnose(problem, deadline)
+        return _diagnose(problem, deadline, binding)
     except NoAnswerError:
         return [f"no layout satisfies every constraint (proven by the search); finding which constraints are "
                 f"binding did not finish within the time limit of {deadline.limit_s:g} s: raise --time-limit for "
                 f"the explanation"]
 
 
-def _diagnose(problem: Problem, deadline: Deadline) -> list[str]:
+def _diagnose(problem: Problem, deadline: Deadline, binding: Callable[[], list[str]] | None) -> list[str]:
     gens, trains = _gen_options(problem, deadline), _train_options(problem, deadline)
     if not gens or not trains:
         return ["no legal degrees at all: the policy's heads and layers admit no tensor/pipeline split on these GPUs"]
@@ -203,7 +207,7 @@ def _diagnose(problem: Problem, deadline: Deadline) -> list[str]:
                 f"{solver.parameters.max_time_in_seconds:.1f} s ({len(gens):,} generation and {len(trains):,} "
                 f"training options); relax constraints or memory settings one at a time to find the binding one"]
     if status != cp_model.INFEASIBLE:
-        return _homeless(problem) or [
+        return _homeless(problem) or (binding() if binding else []) or [
             "the combination of the chosen options (reward quantization, placements, memory settings) leaves "
             "no plan; every constraint group alone can be met"]
     core = [list(A)[i] for i in solver.sufficient_assumptions_for_infeasibility()]
