@@ -20,6 +20,8 @@ from rlsolve.perf.step import cached_stage_times, critic_pass, gen_side, policy_
 from rlsolve.perf.train import TrainLayout, forward_time, stage_times, train_memory, train_time
 from rlsolve.resolve import resolve
 from rlsolve.solver import search
+from rlsolve.solver.api import _binding_rules
+from rlsolve.solver.budget import Deadline
 from rlsolve.solver.candidates import _with_recompute
 from rlsolve.solver.oracle import oracle
 from rlsolve.solver.rules import (RECOMPUTE, divisors, gen_universe, gen_violations, role_counts, train_shapes,
@@ -310,7 +312,7 @@ def test_an_impossible_linear_constraint_is_infeasible_and_named_with_the_plan_w
     with pytest.raises(InfeasibleError) as e:
         rlsolve.solve(small_spec(constraints={"linear": ["gpus >= 17"]}))
     assert e.value.reasons == ["constraints.linear 'gpus >= 17' leaves no plan together with the other constraints; "
-                               "without it the best plan has gpus = 16"]
+                               "without it there is a plan, with gpus = 16"]
 
 
 def test_linear_constraints_that_conflict_are_each_named_where_lifting_it_alone_gives_a_plan():
@@ -325,10 +327,16 @@ def test_linear_constraints_that_conflict_are_each_named_where_lifting_it_alone_
     for reason in e.value.reasons:
         text = reason.split("'")[1]
         assert reason.startswith(f"constraints.linear '{text}' leaves no plan"), reason
-        values = dict(kv.split(" = ") for kv in reason.split("the best plan has ")[1].split(", "))
+        values = dict(kv.split(" = ") for kv in reason.split("there is a plan, with ")[1].split(", "))
         assert not parse_linear(text).holds({k: int(v) for k, v in values.items()}), reason
         named[text] = values
     assert set(named) == {"generation.gpus >= 8", "training.gpus >= 8", "gpus <= 12"}, e.value.reasons
+    # a lifted search the time limit stops leaves its rule named as not checked, never as binding or not
+    problem = resolve(load_spec(small_spec(constraints={"linear": linear, "modes": ["sync", "async"]})))
+    assert _binding_rules(problem, "throughput", Deadline(1e-9)) == [
+        "not checked within the time limit of 1e-09 s: whether lifting " +
+        ", ".join(f"constraints.linear {t!r}" for t in linear) + " alone gives a plan; raise --time-limit for the "
+        "explanation"]
 
 
 def test_a_bad_linear_constraint_names_the_field():

@@ -224,35 +224,49 @@ def _binding_rules(problem: Problem, objective: str, deadline: Deadline) -> list
     """The rules the relaxed diagnosis model leaves out (diagnose.py asks when it finds every constraint
     group satisfiable on its own): the user's linear constraints and the target's pairing of an auxiliary
     group with the trainer's batch. The search runs again without each one alone; each whose removal
-    lets a plan exist is binding, and is named with what the plan found without it does instead."""
-    out = []
+    lets a plan exist is binding, and is named with what the plan found without it does instead. A rule
+    whose search the time limit stopped is named as not checked (no answer is not infeasibility)."""
+    out, unchecked = [], []
     linear = problem.spec.constraints.linear
     for i, text in enumerate(linear):
         cons = problem.spec.constraints.model_copy(update={"linear": [t for j, t in enumerate(linear) if j != i]})
         found = _lifted(replace(problem, spec=problem.spec.model_copy(update={"constraints": cons})), objective,
                         deadline)
-        if found is not None:
+        if found is _NO_ANSWER:
+            unchecked.append(f"constraints.linear {text!r}")
+        elif found is not None:
             lc = parse_linear(text)
             values = ", ".join(f"{name} = {found.solver.value(found.program.v.degrees[name])}" for name in lc.terms)
             out.append(f"constraints.linear {text!r} leaves no plan together with the other constraints; without it "
-                       f"the best plan has {values}")
+                       f"there is a plan, with {values}")
     if aux_shares_actor_degrees(problem):
         found = _lifted(problem, objective, deadline, aux_rule=False)
-        if found is not None:
+        if found is _NO_ANSWER:
+            unchecked.append(f"target {problem.spec.target.framework}'s auxiliary-group rule")
+        elif found is not None:
             _, tc, _, ac = _chosen(found.program, found.solver, found.cands)
             broken = aux_group_violations(problem, ac.gpus, tc.layout) if ac is not None else []
             out += [f"target {problem.spec.target.framework}: the plan that fits every other rule breaks this one: "
                     f"{v.message}; leave GPUs idle (a constraint that does not fix the GPU total), change "
                     f"rl.prompts_per_step or samples_per_prompt, or use target any" for v in broken]
+    if unchecked:
+        out.append(f"not checked within the time limit of {deadline.limit_s:g} s: whether lifting "
+                   f"{', '.join(unchecked)} alone gives a plan; raise --time-limit for the explanation")
     return out
 
 
-def _lifted(problem: Problem, objective: str, deadline: Deadline, aux_rule: bool = True) -> Search | None:
-    """The search on a problem with one rule lifted: None when it is infeasible too or out of time."""
+_NO_ANSWER = object()
+
+
+def _lifted(problem: Problem, objective: str, deadline: Deadline, aux_rule: bool = True):
+    """The search on a problem with one rule lifted: its Search, None when it is infeasible too, or
+    _NO_ANSWER when the time limit stopped it."""
     try:
         return search(problem, objective, 1, True, deadline, explain=False, aux_rule=aux_rule)
-    except (InfeasibleError, NoAnswerError):
+    except InfeasibleError:
         return None
+    except NoAnswerError:
+        return _NO_ANSWER
 
 
 def _mentioned(linear: list) -> frozenset:
