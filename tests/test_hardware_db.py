@@ -14,8 +14,8 @@ from rlsolve.hardware_db import (
 
 GPU_NAMES = {
     "A100-SXM-40GB", "A100-SXM-80GB", "A800-SXM-80GB", "H100-SXM-80GB", "H100-PCIe-80GB",
-    "H800-SXM-80GB", "H20-96GB", "H200-SXM-141GB", "B200-SXM-180GB", "GB200-NVL72", "L40S", "L4",
-    "MI300X", "MI325X",
+    "H800-SXM-80GB", "H20-96GB", "H200-SXM-141GB", "B200-SXM-180GB", "GB200-NVL72", "B300-SXM-288GB",
+    "GB300-NVL72", "L40S", "L4", "MI300X", "MI325X",
 }
 NETWORK_NAMES = {"IB-HDR-200", "IB-NDR-400", "IB-XDR-800", "RoCE-200", "RoCE-400", "Eth-100"}
 
@@ -110,6 +110,24 @@ def test_gb200_bf16_rate_is_its_mamf_at_the_b200_sustained_ratio():
     assert "derived" in gpu.efficiency.gemm_fraction.source
 
 
+def test_blackwell_ultra_takes_its_siblings_sustained_ratios():
+    """No sustained B300 or GB300 GEMM rate is published. B300's is its own MAMF (1769.0 BF16, 3353.3 FP8,
+    ml-engineering) at the B200's sustained/burst ratios (1423.8 / 1697.6, 2788 / 3350); GB300 has no MAMF
+    either, so it takes GB200's fractions and says so: a copied figure is named, never a silent 1.0."""
+    b300, b200 = find_gpu("B300-SXM-288GB"), find_gpu("B200-SXM-180GB")
+    assert b300.efficiency.gemm_fraction.value * b300.bf16_tflops == pytest.approx(1769.0 * 1423.8 / 1697.6, abs=1.5)
+    assert b300.efficiency.gemm_fp8_fraction.value * b300.fp8_tflops == pytest.approx(3353.3 * 2788 / 3350, abs=3.0)
+    assert "derived" in b300.efficiency.gemm_fraction.source
+    assert (b300.bf16_tflops, b300.fp8_tflops, b300.sm_count.value) == (b200.bf16_tflops, b200.fp8_tflops, 148)
+    gb300, gb200 = find_gpu("GB300-NVL72"), find_gpu("GB200-NVL72")
+    assert (gb300.bf16_tflops, gb300.fp8_tflops) == (gb200.bf16_tflops, gb200.fp8_tflops) == (2500, 5000)
+    for field in ("gemm_fraction", "gemm_fp8_fraction", "nvlink_busbw_fraction", "host_cpu_slowdown"):
+        mine, theirs = getattr(gb300.efficiency, field), getattr(gb200.efficiency, field)
+        assert mine.value == theirs.value and "as GB200-NVL72" in mine.source, field
+    # Blackwell Ultra's gain is memory (12-high HBM3e stacks), not dense BF16/FP8 throughput
+    assert b300.memory_gb > 1.4 * b200.memory_gb and gb300.memory_gb > 1.4 * gb200.memory_gb
+
+
 def test_fp8_fraction_only_where_fp8_exists():
     for gpu in list_gpus():
         assert (gpu.fp8_tflops is None) == (gpu.efficiency.gemm_fp8_fraction is None), gpu.name
@@ -118,20 +136,22 @@ def test_fp8_fraction_only_where_fp8_exists():
 @pytest.mark.parametrize("name, per_dir", [
     ("H100-SXM-80GB", 450), ("H200-SXM-141GB", 450), ("H20-96GB", 450), ("A100-SXM-80GB", 300),
     ("A100-SXM-40GB", 300), ("A800-SXM-80GB", 200), ("H800-SXM-80GB", 200),
-    ("B200-SXM-180GB", 900), ("GB200-NVL72", 900), ("H100-PCIe-80GB", 300), ("L40S", 0), ("L4", 0),
+    ("B200-SXM-180GB", 900), ("GB200-NVL72", 900), ("B300-SXM-288GB", 900), ("GB300-NVL72", 900),
+    ("H100-PCIe-80GB", 300), ("L40S", 0), ("L4", 0),
 ])
 def test_nvlink_is_per_direction(name, per_dir):
     assert find_gpu(name).nvlink_gbps_per_dir == per_dir
 
 
 def test_scale_up_domains_and_node_sizes():
-    gb200 = find_gpu("GB200-NVL72")
-    assert (gb200.nvlink_domain, gb200.default_gpus_per_node) == (72, 4)
+    for name in ("GB200-NVL72", "GB300-NVL72"):
+        rack = find_gpu(name)
+        assert (rack.nvlink_domain, rack.default_gpus_per_node) == (72, 4)
     assert find_gpu("H100-PCIe-80GB").nvlink_domain == 2
     for name in ("L40S", "L4"):
         assert find_gpu(name).nvlink_domain == 1
     for gpu in list_gpus():
-        if gpu.name != "GB200-NVL72":
+        if not gpu.name.endswith("-NVL72"):
             assert gpu.default_gpus_per_node == 8, gpu.name
 
 
@@ -156,6 +176,7 @@ def test_throughput_is_dense_not_sparse():
     ("H100", "H100-SXM-80GB"), ("h100", "H100-SXM-80GB"), ("h200", "H200-SXM-141GB"),
     ("B200", "B200-SXM-180GB"), ("a100", "A100-SXM-80GB"), ("H20", "H20-96GB"),
     ("a800", "A800-SXM-80GB"), ("H800", "H800-SXM-80GB"), ("gb200", "GB200-NVL72"),
+    ("b300", "B300-SXM-288GB"), ("GB300", "GB300-NVL72"),
     ("  mi300x ", "MI300X"), ("h100-sxm-80gb", "H100-SXM-80GB"),
 ])
 def test_aliases_are_case_insensitive(alias, name):
