@@ -186,6 +186,47 @@ def test_prefill_memo_and_the_least_caps_reserve():
     assert compared > 300 and capped > 50, (compared, capped)
 
 
+def test_engines_sharing_decode_runs_score_as_each_alone(monkeypatch):
+    """gen_side's decode runs are shared by every engine with the same replica requests (`_decode_run`: an event
+    run's events re-timed per StepModel, a pinned run resumed from a trace another StepModel took): engines of
+    other degrees, weight bytes and held memory, scored one after another, give float for float what each
+    gives scored alone (its memos emptied first)."""
+    from dataclasses import astuple
+    from rlsolve.perf.generate import GenLayout
+    from rlsolve.perf import step as perf_step
+    rng = random.Random(23)
+    calls = {"decode_time": 0, "resume_decode": 0}
+    for name in calls:
+        def counted(*args, _run=getattr(perf_step, name), _name=name, **kwargs):
+            calls[_name] += 1
+            return _run(*args, **kwargs)
+        monkeypatch.setattr(perf_step, name, counted)
+
+    def alone(problem, pool, lay, **kw):
+        perf_step._RUNS.table.clear()
+        perf_step._TRACES.clear()
+        perf_step._SCHEDULES.clear()
+        return perf_step.gen_side(problem, pool, lay, **kw)
+
+    compared = 0
+    problems = [resolve(load_spec(random_spec(rng, tight=k % 2 == 1))) for k in range(6)]
+    for problem in problems + [resolve(load_spec(str(EXAMPLES / f"{name}.yaml")))
+                               for name in ("grpo-70b-64xh100", "grpo-deepseek-v2-256xh100")]:
+        pool = problem.pools[0]
+        tps = [tp for tp in (1, 2, 4, 8) if tp <= pool.gpus_per_node and problem.policy.heads % tp == 0]
+        scored = []
+        for _ in range(10):  # one replica count, so the engines share their replicas' requests
+            lay = GenLayout(tp=rng.choice(tps), pp=rng.choice((1, 2)), dp=2)
+            kw = dict(reserved=rng.choice((0.0, 0.3, 0.6)) * pool.gpu.memory_gb * 1e9, in_flight=rng.choice((1, 2)))
+            scored.append((lay, kw, perf_step.gen_side(problem, pool, lay, **kw)))
+        for lay, kw, side in scored:
+            if side.fits:
+                assert astuple(side) == astuple(alone(problem, pool, lay, **kw)), (lay, kw)
+                compared += 1
+    # (runs re-timed, and pinned runs resumed, alone included)
+    assert compared > 30 and calls["decode_time"] > 30 and calls["resume_decode"] > 30, (compared, calls)
+
+
 def _least_training_side(problem, cands, pool: int, n: int, hosts: frozenset):
     """What `_TrainIndex.completing` stands for, by brute force over the candidates: the least trainer +
     auxiliary group time (ms) over a disaggregated trainer and at most one group that, with n engine GPUs of

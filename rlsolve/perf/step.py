@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from rlsolve.frameworks.runtime import FrameworkCosts, engine_default_max_num_seqs
 from rlsolve.models import Architecture
-from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_trace, gen_other_bytes,
-                                   kv_need_floor, kv_bytes_per_token_per_gpu, prefill_time, representative_count,
-                                   resume_decode, simulate_decode, slowest_replica_mean, weight_bytes_per_gpu)
+from rlsolve.perf.generate import (DecodeResult, DecodeTrace, GenLayout, StepModel, decode_lower_bound, decode_time,
+                                   decode_trace, gen_other_bytes, kv_need_floor, kv_bytes_per_token_per_gpu,
+                                   prefill_time, representative_count, resume_decode, simulate_decode,
+                                   slowest_replica_mean, weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_seq_len,
                                 params_per_gpu,
@@ -199,7 +201,11 @@ def engine_caps(n_requests: float, groups: int = 32) -> tuple[int, ...]:
 
 
 _RUNS = _IdentityMemo(65536)
-_TRACES = _IdentityMemo(4096)
+# by the run's arguments alone (no StepModel: `generate.decode_time`), the unpinned runs' `DecodeTrace`s (None for a
+# closed-form run) and the event runs' schedules, each with the result of the first StepModel to run it
+_TRACES: dict[tuple, DecodeTrace | None] = {}
+_SCHEDULES: dict[tuple, tuple[array, DecodeResult]] = {}
+_SCHEDULES_LIMIT = 16384  # about 2 kB each (the runs' events, 3 floats each, as doubles)
 
 
 def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float,
@@ -207,26 +213,42 @@ def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float
     """`simulate_decode` of one (cap, KV budget) candidate, memoized: its run does not depend on the
     memory the engine has (that only decides whether it is allowed), so the search shares it across
     every memory level it is asked at. Keyed like `_step_model`, by the StepModel's identity, kept
-    alive beside the result. The cap's unpinned run (budget inf) keeps its `DecodeTrace`, and a pinned
-    run of the same cap starts from it where its budget first changes the run (`resume_decode`: the same
-    result as `simulate_decode`'s, float for float; the search takes the unpinned run before its pinned ones)."""
+    alive beside the result. Nor do an event run's events depend on the StepModel, only its time does
+    (`generate.decode_time`): one found for another engine with the same replica requests is re-timed, not
+    run again. The cap's unpinned run (budget inf) keeps its `DecodeTrace`, and a pinned run of the same cap
+    starts from it where its budget first changes the run (`resume_decode`: the same result as
+    `simulate_decode`'s, float for float; the search takes the unpinned run before its pinned ones)."""
     key = (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, fixed_shares,
            budget, cap)
     hit = _RUNS.get(key, (step,))
     if hit is not _RUNS.MISS:
         return hit
-    at = key[:-2] + (cap,)
+    run = key[1:]
+    known = _SCHEDULES.get(run)
+    if known is not None:
+        events, first = known
+        return _RUNS.put(key, (step,), replace(first, time=decode_time(step, events)))
+    at = run[:-2] + (cap,)
+    events: list = []
     if budget == math.inf:
         res, trace = decode_trace(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, cap, n_total,
                                   clip=wl.clip_ratio, fixed_shares=fixed_shares)
-        _TRACES.put(at, (step,), trace)
+        if len(_TRACES) > 4096:
+            _TRACES.clear()
+        _TRACES[at] = trace
+        if trace is not None:
+            events = trace.events
     else:
-        trace = _TRACES.get(at, (step,))
-        if trace is not _TRACES.MISS and trace is not None:  # (None: a closed-form run keeps no events)
-            res = resume_decode(step, trace, budget)
+        trace = _TRACES.get(at)
+        if trace is not None:  # (None: a closed-form run keeps no events, or none was taken)
+            res = resume_decode(step, trace, budget, events=events)
         else:
             res = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, cap,
-                                  n_total, clip=wl.clip_ratio, fixed_shares=fixed_shares)
+                                  n_total, clip=wl.clip_ratio, fixed_shares=fixed_shares, events=events)
+    if len(events):  # an event run (a closed form is timed afresh: numpy, no events)
+        if len(_SCHEDULES) > _SCHEDULES_LIMIT:
+            _SCHEDULES.clear()
+        _SCHEDULES[run] = (events if isinstance(events, array) else array("d", events), res)
     return _RUNS.put(key, (step,), res)
 
 
