@@ -252,6 +252,23 @@ def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float
     return _RUNS.put(key, (step,), res)
 
 
+_BOUNDS = _IdentityMemo(65536)
+
+
+def _decode_bound(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float,
+                  fixed_shares: bool = True) -> float:
+    """`decode_lower_bound` of one (cap, KV budget) candidate, memoized like `_decode_run` (the search bounds the
+    same pinned budgets, which follow from a run's need, at every memory level it asks an engine at)."""
+    key = (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, fixed_shares,
+           budget, cap)
+    hit = _BOUNDS.get(key, (step,))
+    if hit is not _BOUNDS.MISS:
+        return hit
+    return _BOUNDS.put(key, (step,), decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean,
+                                                        wl.response_max, budget, n_total, clip=wl.clip_ratio,
+                                                        max_num_seqs=cap, fixed_shares=fixed_shares))
+
+
 def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,
              aux_models: tuple[tuple[str, Architecture, float], ...] = (), kv_cache_gb: float | None = None,
              max_num_seqs: float | None = None, lower_bound: bool = False, in_flight: int = 1,
@@ -327,8 +344,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     caps: tuple = (max_num_seqs,) if max_num_seqs else (None,) + (engine_caps(n_req) if cap_search else ())
 
     def bound(c: float, budget: float) -> float:
-        return decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, n_total,
-                                  clip=wl.clip_ratio, max_num_seqs=c, fixed_shares=fixed_shares)
+        return _decode_bound(step, n_req, wl, n_total, budget, c, fixed_shares)
 
     if fits and lower_bound:
         # every candidate's KV is within the largest room (the least cap's), and a cap only raises the bound.
@@ -336,9 +352,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         # float (a property test), so the largest room of the caps tried is that of the least (engine_caps sorts)
         top = kv_tokens if len(caps) < 2 else \
             max(kv_tokens, max(kv_room(gen_other_bytes(arch, lay, caps[1], wl.engine_version)), 0.0) / kv_tok_gpu)
-        decode = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, top,
-                                    n_total, clip=wl.clip_ratio, max_num_seqs=float(max_num_seqs or unset),
-                                    fixed_shares=fixed_shares)
+        decode = bound(float(max_num_seqs or unset), top)
         peak, limited, rep = 0.0, False, 0.0
     elif fits:
         base = float(wl.seq_max)
