@@ -208,8 +208,8 @@ def test_engines_sharing_decode_runs_score_as_each_alone(monkeypatch):
     def alone(problem, pool, lay, **kw):
         perf_step._RUNS.table.clear()
         perf_step._BOUNDS.table.clear()
-        perf_step._TRACES.clear()
-        perf_step._SCHEDULES.clear()
+        perf_step._TRACES.table.clear()
+        perf_step._SCHEDULES.table.clear()
         return perf_step.gen_side(problem, pool, lay, **kw)
 
     compared = 0

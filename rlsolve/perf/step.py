@@ -12,10 +12,10 @@ from functools import lru_cache
 
 from rlsolve.frameworks.runtime import FrameworkCosts, engine_default_max_num_seqs
 from rlsolve.models import Architecture
-from rlsolve.perf.generate import (DecodeResult, DecodeTrace, GenLayout, StepModel, decode_lower_bound, decode_time,
-                                   decode_trace, gen_other_bytes, kv_need_floor, kv_bytes_per_token_per_gpu,
-                                   prefill_time, representative_count, resume_decode, simulate_decode,
-                                   slowest_replica_mean, weight_bytes_per_gpu)
+from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_time, decode_trace,
+                                   gen_other_bytes, kv_need_floor, kv_bytes_per_token_per_gpu, prefill_time,
+                                   representative_count, resume_decode, simulate_decode, slowest_replica_mean,
+                                   weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_seq_len,
                                 params_per_gpu,
@@ -81,7 +81,8 @@ def aux_forward_on_gen(arch: Architecture, dev: Device, lay: GenLayout, sequence
 class _IdentityMemo:
     """Results keyed by the identity of the objects they are computed from (architectures, devices, StepModels:
     never changed once built), each kept alive beside its result so that an id is never taken for another
-    object's (as `device` guards its own memo); cleared once it holds more than `limit` results."""
+    object's (as `device` guards its own memo); cleared once it holds more than `limit` results. With no owners
+    (`()`), results keyed by values alone."""
 
     MISS = object()
 
@@ -202,10 +203,10 @@ def engine_caps(n_requests: float, groups: int = 32) -> tuple[int, ...]:
 
 _RUNS = _IdentityMemo(65536)
 # by the run's arguments alone (no StepModel: `generate.decode_time`), the unpinned runs' `DecodeTrace`s (None for a
-# closed-form run) and the event runs' schedules, each with the result of the first StepModel to run it
-_TRACES: dict[tuple, DecodeTrace | None] = {}
-_SCHEDULES: dict[tuple, tuple[array, DecodeResult]] = {}
-_SCHEDULES_LIMIT = 16384  # about 2 kB each (the runs' events, 3 floats each, as doubles)
+# closed-form run) and the event runs' schedules (about 2 kB each: 3 doubles an event), each with the result of
+# the first StepModel to run it
+_TRACES = _IdentityMemo(4096)
+_SCHEDULES = _IdentityMemo(16384)
 
 
 def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float,
@@ -224,8 +225,8 @@ def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float
     if hit is not _RUNS.MISS:
         return hit
     run = key[1:]
-    known = _SCHEDULES.get(run)
-    if known is not None:
+    known = _SCHEDULES.get(run, ())
+    if known is not _SCHEDULES.MISS:
         events, first = known
         return _RUNS.put(key, (step,), replace(first, time=decode_time(step, events)))
     at = run[:-2] + (cap,)
@@ -233,22 +234,18 @@ def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float
     if budget == math.inf:
         res, trace = decode_trace(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, cap, n_total,
                                   clip=wl.clip_ratio, fixed_shares=fixed_shares)
-        if len(_TRACES) > 4096:
-            _TRACES.clear()
-        _TRACES[at] = trace
+        _TRACES.put(at, (), trace)
         if trace is not None:
             events = trace.events
     else:
-        trace = _TRACES.get(at)
-        if trace is not None:  # (None: a closed-form run keeps no events, or none was taken)
+        trace = _TRACES.get(at, ())
+        if trace is not _TRACES.MISS and trace is not None:  # (None: a closed-form run keeps no events)
             res = resume_decode(step, trace, budget, events=events)
         else:
             res = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, cap,
                                   n_total, clip=wl.clip_ratio, fixed_shares=fixed_shares, events=events)
     if len(events):  # an event run (a closed form is timed afresh: numpy, no events)
-        if len(_SCHEDULES) > _SCHEDULES_LIMIT:
-            _SCHEDULES.clear()
-        _SCHEDULES[run] = (events if isinstance(events, array) else array("d", events), res)
+        _SCHEDULES.put(run, (), (events if isinstance(events, array) else array("d", events), res))
     return _RUNS.put(key, (step,), res)
 
 
