@@ -3,7 +3,8 @@
 Run: python benchmarks/solve_examples.py [--time-limit S] [--calls]
 Prints one row per example: candidate count, layouts scored, decode simulations run (the engine
 model's costliest call, `perf.generate.simulate_decode`, or its `decode_trace` / `resume_decode`, counted
-through the names `perf.step` calls them by), enumeration + CP-SAT wall time, status. Counts do not
+through the names `perf.step` calls them by; a run re-timed for another engine, `decode_time`, is none),
+enumeration + CP-SAT wall time, status. Counts do not
 depend on the machine's load; times do.
 `--calls`: each solve runs under cProfile and the row adds the Python function calls it made (a
 load-independent measure of the work; the times then include the profiler's overhead)."""

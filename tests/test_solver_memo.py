@@ -2,6 +2,7 @@
 answers, on random inputs (the plans must not change by one bit: benchmarks/plan_dump.py)."""
 from __future__ import annotations
 
+import math
 import random
 from itertools import product
 from pathlib import Path
@@ -184,6 +185,59 @@ def test_prefill_memo_and_the_least_caps_reserve():
                         compared += 1
                         capped += len(set(reserves)) > 1
     assert compared > 300 and capped > 50, (compared, capped)
+
+
+def test_engines_sharing_decode_runs_score_as_each_alone(monkeypatch):
+    """gen_side's decode runs are shared by every engine with the same replica requests (`_decode_run`: an event
+    run's events re-timed per StepModel, a pinned run resumed from a trace another StepModel took), and its
+    bounds by every memory level (`_decode_bound`): engines of other degrees, weight bytes and held memory,
+    exact or bounds, scored one after another, give float for float what each gives scored alone (its memos
+    emptied first)."""
+    from dataclasses import astuple
+    from rlsolve.perf.generate import GenLayout, decode_lower_bound
+    from rlsolve.perf.hw import device
+    from rlsolve.perf import step as perf_step
+    rng = random.Random(23)
+    calls = {"decode_time": 0, "resume_decode": 0}
+    for name in calls:
+        def counted(*args, _run=getattr(perf_step, name), _name=name, **kwargs):
+            calls[_name] += 1
+            return _run(*args, **kwargs)
+        monkeypatch.setattr(perf_step, name, counted)
+
+    def alone(problem, pool, lay, **kw):
+        perf_step._RUNS.table.clear()
+        perf_step._BOUNDS.table.clear()
+        perf_step._TRACES.table.clear()
+        perf_step._SCHEDULES.table.clear()
+        return perf_step.gen_side(problem, pool, lay, **kw)
+
+    compared = 0
+    problems = [resolve(load_spec(random_spec(rng, tight=k % 2 == 1))) for k in range(6)]
+    for problem in problems + [resolve(load_spec(str(EXAMPLES / f"{name}.yaml")))
+                               for name in ("grpo-70b-64xh100", "grpo-deepseek-v2-256xh100")]:
+        pool = problem.pools[0]
+        tps = [tp for tp in (1, 2, 4, 8) if tp <= pool.gpus_per_node and problem.policy.heads % tp == 0]
+        scored = []
+        for _ in range(6):  # one replica count, so the engines share their replicas' requests
+            lay = GenLayout(tp=rng.choice(tps), pp=rng.choice((1, 2)), dp=2)
+            k, bound = rng.choice((1, 2)), rng.random() < 0.3
+            for held in (0.0, 0.3, 0.6):  # memory levels: the same engine's runs and bounds again
+                kw = dict(reserved=held * pool.gpu.memory_gb * 1e9, in_flight=k, lower_bound=bound)
+                scored.append((lay, kw, perf_step.gen_side(problem, pool, lay, **kw)))
+        for lay, kw, side in scored:
+            if side.fits:
+                assert astuple(side) == astuple(alone(problem, pool, lay, **kw)), (lay, kw)
+                compared += 1
+        wl, step = problem.workload, perf_step._step_model(problem.policy, device(pool), GenLayout(), 2.0, 0.0, False)
+        for _ in range(30):  # a few runs' bounds under many budgets, asked again and again
+            n_req, cap, n_total = rng.choice((3.0, 40.0, 500.0)), rng.choice((7.0, 60.0, math.inf)), 2048.0
+            budget = rng.uniform(1, 30) * wl.seq_max
+            assert perf_step._decode_bound(step, n_req, wl, n_total, budget, cap) == decode_lower_bound(
+                step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, n_total, clip=wl.clip_ratio,
+                max_num_seqs=cap)
+    # (runs re-timed, and pinned runs resumed, alone included)
+    assert compared > 60 and calls["decode_time"] > 30 and calls["resume_decode"] > 30, (compared, calls)
 
 
 def _least_training_side(problem, cands, pool: int, n: int, hosts: frozenset):

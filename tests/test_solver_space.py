@@ -13,8 +13,8 @@ import pytest
 import rlsolve
 from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
 from rlsolve.linear import parse_linear
-from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_trace, kv_need_floor,
-                                   prefill_time, resume_decode, simulate_decode)
+from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_time, decode_trace,
+                                   kv_need_floor, prefill_time, resume_decode, simulate_decode)
 from rlsolve.perf.hw import Device, device
 from rlsolve.perf.step import cached_stage_times, critic_pass, gen_side, policy_memory, train_core
 from rlsolve.perf.train import TrainLayout, forward_time, stage_times, train_memory, train_time
@@ -571,6 +571,43 @@ def test_resumed_decode_is_the_simulation():
                         resumed += 1
                         limited += sim.kv_limited
     assert resumed > 300 and limited > 100
+
+
+def test_a_decode_run_retimed_for_another_engine_is_its_simulation():
+    """`_decode_run` runs an event run's events once and re-times them (`decode_time`) for every StepModel with
+    the same replica requests, and resumes pinned runs from a trace another StepModel took: float for float
+    each StepModel's own `simulate_decode` (its time and every other field), preempting runs included. The
+    StepModels differ in all the step time reads: device, degrees, weight bytes, host work, eager launches."""
+    rng = random.Random(47)
+    retimed = limited = 0
+    for problem in _random_problems(6, 47):
+        dev = device(problem.pools[0])
+        first = StepModel(problem.policy, dev, GenLayout(), 2.0, 2.0)
+        tp = 2 if problem.policy.heads % 2 == 0 else 1
+        other = StepModel(problem.policy, dev, GenLayout(tp=tp, pp=2), 1.0, 1.0, host_per_seq=2e-5, eager=True)
+        for i, (prompt, mean, top, n_req, n_total, clip) in enumerate(_decode_runs(rng)):
+            fixed = i % 2 == 0
+            for cap in DECODE_CAPS:
+                with np.errstate(divide="ignore"):
+                    free, trace = decode_trace(first, n_req, prompt, mean, top, cap, n_total, clip=clip,
+                                               fixed_shares=fixed)
+                    if trace is None:
+                        continue
+                    mine = simulate_decode(other, n_req, prompt, mean, top, math.inf, cap, n_total, clip=clip,
+                                           fixed_shares=fixed)
+                    assert astuple(mine) == astuple(replace(free, time=decode_time(other, trace.events)))
+                    for kv in [free.kv_need * 2 ** (-k / 8) for k in range(12)] + [rng.uniform(1, 20) * (prompt + top)]:
+                        events: list = []
+                        ran = simulate_decode(first, n_req, prompt, mean, top, kv, cap, n_total, clip=clip,
+                                              fixed_shares=fixed, events=events)
+                        sim = simulate_decode(other, n_req, prompt, mean, top, kv, cap, n_total, clip=clip,
+                                              fixed_shares=fixed)
+                        assert astuple(resume_decode(other, trace, kv)) == astuple(sim), (n_req, cap, kv)
+                        if events:  # an event run (not the closed form)
+                            assert astuple(replace(ran, time=decode_time(other, events))) == astuple(sim)
+                            retimed += 1
+                            limited += sim.kv_limited
+    assert retimed > 300 and limited > 100
 
 
 def test_engine_plan_rescored_with_its_cap_and_kv_budget_gives_its_time():

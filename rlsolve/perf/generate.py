@@ -11,6 +11,7 @@ with prefix caching, done once per prompt. Formulas and sources: docs/model.md.
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import insort
 from dataclasses import dataclass
 from functools import lru_cache
@@ -259,7 +260,7 @@ def representative_count(n_requests: float, groups: int = 32) -> int:
 
 def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,
                     kv_capacity_tokens: float, max_num_seqs: float, n_total: float, groups: int = 32,
-                    clip: float | None = None, fixed_shares: bool = True) -> DecodeResult:
+                    clip: float | None = None, fixed_shares: bool = True, events: list | None = None) -> DecodeResult:
     """Continuous batching of one replica's `n_requests`, as a fluid.
 
     `groups` representative requests stand for the replica's requests (each with a weight);
@@ -272,14 +273,27 @@ def simulate_decode(step: StepModel, n_requests: float, prompt_len: float, mean_
     that any capacity of at least that runs the same (the engine search's memory-independent
     candidates, `perf.step.gen_side`). `fixed_shares`: the framework splits the step's samples
     over the engines in fixed shares, so the replica stands for the slowest
-    (`slowest_replica_mean`); else for the mean."""
+    (`slowest_replica_mean`); else for the mean. `events`: an event run appends its schedule to it (`_events`;
+    the closed form, none)."""
     g = representative_count(n_requests, groups)
     fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, kv_capacity_tokens,
                                 max_num_seqs, n_total, g, clip, fixed_shares)
     if fast is not None:
         return fast
     return _events(step, _start(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares), prompt_len,
-                   kv_capacity_tokens, max_num_seqs)
+                   kv_capacity_tokens, max_num_seqs, events=events)
+
+
+def decode_time(step: StepModel, events, t: float = 0.0) -> float:
+    """The time of an event run's schedule (`_events`' `events`: batch, mean context and steps of each event, in
+    order) under `step`, from `t`: the very sum `_events` adds as it runs, float for float. Nothing else of the
+    run reads the StepModel (its events follow from the requests, the capacity and the cap alone), so a run
+    found once is re-timed for every engine with the same replica requests (`perf.step._decode_run`)."""
+    step_time = step.scalar_step_time
+    it = iter(events)
+    for n_act, ctx, dt in zip(it, it, it):
+        t += dt * step_time(n_act, ctx)
+    return t
 
 
 @dataclass(frozen=True)
@@ -289,11 +303,15 @@ class DecodeTrace:
     state when event e starts, `over[e]` the largest value compared with `capacity` (`> capacity`) in events
     0..e and `over_slack[e]` the largest compared with `capacity * 1.0001` in them (the preemption test).
     Under a capacity at or above both maxima of events 0..e every comparison of those events comes out as
-    without a limit, so they run the same: from the same state, the same float operations."""
+    without a limit, so they run the same: from the same state, the same float operations. `events`: the
+    run's schedule (`decode_time`): a state's time so far is that of the events before it under the
+    StepModel resumed with, so one trace serves every StepModel (the states hold the time of the one it was
+    taken with)."""
     args: tuple
     states: tuple
     over: tuple
     over_slack: tuple
+    events: array
 
 
 def _start(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None,
@@ -308,10 +326,11 @@ def _start(n_requests: float, mean_len: float, max_len: float, n_total: float, g
 
 
 def _events(step: StepModel, state: tuple, p: float, cap: float, max_num_seqs: float,
-            trace: list | None = None) -> DecodeResult:
+            trace: list | None = None, events: list | None = None) -> DecodeResult:
     """`simulate_decode`'s event loop from `state` (`_start`'s, or one a `DecodeTrace` kept). With `trace`
     (a run without a KV limit), it appends each event's starting state and the values compared with the
-    capacity to it."""
+    capacity to it; with `events`, each event's batch, mean context and steps (its schedule: `decode_time`
+    gives its time under any StepModel)."""
     L, w, done, queue, active, t, steps, area, peak, reprefill, need_most, limited, fresh, left = state
     done, queue, active = list(done), list(queue), list(active)
     step_time = step.scalar_step_time
@@ -371,7 +390,9 @@ def _events(step: StepModel, state: tuple, p: float, cap: float, max_num_seqs: f
         # the KV in use summed over the batch: `used` is that very sum (the same terms in the same order)
         # unless a request was admitted above (then it was added to, not summed)
         ctx = (sum(kv) if admitted else used) / n_act + dt / 2
-        t += dt * step_time(n_act, ctx)
+        t += dt * step_time(n_act, ctx)  # (`decode_time` adds the same)
+        if events is not None:
+            events += n_act, ctx, dt
         steps += dt
         area += n_act * dt
         if n_act > peak:
@@ -421,7 +442,8 @@ def decode_trace(step: StepModel, n_requests: float, prompt_len: float, mean_len
         return fast, None
     start = _start(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
     log: list = []
-    res = _events(step, start, prompt_len, math.inf, max_num_seqs, log)
+    events: list = []
+    res = _events(step, start, prompt_len, math.inf, max_num_seqs, log, events)
     states, over, over_slack = [], [], []
     hi = hi_slack = -math.inf
     for k in range(0, len(log), 2):
@@ -431,13 +453,17 @@ def decode_trace(step: StepModel, n_requests: float, prompt_len: float, mean_len
         over.append(hi)
         over_slack.append(hi_slack)
     args = (n_requests, prompt_len, mean_len, max_len, max_num_seqs, n_total, g, clip, fixed_shares)
-    return res, DecodeTrace(args, tuple((start[0], start[1]) + s for s in states), tuple(over), tuple(over_slack))
+    return res, DecodeTrace(args, tuple((start[0], start[1]) + s for s in states), tuple(over), tuple(over_slack),
+                            array("d", events))
 
 
-def resume_decode(step: StepModel, trace: DecodeTrace, kv_capacity_tokens: float) -> DecodeResult:
+def resume_decode(step: StepModel, trace: DecodeTrace, kv_capacity_tokens: float,
+                  events: list | None = None) -> DecodeResult:
     """`simulate_decode(step, ..., kv_capacity_tokens, ...)` of the run `trace` was taken without a KV limit
-    (the same result, float for float: a property test), started from the last event before which every
-    comparison with the capacity came out as without a limit."""
+    (the same result, float for float: a property test, whichever StepModel the trace was taken with), started
+    from the last event before which every comparison with the capacity came out as without a limit. `events`:
+    the run's whole schedule is appended to it (`simulate_decode`'s), the trace's events before that one
+    included."""
     n_requests, prompt_len, mean_len, max_len, max_num_seqs, n_total, g, clip, fixed_shares = trace.args
     fast = _decode_all_admitted(step, n_requests, prompt_len, mean_len, max_len, kv_capacity_tokens, max_num_seqs,
                                 n_total, g, clip, fixed_shares)
@@ -447,9 +473,15 @@ def resume_decode(step: StepModel, trace: DecodeTrace, kv_capacity_tokens: float
     e = 0
     while e < len(trace.states) and not (trace.over[e] > cap or trace.over_slack[e] > slack):
         e += 1
-    # event e is the first whose comparisons may differ: it starts from the state the unlimited run had then
+    # event e is the first whose comparisons may differ: it starts from the state the unlimited run had then,
+    # at the time of the events before it under this StepModel
     e = min(e, len(trace.states) - 1)
-    return _events(step, trace.states[e], prompt_len, cap, max_num_seqs)
+    before = trace.events[:3 * e]
+    state = trace.states[e]
+    state = state[:5] + (decode_time(step, before),) + state[6:]
+    if events is not None:
+        events += before
+    return _events(step, state, prompt_len, cap, max_num_seqs, events=events)
 
 
 def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, mean_len: float, max_len: float,

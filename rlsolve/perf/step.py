@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from rlsolve.frameworks.runtime import FrameworkCosts, engine_default_max_num_seqs
 from rlsolve.models import Architecture
-from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_trace, gen_other_bytes,
-                                   kv_need_floor, kv_bytes_per_token_per_gpu, prefill_time, representative_count,
-                                   resume_decode, simulate_decode, slowest_replica_mean, weight_bytes_per_gpu)
+from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_time, decode_trace,
+                                   gen_other_bytes, kv_need_floor, kv_bytes_per_token_per_gpu, prefill_time,
+                                   representative_count, resume_decode, simulate_decode, slowest_replica_mean,
+                                   weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_seq_len,
                                 params_per_gpu,
@@ -79,7 +81,8 @@ def aux_forward_on_gen(arch: Architecture, dev: Device, lay: GenLayout, sequence
 class _IdentityMemo:
     """Results keyed by the identity of the objects they are computed from (architectures, devices, StepModels:
     never changed once built), each kept alive beside its result so that an id is never taken for another
-    object's (as `device` guards its own memo); cleared once it holds more than `limit` results."""
+    object's (as `device` guards its own memo); cleared once it holds more than `limit` results. With no owners
+    (`()`), results keyed by values alone."""
 
     MISS = object()
 
@@ -199,7 +202,11 @@ def engine_caps(n_requests: float, groups: int = 32) -> tuple[int, ...]:
 
 
 _RUNS = _IdentityMemo(65536)
+# by the run's arguments alone (no StepModel: `generate.decode_time`), the unpinned runs' `DecodeTrace`s (None for a
+# closed-form run) and the event runs' schedules (about 2 kB each: 3 doubles an event), each with the result of
+# the first StepModel to run it
 _TRACES = _IdentityMemo(4096)
+_SCHEDULES = _IdentityMemo(16384)
 
 
 def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float,
@@ -207,27 +214,56 @@ def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float
     """`simulate_decode` of one (cap, KV budget) candidate, memoized: its run does not depend on the
     memory the engine has (that only decides whether it is allowed), so the search shares it across
     every memory level it is asked at. Keyed like `_step_model`, by the StepModel's identity, kept
-    alive beside the result. The cap's unpinned run (budget inf) keeps its `DecodeTrace`, and a pinned
-    run of the same cap starts from it where its budget first changes the run (`resume_decode`: the same
-    result as `simulate_decode`'s, float for float; the search takes the unpinned run before its pinned ones)."""
+    alive beside the result. Nor do an event run's events depend on the StepModel, only its time does
+    (`generate.decode_time`): one found for another engine with the same replica requests is re-timed, not
+    run again. The cap's unpinned run (budget inf) keeps its `DecodeTrace`, and a pinned run of the same cap
+    starts from it where its budget first changes the run (`resume_decode`: the same result as
+    `simulate_decode`'s, float for float; the search takes the unpinned run before its pinned ones)."""
     key = (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, fixed_shares,
            budget, cap)
     hit = _RUNS.get(key, (step,))
     if hit is not _RUNS.MISS:
         return hit
-    at = key[:-2] + (cap,)
+    run = key[1:]
+    known = _SCHEDULES.get(run, ())
+    if known is not _SCHEDULES.MISS:
+        events, first = known
+        return _RUNS.put(key, (step,), replace(first, time=decode_time(step, events)))
+    at = run[:-2] + (cap,)
+    events: list = []
     if budget == math.inf:
         res, trace = decode_trace(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, cap, n_total,
                                   clip=wl.clip_ratio, fixed_shares=fixed_shares)
-        _TRACES.put(at, (step,), trace)
+        _TRACES.put(at, (), trace)
+        if trace is not None:
+            events = trace.events
     else:
-        trace = _TRACES.get(at, (step,))
+        trace = _TRACES.get(at, ())
         if trace is not _TRACES.MISS and trace is not None:  # (None: a closed-form run keeps no events)
-            res = resume_decode(step, trace, budget)
+            res = resume_decode(step, trace, budget, events=events)
         else:
             res = simulate_decode(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, cap,
-                                  n_total, clip=wl.clip_ratio, fixed_shares=fixed_shares)
+                                  n_total, clip=wl.clip_ratio, fixed_shares=fixed_shares, events=events)
+    if len(events):  # an event run (a closed form is timed afresh: numpy, no events)
+        _SCHEDULES.put(run, (), (events if isinstance(events, array) else array("d", events), res))
     return _RUNS.put(key, (step,), res)
+
+
+_BOUNDS = _IdentityMemo(65536)
+
+
+def _decode_bound(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float,
+                  fixed_shares: bool = True) -> float:
+    """`decode_lower_bound` of one (cap, KV budget) candidate, memoized like `_decode_run` (the search bounds the
+    same pinned budgets, which follow from a run's need, at every memory level it asks an engine at)."""
+    key = (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, fixed_shares,
+           budget, cap)
+    hit = _BOUNDS.get(key, (step,))
+    if hit is not _BOUNDS.MISS:
+        return hit
+    return _BOUNDS.put(key, (step,), decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean,
+                                                        wl.response_max, budget, n_total, clip=wl.clip_ratio,
+                                                        max_num_seqs=cap, fixed_shares=fixed_shares))
 
 
 def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,
@@ -305,8 +341,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     caps: tuple = (max_num_seqs,) if max_num_seqs else (None,) + (engine_caps(n_req) if cap_search else ())
 
     def bound(c: float, budget: float) -> float:
-        return decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, budget, n_total,
-                                  clip=wl.clip_ratio, max_num_seqs=c, fixed_shares=fixed_shares)
+        return _decode_bound(step, n_req, wl, n_total, budget, c, fixed_shares)
 
     if fits and lower_bound:
         # every candidate's KV is within the largest room (the least cap's), and a cap only raises the bound.
@@ -314,9 +349,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         # float (a property test), so the largest room of the caps tried is that of the least (engine_caps sorts)
         top = kv_tokens if len(caps) < 2 else \
             max(kv_tokens, max(kv_room(gen_other_bytes(arch, lay, caps[1], wl.engine_version)), 0.0) / kv_tok_gpu)
-        decode = decode_lower_bound(step, n_req, wl.prompt_len, wl.response_mean, wl.response_max, top,
-                                    n_total, clip=wl.clip_ratio, max_num_seqs=float(max_num_seqs or unset),
-                                    fixed_shares=fixed_shares)
+        decode = bound(float(max_num_seqs or unset), top)
         peak, limited, rep = 0.0, False, 0.0
     elif fits:
         base = float(wl.seq_max)
