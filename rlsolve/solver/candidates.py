@@ -1111,10 +1111,10 @@ def _recompute_levels(problem: Problem, base: TrainLayout, cap: float, cache: di
     for k, rec in enumerate(RECOMPUTE):
         if rec == "selective" and "none" in over and base.attention != "unfused":
             over.add(rec)  # with fused attention it stores what "none" stores (`train_memory`): no fit either
-        lay = _with_recompute(base, rec)
         if rec in over:
-            skipped.append(lay)
+            skipped.append(rec)
             continue
+        lay = _with_recompute(base, rec)
         if not _layout_allowed(problem, lay, rules):
             continue
         allowed_any = True
@@ -1123,7 +1123,7 @@ def _recompute_levels(problem: Problem, base: TrainLayout, cap: float, cache: di
             return _heavier_levels(problem, base, lay, mem, RECOMPUTE[k + 1:], cap, cache, rules, full)
         over.add(rec)
     if not allowed_any:  # none is allowed unless one known not to fit is
-        allowed_any = any(_layout_allowed(problem, lay, rules) for lay in skipped)
+        allowed_any = any(_layout_allowed(problem, _with_recompute(base, rec), rules) for rec in skipped)
     return None if allowed_any else False
 
 
