@@ -720,9 +720,9 @@ def _refit_terms(problem: Problem, pool: PoolHW, lay: TrainLayout, modes: list[s
     """(refit gather s, the part async engines wait for s, that part in the program's units) of a trainer
     layout: `refit_gather_time`, charged on the training side in every mode, and `refit_hold` where an
     async mode is allowed (0 otherwise: no mode would charge it). Memoized in `cache` by what the gather
-    reads of the layout: its degrees, expert TP and whether it shards parameters (ZeRO-3), not its
-    micro-batch, recompute or virtual stages."""
-    key = ("refit gather", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.etp, lay.zero_stage >= 3)
+    reads of the layout: its degrees, expert TP (keyed by the field it is read from with them) and whether
+    it shards parameters (ZeRO-3), not its micro-batch, recompute or virtual stages."""
+    key = ("refit gather", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.expert_tp_size, lay.zero_stage >= 3)
     hit = cache.get(key)
     if hit is None:
         gather = refit_gather_time(problem, pool, lay)
