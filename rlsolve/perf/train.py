@@ -909,8 +909,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         layer = sum((1 - moe_frac) * d * k + moe_frac * x * k for d, x, k in zip(dense, moe, (3, 1, 1, 1, 1, 2)))
         if lay.pp > 2 and layer + 4 * tp_layer > 3 * (head + head_elem):
             layers_stage, head, head_elem = lay.vp * slots, 0.0, 0.0
-    gemm, attn, attn_b, elem, elem_b, ep, _, _ = (layers_stage * ((1 - moe_frac) * d + moe_frac * m)
-                                                  for d, m in zip(dense, moe))
+    gemm, attn, attn_b, elem, elem_b, ep, _, _ = [layers_stage * ((1 - moe_frac) * d + moe_frac * m)
+                                                  for d, m in zip(dense, moe)]
     tp_fwd = layers_stage * 2 * tp_layer
     cp_fwd = layers_stage * cp_layer
     attn_fwd_exposed = max(attn, cp_fwd) if lay.cp > 1 else attn
