@@ -390,8 +390,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             # recomputes over memory at a smaller micro-batch: over at every larger one too, when
             # micro-batches hold max-length sequences (memory grows with them; not when packed)
             over: set[str] | None = set() if problem.workload.packed_tokens is None else None
-            first = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mbs[0],
-                                sequence_parallel=tp > 1)
+            first = _with_fields(_shape_layout(tp, pp, cp, dp, mbs[0]), ep=ep, vp=vp, zero_stage=zero)
             for mb in mbs:
                 if mb == first.micro_batch:  # (its full recompute's memory: `_smallest_fits` may have asked it)
                     levels = _recompute_levels(problem, first, cap, cache, over, rules, least_mem.get((ep, vp, zero)))
@@ -1058,8 +1057,8 @@ def _smallest_fits(problem: Problem, tp: int, pp: int, cp: int, dp: int, ep: int
             if not fits:
                 memo[key] = False
                 return False
-    mem = policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
-                                             recompute="full", sequence_parallel=tp > 1), cache)
+    mem = policy_memory(problem, _with_fields(_shape_layout(tp, pp, cp, dp, mb), ep=ep, vp=vp, zero_stage=zero,
+                                              recompute="full"), cache)
     if mems is not None:
         mems[key] = mem
     hit = memo[key] = mem.total <= cap
@@ -1072,6 +1071,12 @@ def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
     lay = object.__new__(TrainLayout)
     lay.__dict__.update(base.__dict__, recompute=rec)
     return lay
+
+
+@lru_cache(maxsize=4096)
+def _shape_layout(tp: int, pp: int, cp: int, dp: int, mb: int) -> TrainLayout:
+    """The default layout of these degrees and micro-batch, to copy bases from (`_with_fields`)."""
+    return TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb, sequence_parallel=tp > 1)
 
 
 def _with_fields(base: TrainLayout, **fields) -> TrainLayout:
