@@ -327,7 +327,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         for off in _offloads(problem, modes, kind, hosts, ref, quant, aux_of):
             rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)), 0 if off else mem_units_up(states),
                     _simplicity_of(lay, off))
-            if not any(k[1] <= rank[1] and k <= rank for k in group):
+            if not _front_covers(group, rank):
                 return False
         return True
 
@@ -543,7 +543,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                     rank = (time_units(side.time + switch), 0 if off else mem_units_up(side.states),
                                             _simplicity_of(lay, off))
                                     group = fronts.setdefault((n, hosts, ref, quant), [])
-                                    if any(k[1] <= rank[1] and k <= rank for k in group):
+                                    if _front_covers(group, rank):
                                         continue
                                     group.append(rank)
                                 send = send_time(problem, pool, n) if kind == "disagg" else 0.0
@@ -810,9 +810,19 @@ def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: A
             for off in offloads:
                 rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)),
                         0 if off else mem_units_up(states), _simplicity_of(lay, off))
-                if not any(k[1] <= rank[1] and k <= rank for k in group):
+                if not _front_covers(group, rank):
                     return False
     return True
+
+
+def _front_covers(group: list[tuple], rank: tuple) -> bool:
+    """Whether a member of a colocated front of `_train_candidates` (ranks of time, memory held,
+    simplicity) holds no more than `rank` and comes no later in that order: `_prune_train` would drop
+    a candidate of that rank."""
+    for k in group:
+        if k[1] <= rank[1] and k <= rank:
+            return True
+    return False
 
 
 def _offloads(problem: Problem, modes: list[str], kind: str, hosts: frozenset, ref: str, quant: str, memo: dict
