@@ -6,6 +6,7 @@ per mini-batch" has one definition."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from rlsolve.frameworks.runtime import FrameworkCosts, framework_costs
 
@@ -45,22 +46,22 @@ class Workload:
     # unpad_input at v0.3.0.post1): memory is sized for mean-length sequences, not the cap
     unpadded: bool = False
 
-    @property
+    @cached_property  # (read in the solver's hot loops: once per workload)
     def seq_mean(self) -> float:
         """Mean trained sequence: prompt plus mean response (times and throughput)."""
         return self.prompt_len + self.response_mean
 
-    @property
+    @cached_property
     def seq_max(self) -> int:
         """Longest sequence: prompt plus the response cap (memory is sized for it)."""
         return self.prompt_len + self.response_max
 
-    @property
+    @cached_property
     def global_batch(self) -> int:
         """Sequences per optimizer step (samples per mini-batch)."""
         return max(1, self.samples // self.mini_batches)
 
-    @property
+    @cached_property
     def optimizer_steps(self) -> int:
         return self.mini_batches * self.ppo_epochs
 

@@ -152,8 +152,8 @@ class TrainTime:
         return self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.dp_comm
 
     def scaled(self, k: float) -> "TrainTime":
-        return TrainTime(*(getattr(self, f) * k for f in (
-            "compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "bubble", "dp_comm", "optimizer")))
+        return TrainTime(self.compute * k, self.tp_comm * k, self.cp_comm * k, self.ep_comm * k, self.pp_comm * k,
+                         self.bubble * k, self.dp_comm * k, self.optimizer * k)
 
 
 def lora_params(arch: Architecture, rank: int) -> float:
@@ -221,17 +221,20 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
     if memo is None:
         weights, grads, opt = _states(arch, lay, lora_rank, weight_bytes)
     else:
-        key = ("states", id(arch), lay.tp, lay.pp, lay.ep, lay.etp, lay.dp, lay.cp, lay.zero_stage, lay.offload,
-               lay.main_grad_bytes, lora_rank, weight_bytes, lay.pipeline_split_embedding_loss, lay.adam_moment_bytes)
+        # (the fields the expert TP and sequence parallelism are read from, not those properties: the same
+        # keys, asked ~50k times a solve)
+        key = ("states", id(arch), lay.tp, lay.pp, lay.ep, lay.expert_tp_size, lay.dp, lay.cp, lay.zero_stage,
+               lay.offload, lay.main_grad_bytes, lora_rank, weight_bytes, lay.pipeline_split_embedding_loss,
+               lay.adam_moment_bytes)
         if key not in memo:
             memo[key] = _states(arch, lay, lora_rank, weight_bytes)
         weights, grads, opt = memo[key]
     if memo is None:
         act = _activations(arch, lay, seq_len, fp8=fp8)
     else:  # the activations depend on neither dp, ep nor ZeRO: layouts differing in those share them
-        key = ("activations", id(arch), lay.tp, lay.sp, lay.cp, lay.pp, lay.vp, lay.micro_batch, lay.recompute,
-               lay.recompute_layers, lay.recompute_modules, lay.recompute_core_attn, lay.attention, seq_len, fp8,
-               lay.pipeline_split_embedding_loss)
+        key = ("activations", id(arch), lay.tp, lay.sequence_parallel, lay.cp, lay.pp, lay.vp, lay.micro_batch,
+               lay.recompute, lay.recompute_layers, lay.recompute_modules, lay.recompute_core_attn, lay.attention,
+               seq_len, fp8, lay.pipeline_split_embedding_loss)
         act = memo.get(key)
         if act is None:
             act = memo[key] = _activations(arch, lay, seq_len, fp8=fp8)
@@ -906,8 +909,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         layer = sum((1 - moe_frac) * d * k + moe_frac * x * k for d, x, k in zip(dense, moe, (3, 1, 1, 1, 1, 2)))
         if lay.pp > 2 and layer + 4 * tp_layer > 3 * (head + head_elem):
             layers_stage, head, head_elem = lay.vp * slots, 0.0, 0.0
-    gemm, attn, attn_b, elem, elem_b, ep, _, _ = (layers_stage * ((1 - moe_frac) * d + moe_frac * m)
-                                                  for d, m in zip(dense, moe))
+    gemm, attn, attn_b, elem, elem_b, ep, _, _ = [layers_stage * ((1 - moe_frac) * d + moe_frac * m)
+                                                  for d, m in zip(dense, moe)]
     tp_fwd = layers_stage * 2 * tp_layer
     cp_fwd = layers_stage * cp_layer
     attn_fwd_exposed = max(attn, cp_fwd) if lay.cp > 1 else attn

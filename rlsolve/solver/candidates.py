@@ -327,7 +327,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         for off in _offloads(problem, modes, kind, hosts, ref, quant, aux_of):
             rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)), 0 if off else mem_units_up(states),
                     _simplicity_of(lay, off))
-            if not any(k[1] <= rank[1] and k <= rank for k in group):
+            if not _front_covers(group, rank):
                 return False
         return True
 
@@ -375,6 +375,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         mbs = micro_batches(problem, dp)
         bases = list(train_bases(problem, tp, pp, cp, dp))
         smallest: dict[tuple, bool] = {}  # (ep, vp, ZeRO) -> whether the base's smallest memory fits
+        least_mem: dict[tuple, Any] = {}  # (ep, vp, ZeRO) -> that memory, where it was asked (reused below)
         top_zero = max((zero for _, _, zero in bases), default=0)
         for ep, vp, zero in bases:
             if probe and vp > 1:
@@ -382,16 +383,19 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             deadline.check("enumerating training layouts")
             fits = smallest.get((ep, vp, zero)) if mbs else False
             if fits is None:
-                fits = _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache, smallest)
+                fits = _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache, smallest,
+                                      least_mem)
             if not fits:
                 continue  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
             # recomputes over memory at a smaller micro-batch: over at every larger one too, when
             # micro-batches hold max-length sequences (memory grows with them; not when packed)
             over: set[str] | None = set() if problem.workload.packed_tokens is None else None
+            first = _with_fields(_shape_layout(tp, pp, cp, dp, mbs[0]), ep=ep, vp=vp, zero_stage=zero)
             for mb in mbs:
-                levels = _recompute_levels(problem, TrainLayout(
-                    tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
-                    sequence_parallel=tp > 1), cap, cache, over, rules)
+                if mb == first.micro_batch:  # (its full recompute's memory: `_smallest_fits` may have asked it)
+                    levels = _recompute_levels(problem, first, cap, cache, over, rules, least_mem.get((ep, vp, zero)))
+                else:
+                    levels = _recompute_levels(problem, _with_fields(first, micro_batch=mb), cap, cache, over, rules)
                 if levels is None:
                     break  # no recompute fits: a larger micro-batch needs more memory still
                 if levels is False:
@@ -539,7 +543,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                     rank = (time_units(side.time + switch), 0 if off else mem_units_up(side.states),
                                             _simplicity_of(lay, off))
                                     group = fronts.setdefault((n, hosts, ref, quant), [])
-                                    if any(k[1] <= rank[1] and k <= rank for k in group):
+                                    if _front_covers(group, rank):
                                         continue
                                     group.append(rank)
                                 send = send_time(problem, pool, n) if kind == "disagg" else 0.0
@@ -715,9 +719,9 @@ def _refit_terms(problem: Problem, pool: PoolHW, lay: TrainLayout, modes: list[s
     """(refit gather s, the part async engines wait for s, that part in the program's units) of a trainer
     layout: `refit_gather_time`, charged on the training side in every mode, and `refit_hold` where an
     async mode is allowed (0 otherwise: no mode would charge it). Memoized in `cache` by what the gather
-    reads of the layout: its degrees, expert TP and whether it shards parameters (ZeRO-3), not its
-    micro-batch, recompute or virtual stages."""
-    key = ("refit gather", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.etp, lay.zero_stage >= 3)
+    reads of the layout: its degrees, expert TP (keyed by the field it is read from with them) and whether
+    it shards parameters (ZeRO-3), not its micro-batch, recompute or virtual stages."""
+    key = ("refit gather", lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.expert_tp_size, lay.zero_stage >= 3)
     hit = cache.get(key)
     if hit is None:
         gather = refit_gather_time(problem, pool, lay)
@@ -806,9 +810,19 @@ def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: A
             for off in offloads:
                 rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)),
                         0 if off else mem_units_up(states), _simplicity_of(lay, off))
-                if not any(k[1] <= rank[1] and k <= rank for k in group):
+                if not _front_covers(group, rank):
                     return False
     return True
+
+
+def _front_covers(group: list[tuple], rank: tuple) -> bool:
+    """Whether a member of a colocated front of `_train_candidates` (ranks of time, memory held,
+    simplicity) holds no more than `rank` and comes no later in that order: `_prune_train` would drop
+    a candidate of that rank."""
+    for k in group:
+        if k[1] <= rank[1] and k <= rank:
+            return True
+    return False
 
 
 def _offloads(problem: Problem, modes: list[str], kind: str, hosts: frozenset, ref: str, quant: str, memo: dict
@@ -1032,14 +1046,15 @@ def _interleaving_dominated(problem: Problem, plain: TrainLayout, t: Any, old: f
 
 
 def _smallest_fits(problem: Problem, tp: int, pp: int, cp: int, dp: int, ep: int, vp: int, zero: int, mb: int,
-                   top_zero: int, cap: float, cache: dict, memo: dict) -> bool:
+                   top_zero: int, cap: float, cache: dict, memo: dict, mems: dict | None = None) -> bool:
     """Whether the smallest memory of a training base (its least micro-batch `mb`, full recompute)
     fits `cap`, memoized in `memo` (the caller's, for one shape) per (ep, vp, ZeRO stage). The
     policy's memory never falls with more virtual stages (more micro-batches in flight, the same
     states) nor with a lower ZeRO stage (less sharded states, the same activations): a property
     test, `test_memory_never_falls_with_more_virtual_stages_or_less_zero`. So where the same base
     with vp = 1, or with the shape's highest ZeRO stage `top_zero`, does not fit, this one does
-    not either; both are bases of the same shape that the caller asks about anyway."""
+    not either; both are bases of the same shape that the caller asks about anyway. `mems` (the
+    caller's): the memory of each base asked here, by the same key."""
     key = (ep, vp, zero)
     hit = memo.get(key)
     if hit is not None:
@@ -1048,13 +1063,15 @@ def _smallest_fits(problem: Problem, tp: int, pp: int, cp: int, dp: int, ep: int
         if other is not None:
             fits = memo.get(other)
             if fits is None:
-                fits = _smallest_fits(problem, tp, pp, cp, dp, *other, mb, top_zero, cap, cache, memo)
+                fits = _smallest_fits(problem, tp, pp, cp, dp, *other, mb, top_zero, cap, cache, memo, mems)
             if not fits:
                 memo[key] = False
                 return False
-    hit = memo[key] = policy_memory(problem, TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero,
-                                                         micro_batch=mb, recompute="full", sequence_parallel=tp > 1),
-                                    cache).total <= cap
+    mem = policy_memory(problem, _with_fields(_shape_layout(tp, pp, cp, dp, mb), ep=ep, vp=vp, zero_stage=zero,
+                                              recompute="full"), cache)
+    if mems is not None:
+        mems[key] = mem
+    hit = memo[key] = mem.total <= cap
     return hit
 
 
@@ -1063,6 +1080,19 @@ def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
     frozen dataclass: its fields are its __dict__), which this hot loop pays for ~100k times."""
     lay = object.__new__(TrainLayout)
     lay.__dict__.update(base.__dict__, recompute=rec)
+    return lay
+
+
+@lru_cache(maxsize=4096)
+def _shape_layout(tp: int, pp: int, cp: int, dp: int, mb: int) -> TrainLayout:
+    """The default layout of these degrees and micro-batch, to copy bases from (`_with_fields`)."""
+    return TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb, sequence_parallel=tp > 1)
+
+
+def _with_fields(base: TrainLayout, **fields) -> TrainLayout:
+    """`replace(base, **fields)` the same way as `_with_recompute`."""
+    lay = object.__new__(TrainLayout)
+    lay.__dict__.update(base.__dict__, **fields)
     return lay
 
 
@@ -1084,40 +1114,41 @@ def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> b
 
 
 def _recompute_levels(problem: Problem, base: TrainLayout, cap: float, cache: dict, over: set[str] | None = None,
-                      rules: dict | None = None):
+                      rules: dict | None = None, full: Any = None):
     """The recomputes that the rules allow and memory fits (the policy alone), lightest first:
     an iterator of (layout, memory), computed as it is read (the caller stops early). None:
     nothing fits; False: nothing is allowed. `over` (updated): recomputes known not to fit
-    (the caller's, from a smaller micro-batch), only checked against the rules."""
+    (the caller's, from a smaller micro-batch), only checked against the rules. `full`: the
+    policy's memory of `base` with full recompute, where the caller has it."""
     allowed_any = False
     skipped = []
     over = set() if over is None else over
     for k, rec in enumerate(RECOMPUTE):
         if rec == "selective" and "none" in over and base.attention != "unfused":
             over.add(rec)  # with fused attention it stores what "none" stores (`train_memory`): no fit either
-        lay = _with_recompute(base, rec)
         if rec in over:
-            skipped.append(lay)
+            skipped.append(rec)
             continue
+        lay = _with_recompute(base, rec)
         if not _layout_allowed(problem, lay, rules):
             continue
         allowed_any = True
-        mem = policy_memory(problem, lay, cache)
+        mem = full if rec == "full" and full is not None else policy_memory(problem, lay, cache)
         if mem.total <= cap:
-            return _heavier_levels(problem, base, lay, mem, RECOMPUTE[k + 1:], cap, cache, rules)
+            return _heavier_levels(problem, base, lay, mem, RECOMPUTE[k + 1:], cap, cache, rules, full)
         over.add(rec)
     if not allowed_any:  # none is allowed unless one known not to fit is
-        allowed_any = any(_layout_allowed(problem, lay, rules) for lay in skipped)
+        allowed_any = any(_layout_allowed(problem, _with_recompute(base, rec), rules) for rec in skipped)
     return None if allowed_any else False
 
 
 def _heavier_levels(problem: Problem, base: TrainLayout, lay: TrainLayout, mem: Any, heavier: tuple[str, ...],
-                    cap: float, cache: dict, rules: dict | None):
+                    cap: float, cache: dict, rules: dict | None, full: Any = None):
     yield lay, mem
     for rec in heavier:
         lay = _with_recompute(base, rec)
         if _layout_allowed(problem, lay, rules):
-            mem = policy_memory(problem, lay, cache)
+            mem = full if rec == "full" and full is not None else policy_memory(problem, lay, cache)
             if mem.total <= cap:
                 yield lay, mem
 
