@@ -8,10 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
+from rlsolve.perf import step as perf_step
+from rlsolve.perf.generate import _representatives, representative_count, slowest_replica_mean
+from rlsolve.perf.step import gen_side
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import resolve
 from rlsolve.solver.candidates import _critics_for, _with_critics
-from rlsolve.solver.rules import RECOMPUTE, critic_like_policy, micro_batches, role_counts, train_bases, train_shapes
+from rlsolve.solver.rules import (RECOMPUTE, critic_like_policy, gen_universe, gen_violations, micro_batches,
+                                  role_counts, train_bases, train_shapes)
 from rlsolve.spec import load_spec
 
 from test_solver_space import random_spec
@@ -278,10 +282,6 @@ def test_fixed_and_drawn_engine_shares_share_the_decode_runs_where_they_cannot_d
     run that the fixed-shares one (sync, colocated) has not already run: one memo entry serves both. Where the
     slowest replica's mean is longer, the two are different runs, and the fixed shares' engine is never
     faster."""
-    from rlsolve.perf import step as perf_step
-    from rlsolve.perf.generate import _representatives, representative_count, slowest_replica_mean
-    from rlsolve.perf.step import gen_side
-    from rlsolve.solver.rules import gen_universe, gen_violations
     runs = [0]
     for name in ("simulate_decode", "decode_trace", "resume_decode"):  # counted as benchmarks/solve_examples.py does
         monkeypatch.setattr(perf_step, name, lambda *a, _run=getattr(perf_step, name), **k: (
