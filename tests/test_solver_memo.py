@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from rlsolve.perf import step as perf_step
-from rlsolve.perf.generate import _representatives, representative_count, slowest_replica_mean
+from rlsolve.perf.generate import (_cdf_power, _normal_grid, _representatives, representative_count,
+                                   slowest_replica_mean)
 from rlsolve.perf.step import gen_side
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import resolve
@@ -321,3 +322,16 @@ def test_fixed_and_drawn_engine_shares_share_the_decode_runs_where_they_cannot_d
                         assert drawn.time <= fixed.time, lay
                         apart += runs[0] > before + ran
     assert shared > 20 and apart > 20, (shared, apart)
+
+
+def test_the_normal_cdf_power_is_pow_over_the_whole_grid():
+    """`_cdf_power` runs pow only where Phi^n is not 0: the same array, bit for bit (signed zeros included),
+    as `cdf ** n` over the whole grid, for the replica counts a search asks (2 to 65,536 and beyond)."""
+    _, cdf, _ = _normal_grid()
+    rng = random.Random(19)
+    skipped = 0
+    for n in list(range(1, 400)) + rng.sample(range(400, 200_000), 400):
+        got, want = _cdf_power(cdf, n), cdf ** n
+        assert got.tobytes() == want.tobytes(), n
+        skipped += int(np.count_nonzero(got == 0.0) > 0)
+    assert skipped > 600, skipped  # most counts skip part of the grid
