@@ -234,9 +234,9 @@ def _alternatives(problem: Problem, program: Program, cands: Candidates, modes: 
                   opts, objective, deadline: Deadline) -> list[Alternative]:
     """Runner-ups from the same program: the best plan of every other mode (solved on a copy with
     the mode fixed: `run`'s `fixed`), then the next distinct plans, each excluding the pairs
-    already shown by a cut added to the one model (no model is rebuilt). One search thread and a
-    deterministic-time limit keep them reproducible; whatever the deadline leaves no time for is
-    left out."""
+    already shown by a cut added to the one model (no model is rebuilt). One search thread, a
+    deterministic-time limit and, in deterministic mode, the best plan's tie-break keep them
+    reproducible; whatever the deadline leaves no time for is left out."""
     out: list[Alternative] = []
     if opts.top_k <= 0:
         return out
@@ -247,7 +247,8 @@ def _alternatives(problem: Problem, program: Program, cands: Candidates, modes: 
     for mode in tries:
         if len(out) >= opts.top_k or deadline.left() < 0.05:
             break
-        solver, status = run(program, min(deadline.left(), opts.time_limit_s), 1, False,
+        # deterministic: of equal plans the one the best plan's tie-break would pick, whatever path the search took
+        solver, status = run(program, min(deadline.left(), opts.time_limit_s), 1, opts.deterministic,
                              deterministic_time=ALT_DETERMINISTIC_TIME, fixed=(program.v.mode[mode],) if mode else ())
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             continue

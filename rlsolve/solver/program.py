@@ -317,6 +317,8 @@ def run(program: Program, time_limit_s: float, workers: int, deterministic: bool
     m.minimize(v.gpus_used * (len(v.gen) * n_train + 1) + sum(i * n_train * var for i, var in v.gen.items())
                + sum(i * n_aux * var for i, var in v.train.items()) + sum((i + 1) * var for i, var in v.aux.items()))
     tie = _solver(time_limit_s, workers)
+    if deterministic_time is not None:
+        tie.parameters.max_deterministic_time = deterministic_time
     status2 = tie.solve(m)
     if status2 != cp_model.OPTIMAL:
         return solver, status
