@@ -681,7 +681,7 @@ def expected_max_std_normal(k: int) -> float:
     return float(np.trapezoid(x * k * _cdf_power(cdf, k - 1) * pdf, x))
 
 
-# Phi^n below 2^-1200 is 0 in float64 (its smallest subnormal is 2^-1074), by far, whatever pow's last-bit error
+# Phi^n below 2^-1200 rounds to 0 in float64 (whose smallest subnormal is 2^-1074), with room for pow's last-bit error
 _POWER_FLOOR_LOG2 = -1200.0
 
 
