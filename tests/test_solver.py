@@ -76,7 +76,7 @@ def test_deterministic_runner_ups_do_not_depend_on_the_search_path(monkeypatch):
     """Runner-ups tie too (here two async engines of 32 GPUs, tp4 pp2 x4 and tp4 pp4 x2, with the same step,
     GPUs and simplicity): in deterministic mode each is the best plan's tie-break of its solve, so CP-SAT's
     random seed (or any change in how the search runs: presolve, a faster model) picks none of them
-    differently. Without the tie-break, four seeds of eight gave four different lists here."""
+    differently. Without the tie-break, eight seeds gave four different lists here."""
     make = program_module._solver
     seed = [7]
 
