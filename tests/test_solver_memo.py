@@ -7,10 +7,17 @@ import random
 from itertools import product
 from pathlib import Path
 
+import numpy as np
+
+from rlsolve.perf import step as perf_step
+from rlsolve.perf.generate import (_cdf_power, _normal_grid, _representatives, representative_count,
+                                   slowest_replica_mean)
+from rlsolve.perf.step import gen_side
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import resolve
 from rlsolve.solver.candidates import _critics_for, _with_critics
-from rlsolve.solver.rules import RECOMPUTE, critic_like_policy, micro_batches, role_counts, train_bases, train_shapes
+from rlsolve.solver.rules import (RECOMPUTE, critic_like_policy, gen_universe, gen_violations, micro_batches,
+                                  role_counts, train_bases, train_shapes)
 from rlsolve.spec import load_spec
 
 from test_solver_space import random_spec
@@ -321,3 +328,64 @@ def test_the_training_side_an_engine_is_bounded_with_completes_a_plan():
             else:
                 assert status == cp_model.INFEASIBLE, solver.status_name(status)
     assert compared > 400 and none > 100 and grouped > 10 and solved > 60, (compared, none, grouped, solved)
+
+
+def test_fixed_and_drawn_engine_shares_share_the_decode_runs_where_they_cannot_differ(monkeypatch):
+    """`generate` reads `fixed_shares` only through `slowest_replica_mean`, so where that is the mean (one
+    replica, or a replica of one request) the two flags give the same engine float for float, and
+    `gen_side` asks the drawn-shares engine (async, where the target does not fix the shares) for no decode
+    run that the fixed-shares one (sync, colocated) has not already run: one memo entry serves both. Where the
+    slowest replica's mean is longer, the two are different runs, and the fixed shares' engine is never
+    faster."""
+    runs = [0]
+    for name in ("simulate_decode", "decode_trace", "resume_decode"):  # counted as benchmarks/solve_examples.py does
+        monkeypatch.setattr(perf_step, name, lambda *a, _run=getattr(perf_step, name), **k: (
+            runs.__setitem__(0, runs[0] + 1), _run(*a, **k))[1])
+    rng = random.Random(17)
+    problems = [resolve(load_spec(str(EXAMPLES / "grpo-70b-64xh100.yaml")))]
+    for k in range(10):
+        spec = random_spec(rng)
+        spec["rl"]["response_len"] = {"max": 4096, "mean": 1024}  # a long tail: the slowest share is longer
+        problems.append(resolve(load_spec(spec)))
+    shared = apart = 0
+    for problem in problems:
+        wl = problem.workload
+        for pool in problem.pools:
+            for n in role_counts(pool):
+                for lay in gen_universe(problem, pool, n):
+                    if gen_violations(problem, pool, n, lay) or rng.random() > 0.5:
+                        continue
+                    n_req, n_total = wl.samples / lay.dp, wl.samples
+                    same = slowest_replica_mean(n_req, wl.response_mean, wl.response_max, n_total,
+                                                wl.clip_ratio) == wl.response_mean
+                    assert same == (lay.dp == 1 or n_req <= 1), (lay, n_req)
+                    before = runs[0]
+                    fixed = gen_side(problem, pool, lay, fixed_shares=True)
+                    ran = runs[0] - before
+                    drawn = gen_side(problem, pool, lay, fixed_shares=False)
+                    if same:
+                        g = representative_count(n_req)
+                        for a, b in zip(_representatives(n_req, wl.response_mean, wl.response_max, n_total, g,
+                                                         wl.clip_ratio, True),
+                                        _representatives(n_req, wl.response_mean, wl.response_max, n_total, g,
+                                                         wl.clip_ratio, False)):
+                            assert np.array_equal(a, b)
+                        assert drawn == fixed and runs[0] == before + ran, lay
+                        shared += ran > 0
+                    else:
+                        assert drawn.time <= fixed.time, lay
+                        apart += runs[0] > before + ran
+    assert shared > 20 and apart > 20, (shared, apart)
+
+
+def test_the_normal_cdf_power_is_pow_over_the_whole_grid():
+    """`_cdf_power` runs pow only where Phi^n is not 0: the same array, bit for bit (signed zeros included),
+    as `cdf ** n` over the whole grid, for the replica counts a search asks (2 to 65,536 and beyond)."""
+    _, cdf, _ = _normal_grid()
+    rng = random.Random(19)
+    skipped = 0
+    for n in list(range(1, 400)) + rng.sample(range(400, 200_000), 400):
+        got, want = _cdf_power(cdf, n), cdf ** n
+        assert got.tobytes() == want.tobytes(), n
+        skipped += int(np.count_nonzero(got == 0.0) > 0)
+    assert skipped > 600, skipped  # most counts skip part of the grid

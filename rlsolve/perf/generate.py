@@ -710,7 +710,22 @@ def expected_max_std_normal(k: int) -> float:
     if k <= 1:
         return 0.0
     x, cdf, pdf = _normal_grid()
-    return float(np.trapezoid(x * k * cdf ** (k - 1) * pdf, x))
+    return float(np.trapezoid(x * k * _cdf_power(cdf, k - 1) * pdf, x))
+
+
+# Phi^n below 2^-1200 rounds to 0 in float64 (whose smallest subnormal is 2^-1074), with room for pow's last-bit error
+_POWER_FLOOR_LOG2 = -1200.0
+
+
+def _cdf_power(cdf: np.ndarray, n: int) -> np.ndarray:
+    """`cdf ** n`, the same array float for float, with pow run only where the power is not 0: below
+    Phi = 2^(-1200 / n) it is under 2^-1200, which pow returns as 0 (`cdf` rises along the grid). Those powers,
+    of numbers that underflow, were most of `expected_max_std_normal`'s time (16,384 GPUs x 3 pools ask ~1,600
+    replica counts)."""
+    out = np.zeros_like(cdf)
+    lo = int(np.searchsorted(cdf, 2.0 ** (_POWER_FLOOR_LOG2 / n)))
+    out[lo:] = cdf[lo:] ** n
+    return out
 
 
 @lru_cache(maxsize=4096)

@@ -286,9 +286,10 @@ def _chosen(program: Program, solver: cp_model.CpSolver, cands: Candidates
 
 def _alternatives(problem: Problem, program: Program, cands: Candidates, modes: list[str], best: Plan, chosen,
                   opts, objective, deadline: Deadline) -> list[Alternative]:
-    """Runner-ups from the same program: the best plan of every other mode, then the next
-    distinct plans, each excluding the pairs already shown by a cut added to the one model
-    (no model is rebuilt). One search thread and a deterministic-time limit keep them
+    """Runner-ups from the same program: the best plan of every other mode (solved on a copy with
+    the mode fixed: `run`'s `fixed`), then the next distinct plans, each excluding the pairs
+    already shown by a cut added to the one model (no model is rebuilt). One search thread, a
+    deterministic-time limit and, in deterministic mode, the best plan's tie-break keep them
     reproducible; whatever the deadline leaves no time for is left out."""
     out: list[Alternative] = []
     if opts.top_k <= 0:
@@ -300,11 +301,9 @@ def _alternatives(problem: Problem, program: Program, cands: Candidates, modes: 
     for mode in tries:
         if len(out) >= opts.top_k or deadline.left() < 0.05:
             break
-        program.m.clear_assumptions()
-        if mode:
-            program.m.add_assumptions([program.v.mode[mode]])
-        solver, status = run(program, min(deadline.left(), opts.time_limit_s), 1, False,
-                             deterministic_time=ALT_DETERMINISTIC_TIME)
+        # deterministic: of equal plans the one the best plan's tie-break would pick, whatever path the search took
+        solver, status = run(program, min(deadline.left(), opts.time_limit_s), 1, opts.deterministic,
+                             deterministic_time=ALT_DETERMINISTIC_TIME, fixed=(program.v.mode[mode],) if mode else ())
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             continue
         gc, tc, m, ac = _chosen(program, solver, cands)
@@ -324,5 +323,4 @@ def _alternatives(problem: Problem, program: Program, cands: Candidates, modes: 
             gap = 1.0 - alt.throughput.tokens_per_s / best.throughput.tokens_per_s
         out.append(Alternative(summary=_summary(lay), tokens_per_s=alt.throughput.tokens_per_s, gap=round(gap, 4),
                                why=_why(best, alt)))
-    program.m.clear_assumptions()
     return out
