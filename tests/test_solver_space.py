@@ -22,7 +22,7 @@ from rlsolve.resolve import resolve
 from rlsolve.solver import search
 from rlsolve.solver.api import _binding_rules
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.candidates import _with_recompute
+from rlsolve.solver.candidates import _with_fields
 from rlsolve.solver.oracle import oracle
 from rlsolve.solver.rules import (RECOMPUTE, divisors, gen_universe, gen_violations, role_counts, train_shapes,
                                   train_universe, train_violations)
@@ -934,8 +934,12 @@ def test_the_solvers_memos_keep_every_value():
                               cp=rng.choice([1, 2]), ep=ep, micro_batch=rng.choice([1, 2, 4]),
                               zero_stage=rng.choice([0, 1, 3]), recompute=rng.choice(RECOMPUTE))
             for rec in RECOMPUTE:
-                fast = _with_recompute(lay, rec)
+                fast = _with_fields(lay, recompute=rec)
                 assert fast == replace(lay, recompute=rec) and hash(fast) == hash(replace(lay, recompute=rec))
+            other = {"ep": ep, "vp": rng.choice([1, 2]), "zero_stage": rng.choice([0, 1, 3]),
+                     "micro_batch": rng.choice([1, 8]), "recompute": rng.choice(RECOMPUTE)}
+            fast = _with_fields(lay, **other)
+            assert fast == replace(lay, **other) and hash(fast) == hash(replace(lay, **other))
             assert policy_memory(problem, lay, cache) == policy_memory(problem, lay)
             seq = problem.workload.seq_mean
             assert cached_stage_times(problem.policy, dev, lay, seq, False, cache) == stage_times(

@@ -1075,14 +1075,6 @@ def _smallest_fits(problem: Problem, tp: int, pp: int, cp: int, dp: int, ep: int
     return hit
 
 
-def _with_recompute(base: TrainLayout, rec: str) -> TrainLayout:
-    """`replace(base, recompute=rec)` without re-running the dataclass's __init__ (a plain
-    frozen dataclass: its fields are its __dict__), which this hot loop pays for ~100k times."""
-    lay = object.__new__(TrainLayout)
-    lay.__dict__.update(base.__dict__, recompute=rec)
-    return lay
-
-
 @lru_cache(maxsize=4096)
 def _shape_layout(tp: int, pp: int, cp: int, dp: int, mb: int) -> TrainLayout:
     """The default layout of these degrees and micro-batch, to copy bases from (`_with_fields`)."""
@@ -1090,7 +1082,9 @@ def _shape_layout(tp: int, pp: int, cp: int, dp: int, mb: int) -> TrainLayout:
 
 
 def _with_fields(base: TrainLayout, **fields) -> TrainLayout:
-    """`replace(base, **fields)` the same way as `_with_recompute`."""
+    """`replace(base, **fields)` without re-running the dataclass's __init__ (a plain frozen dataclass with no
+    __post_init__: its fields are its __dict__), which the training enumeration would pay ~100k times a solve
+    (2.35 us against 0.6 us; a property test checks it equals `replace`)."""
     lay = object.__new__(TrainLayout)
     lay.__dict__.update(base.__dict__, **fields)
     return lay
@@ -1129,7 +1123,7 @@ def _recompute_levels(problem: Problem, base: TrainLayout, cap: float, cache: di
         if rec in over:
             skipped.append(rec)
             continue
-        lay = _with_recompute(base, rec)
+        lay = _with_fields(base, recompute=rec)
         if not _layout_allowed(problem, lay, rules):
             continue
         allowed_any = True
@@ -1138,7 +1132,7 @@ def _recompute_levels(problem: Problem, base: TrainLayout, cap: float, cache: di
             return _heavier_levels(problem, base, lay, mem, RECOMPUTE[k + 1:], cap, cache, rules, full)
         over.add(rec)
     if not allowed_any:  # none is allowed unless one known not to fit is
-        allowed_any = any(_layout_allowed(problem, _with_recompute(base, rec), rules) for rec in skipped)
+        allowed_any = any(_layout_allowed(problem, _with_fields(base, recompute=rec), rules) for rec in skipped)
     return None if allowed_any else False
 
 
@@ -1146,7 +1140,7 @@ def _heavier_levels(problem: Problem, base: TrainLayout, lay: TrainLayout, mem: 
                     cap: float, cache: dict, rules: dict | None, full: Any = None):
     yield lay, mem
     for rec in heavier:
-        lay = _with_recompute(base, rec)
+        lay = _with_fields(base, recompute=rec)
         if _layout_allowed(problem, lay, rules):
             mem = full if rec == "full" and full is not None else policy_memory(problem, lay, cache)
             if mem.total <= cap:
