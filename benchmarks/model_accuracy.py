@@ -3,8 +3,9 @@
 Run: python benchmarks/model_accuracy.py [--cases FILE] [--write docs/model.md] [--groups]
 Prints the markdown table (and the time it took); with --write, replaces the text between
 the `<!-- cases:begin -->` and `<!-- cases:end -->` markers; with --groups, the median error
-per source family and GPU instead (for benchmarks/data/extra_cases.yaml, the holdout rows
-transcribed from the public files the reference rows come from)."""
+per source family and GPU instead, and the generate rows' by batch, input/output length, model and TP
+(for benchmarks/data/extra_cases.yaml, the holdout rows transcribed from the public files the
+reference rows come from)."""
 from __future__ import annotations
 
 import argparse
