@@ -3,8 +3,9 @@
 Run: python benchmarks/model_accuracy.py [--cases FILE] [--write docs/model.md] [--groups]
 Prints the markdown table (and the time it took); with --write, replaces the text between
 the `<!-- cases:begin -->` and `<!-- cases:end -->` markers; with --groups, the median error
-per source family and GPU instead (for benchmarks/data/extra_cases.yaml, the holdout rows
-transcribed from the public files the reference rows come from)."""
+per source family and GPU instead, and the generate rows' by batch, input/output length, model and TP
+(for benchmarks/data/extra_cases.yaml, the holdout rows transcribed from the public files the
+reference rows come from)."""
 from __future__ import annotations
 
 import argparse
@@ -61,6 +62,7 @@ def print_groups(data: dict, report) -> None:
         med = f"{statistics.median(ok):+.1%}" if ok else "-"
         mabs = f"{statistics.median(abs(e) for e in ok):.1%}" if ok else "-"
         print(f"{kind:8s} {family:10s} {gpu:16s} {len(errs):4d} {len(ok):6d} {med:>8s} {mabs:>10s}")
+    print_generate_groups(data, report)
     summary = report.summary()
     for kind in ("train", "generate", "rl_step"):
         if kind in summary:
@@ -80,6 +82,26 @@ def print_groups(data: dict, report) -> None:
     for (family, phase), xs in sorted(signed.items()):
         med, missed = statistics.median(e for e, _ in xs), statistics.median(s for _, s in xs)
         print(f"rl_step  {family:10s} phase {phase:12s} {len(xs):3d} rows, median {med:+.1%}, missed {missed:+.1f} s")
+
+
+
+def print_generate_groups(data: dict, report) -> None:
+    """Generate rows by decode batch (<= 128 sequences or more), by input/output length and by model:
+    where the decode model errs, not only on which GPU."""
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for row, r in zip(data["cases"], report.rows):
+        if r.kind != "generate" or r.error is None:
+            continue
+        lay, m = row["layout"], row["model"]
+        batch = lay.get("batch", 1)
+        regime = "batch auto" if batch == "auto" else ("batch <= 128" if int(batch) <= 128 else "batch > 128")
+        model = m.get("name") or f"L{m['layers']} h{m['hidden']} kv{m.get('kv_heads', m['heads'])}/{m['heads']}"
+        for key in (("batch", regime), ("in/out", f"{lay['input_len']}/{lay.get('output_len', '-')}"),
+                    ("model", model), ("tp", str(lay.get("tp", 1)))):
+            groups[key].append(r.error)
+    for (what, key), errs in sorted(groups.items()):
+        print(f"generate by {what:6s} {key:22s} {len(errs):4d} rows, median {statistics.median(errs):+.1%}, "
+              f"median |e| {statistics.median(abs(e) for e in errs):.1%}, max |e| {max(abs(e) for e in errs):.1%}")
 
 
 if __name__ == "__main__":
