@@ -84,7 +84,6 @@ def print_groups(data: dict, report) -> None:
         print(f"rl_step  {family:10s} phase {phase:12s} {len(xs):3d} rows, median {med:+.1%}, missed {missed:+.1f} s")
 
 
-
 def print_generate_groups(data: dict, report) -> None:
     """Generate rows by decode batch (<= 128 sequences or more), by input/output length and by model:
     where the decode model errs, not only on which GPU."""
