@@ -1,6 +1,7 @@
 """The solver: optimality against brute force, validity, determinism, estimate round trip."""
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -8,7 +9,7 @@ import pytest
 import rlsolve
 from rlsolve.errors import InfeasibleError
 from rlsolve.resolve import resolve
-from rlsolve.solver import program as program_module, search, solve
+from rlsolve.solver import api as solve_module, program as program_module, search, solve
 from rlsolve.solver.estimate import estimate
 from rlsolve.solver.oracle import oracle
 from rlsolve.solver.validate import plan_violations
@@ -125,6 +126,27 @@ def test_model_that_cannot_fit_is_infeasible_with_numbers():
         solve(spec)
     text = " ".join(e.value.reasons)
     assert "GB" in text and "70" in text
+
+
+def test_solve_pauses_the_garbage_collector_and_leaves_it_as_it_found_it(monkeypatch):
+    """solve runs with the cyclic collector off (api._collector_paused) and leaves it on or off as it was, after a
+    plan and after an error."""
+    seen = []
+    real = solve_module._solve
+    monkeypatch.setattr(solve_module, "_solve", lambda *a: seen.append(gc.isenabled()) or real(*a))
+    infeasible = small_spec(cluster={"gpu": "L4", "nodes": 1, "gpus_per_node": 2}, model={"policy": "llama-3.1-70b"})
+    assert gc.isenabled()
+    solve(small_spec())
+    assert gc.isenabled()
+    with pytest.raises(InfeasibleError):
+        solve(infeasible)
+    assert gc.isenabled() and seen == [False, False]
+    gc.disable()
+    try:
+        solve(small_spec())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_public_api_names():
