@@ -552,25 +552,34 @@ def test_resumed_decode_is_the_simulation():
     for problem in _random_problems(6, 43):
         step = StepModel(problem.policy, device(problem.pools[0]), GenLayout(), 2.0, 2.0,
                          host_per_seq=rng.choice([0.0, 2e-5]))
-        for i, (prompt, mean, top, n_req, n_total, clip) in enumerate(_decode_runs(rng)):
-            fixed = i % 2 == 0
-            for cap in DECODE_CAPS:
-                with np.errstate(divide="ignore"):
-                    free, trace = decode_trace(step, n_req, prompt, mean, top, cap, n_total, clip=clip,
-                                               fixed_shares=fixed)
-                    assert astuple(free) == astuple(simulate_decode(step, n_req, prompt, mean, top, math.inf, cap,
-                                                                    n_total, clip=clip, fixed_shares=fixed))
-                    if trace is None:
-                        continue
-                    for kv in [free.kv_need * 2 ** (-k / 8) for k in range(12)] + \
-                              [rng.uniform(1, 20) * (prompt + top), free.kv_need * 1.5]:
-                        again = resume_decode(step, trace, kv)
-                        sim = simulate_decode(step, n_req, prompt, mean, top, kv, cap, n_total, clip=clip,
-                                              fixed_shares=fixed)
-                        assert astuple(again) == astuple(sim), (problem.policy.name, n_req, cap, kv)
-                        resumed += 1
-                        limited += sim.kv_limited
+        for (prompt, mean, top, n_req, n_total, clip), fixed, cap, free, trace in _traced_decode_runs(step, rng):
+            with np.errstate(divide="ignore"):
+                assert astuple(free) == astuple(simulate_decode(step, n_req, prompt, mean, top, math.inf, cap,
+                                                                n_total, clip=clip, fixed_shares=fixed))
+                if trace is None:
+                    continue
+                for kv in [free.kv_need * 2 ** (-k / 8) for k in range(12)] + \
+                          [rng.uniform(1, 20) * (prompt + top), free.kv_need * 1.5]:
+                    again = resume_decode(step, trace, kv)
+                    sim = simulate_decode(step, n_req, prompt, mean, top, kv, cap, n_total, clip=clip,
+                                          fixed_shares=fixed)
+                    assert astuple(again) == astuple(sim), (problem.policy.name, n_req, cap, kv)
+                    resumed += 1
+                    limited += sim.kv_limited
     assert resumed > 300 and limited > 100
+
+
+def _traced_decode_runs(step: StepModel, rng: random.Random):
+    """Each of `_decode_runs`' random runs at every cap of DECODE_CAPS, in fixed engine shares every other run:
+    ((prompt, mean, longest, requests, the step's samples, clip), fixed shares, cap, its run without a KV limit
+    and that run's trace) under `step` (its runs drawn from `rng` as the caller advances)."""
+    for i, args in enumerate(_decode_runs(rng)):
+        prompt, mean, top, n_req, n_total, clip = args
+        for cap in DECODE_CAPS:
+            with np.errstate(divide="ignore"):
+                free, trace = decode_trace(step, n_req, prompt, mean, top, cap, n_total, clip=clip,
+                                           fixed_shares=i % 2 == 0)
+            yield args, i % 2 == 0, cap, free, trace
 
 
 def test_a_decode_run_retimed_for_another_engine_is_its_simulation():
@@ -585,28 +594,24 @@ def test_a_decode_run_retimed_for_another_engine_is_its_simulation():
         first = StepModel(problem.policy, dev, GenLayout(), 2.0, 2.0)
         tp = 2 if problem.policy.heads % 2 == 0 else 1
         other = StepModel(problem.policy, dev, GenLayout(tp=tp, pp=2), 1.0, 1.0, host_per_seq=2e-5, eager=True)
-        for i, (prompt, mean, top, n_req, n_total, clip) in enumerate(_decode_runs(rng)):
-            fixed = i % 2 == 0
-            for cap in DECODE_CAPS:
-                with np.errstate(divide="ignore"):
-                    free, trace = decode_trace(first, n_req, prompt, mean, top, cap, n_total, clip=clip,
-                                               fixed_shares=fixed)
-                    if trace is None:
-                        continue
-                    mine = simulate_decode(other, n_req, prompt, mean, top, math.inf, cap, n_total, clip=clip,
-                                           fixed_shares=fixed)
-                    assert astuple(mine) == astuple(replace(free, time=decode_time(other, trace.events)))
-                    for kv in [free.kv_need * 2 ** (-k / 8) for k in range(12)] + [rng.uniform(1, 20) * (prompt + top)]:
-                        events: list = []
-                        ran = simulate_decode(first, n_req, prompt, mean, top, kv, cap, n_total, clip=clip,
-                                              fixed_shares=fixed, events=events)
-                        sim = simulate_decode(other, n_req, prompt, mean, top, kv, cap, n_total, clip=clip,
-                                              fixed_shares=fixed)
-                        assert astuple(resume_decode(other, trace, kv)) == astuple(sim), (n_req, cap, kv)
-                        if events:  # an event run (not the closed form)
-                            assert astuple(replace(ran, time=decode_time(other, events))) == astuple(sim)
-                            retimed += 1
-                            limited += sim.kv_limited
+        for (prompt, mean, top, n_req, n_total, clip), fixed, cap, free, trace in _traced_decode_runs(first, rng):
+            if trace is None:
+                continue
+            with np.errstate(divide="ignore"):
+                mine = simulate_decode(other, n_req, prompt, mean, top, math.inf, cap, n_total, clip=clip,
+                                       fixed_shares=fixed)
+                assert astuple(mine) == astuple(replace(free, time=decode_time(other, trace.events)))
+                for kv in [free.kv_need * 2 ** (-k / 8) for k in range(12)] + [rng.uniform(1, 20) * (prompt + top)]:
+                    events: list = []
+                    ran = simulate_decode(first, n_req, prompt, mean, top, kv, cap, n_total, clip=clip,
+                                          fixed_shares=fixed, events=events)
+                    sim = simulate_decode(other, n_req, prompt, mean, top, kv, cap, n_total, clip=clip,
+                                          fixed_shares=fixed)
+                    assert astuple(resume_decode(other, trace, kv)) == astuple(sim), (n_req, cap, kv)
+                    if events:  # an event run (not the closed form)
+                        assert astuple(replace(ran, time=decode_time(other, events))) == astuple(sim)
+                        retimed += 1
+                        limited += sim.kv_limited
     assert retimed > 300 and limited > 100
 
 

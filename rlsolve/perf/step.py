@@ -209,6 +209,14 @@ _TRACES = _IdentityMemo(4096)
 _SCHEDULES = _IdentityMemo(16384)
 
 
+def _run_key(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float, fixed_shares: bool
+             ) -> tuple:
+    """A decode candidate's memo key: the StepModel's identity, then what its run reads (the run's arguments,
+    `key[1:]`, with the budget and cap last)."""
+    return (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, fixed_shares,
+            budget, cap)
+
+
 def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float, cap: float,
                 fixed_shares: bool = True):
     """`simulate_decode` of one (cap, KV budget) candidate, memoized: its run does not depend on the
@@ -219,8 +227,7 @@ def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float
     run again. The cap's unpinned run (budget inf) keeps its `DecodeTrace`, and a pinned run of the same cap
     starts from it where its budget first changes the run (`resume_decode`: the same result as
     `simulate_decode`'s, float for float; the search takes the unpinned run before its pinned ones)."""
-    key = (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, fixed_shares,
-           budget, cap)
+    key = _run_key(step, n_req, wl, n_total, budget, cap, fixed_shares)
     hit = _RUNS.get(key, (step,))
     if hit is not _RUNS.MISS:
         return hit
@@ -256,8 +263,7 @@ def _decode_bound(step: StepModel, n_req: float, wl, n_total: float, budget: flo
                   fixed_shares: bool = True) -> float:
     """`decode_lower_bound` of one (cap, KV budget) candidate, memoized like `_decode_run` (the search bounds the
     same pinned budgets, which follow from a run's need, at every memory level it asks an engine at)."""
-    key = (id(step), n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio, fixed_shares,
-           budget, cap)
+    key = _run_key(step, n_req, wl, n_total, budget, cap, fixed_shares)
     hit = _BOUNDS.get(key, (step,))
     if hit is not _BOUNDS.MISS:
         return hit

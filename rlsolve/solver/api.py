@@ -228,8 +228,10 @@ def search(problem: Problem, objective: str = "throughput", workers: int = 2, de
     all_counts = objective == "cost" or problem.spec.constraints.max_price_per_hour_usd is not None or bool(linear)
     cands = enumerate_candidates(problem, all_counts=all_counts, deadline=deadline, keep_apart=_mentioned(linear),
                                  bounded=not all_counts)
-    why = (lambda: diagnose(problem, deadline, lambda: _binding_rules(problem, objective, deadline))) if explain \
-        else (lambda: [])
+
+    def why() -> list[str]:
+        return diagnose(problem, deadline, lambda: _binding_rules(problem, objective, deadline)) if explain else []
+
     if not cands.gen or not cands.train:
         raise InfeasibleError(why())
     modes = modes_allowed(problem)
