@@ -202,6 +202,7 @@ class Runtime(_Strict):
     engine_v1_default_from: _Str
     engine_profile_sampler_bytes_per_logit: _ByRelease
     trtllm_decode_attention: TrtllmDecodeAttention
+    trtllm_paged_kv_cache_default_from: _Str
 
 
 @lru_cache(maxsize=1)
