@@ -20,8 +20,8 @@ from rlsolve.frameworks.runtime import (FrameworkRuntime, engine_default_max_num
                                        runtime)
 from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import Architecture, resolve_model
-from rlsolve.perf.generate import GenLayout, StepModel, prefill_time, simulate_decode, weight_bytes_per_gpu, \
-    kv_bytes_per_token_per_gpu, gen_other_bytes
+from rlsolve.perf.generate import GenLayout, StepModel, decode_kv_reads, prefill_time, simulate_decode, \
+    weight_bytes_per_gpu, kv_bytes_per_token_per_gpu, gen_other_bytes
 from rlsolve.perf.hw import GB, constants, device
 from rlsolve.perf.train import (BF16, BF16_MAIN_GRAD_BYTES, CUDA_GRAPHS, FP32_ADAM_MOMENT_BYTES, FP32_MAIN_GRAD_BYTES,
                                 MOE_DISPATCHERS, OFFLOADS, TrainLayout, model_flops,
@@ -386,6 +386,18 @@ def _gen_setup(row: dict, profile: dict | None = None):
     return arch, pool, dev, lay, wb, lay_in
 
 
+def _trtllm_contiguous_kv(lay: dict) -> bool:
+    """A TensorRT-LLM row whose engine keeps a contiguous KV cache: layout.paged_kv_cache false, or not stated
+    at a release before paged caches became the build default."""
+    if lay.get("engine") != "tensorrt-llm" or "engine_version" not in lay:
+        return False
+    if "paged_kv_cache" in lay:
+        if not isinstance(lay["paged_kv_cache"], bool):
+            raise ValueError(f"layout.paged_kv_cache is true or false, got {lay['paged_kv_cache']!r}")
+        return not lay["paged_kv_cache"]
+    return release(str(lay["engine_version"])) < release(runtime().trtllm_paged_kv_cache_default_from.value)
+
+
 def predict_generate(row: dict, profile: dict | None = None) -> CaseResult:
     arch, pool, dev, lay, wb, lay_in = _gen_setup(row, profile)
     gpus = lay.tp * lay.pp
@@ -397,13 +409,20 @@ def predict_generate(row: dict, profile: dict | None = None) -> CaseResult:
         b = float(lay_in.get("batch", 1)) if lay_in.get("batch", 1) != "auto" else 1.0
         return _result(row, "ttft_ms", meas["ttft_ms"], prefill_time(arch, dev, lay, b * inp, inp / 2) * 1e3)
     out = float(lay_in["output_len"])
-    step = StepModel(arch, dev, lay, wb, wb)
-    # engines give the KV cache a fraction of what the weights leave (TensorRT-LLM's
-    # kv_cache_free_gpu_mem_fraction default 0.9)
-    cap = KV_FREE_FRACTION * (pool.gpu.memory_gb * GB - weight_bytes_per_gpu(arch, lay, wb)
-                              - gen_other_bytes(arch, lay, DEFAULT_MAX_NUM_SEQS))
-    kv_tokens = cap / kv_bytes_per_token_per_gpu(arch, lay, wb)
     batch = lay_in.get("batch", 1)
+    # the engine's decode kernel may read each KV head once per query head (TensorRT-LLM's masked MHA);
+    # its choice of kernel is taken at the running batch (at maximum load: the engine's cap)
+    sm = pool.gpu.sm_count.value if pool.gpu.sm_count is not None else None
+    reads = decode_kv_reads(arch, lay, float(DEFAULT_MAX_NUM_SEQS if batch == "auto" else batch), sm,
+                            lay_in.get("engine"), str(lay_in["engine_version"]) if "engine_version" in lay_in else None)
+    step = StepModel(arch, dev, lay, wb, wb, kv_reads=reads)
+    # engines give the KV cache a fraction of what the weights leave (TensorRT-LLM's
+    # kv_cache_free_gpu_mem_fraction default 0.9); a TensorRT-LLM engine without a paged cache allocates the
+    # run's cache whole, in what the weights leave (runtime.yaml trtllm_paged_kv_cache_default_from)
+    share = 1.0 if _trtllm_contiguous_kv(lay_in) else KV_FREE_FRACTION
+    cap = share * (pool.gpu.memory_gb * GB - weight_bytes_per_gpu(arch, lay, wb)
+                   - gen_other_bytes(arch, lay, DEFAULT_MAX_NUM_SEQS))
+    kv_tokens = cap / kv_bytes_per_token_per_gpu(arch, lay, wb)
     if batch == "auto":  # in-flight batching at maximum load: as many requests as memory allows
         n_req = float(lay_in.get("requests") or max(1, min(DEFAULT_MAX_NUM_SEQS * 4, kv_tokens / (inp + out) * 4)))
         res = simulate_decode(step, n_req, inp, out, out, kv_tokens, DEFAULT_MAX_NUM_SEQS, n_req)

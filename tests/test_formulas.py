@@ -115,6 +115,41 @@ def test_vllm_replicates_kv_heads_beyond_tp():
     assert kv_bytes_per_token_per_gpu(a, GenLayout(tp=16), 2) == pytest.approx(full / 8)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from([1, 2, 4, 8, 29]), st.sampled_from([64, 128, 256]),
+       st.sampled_from([1, 2, 4, 8]), st.sampled_from([1.0, 16.0, 1024.0]),
+       st.sampled_from(["0.5.0", "0.6.1", "0.7.1", "0.8.0", "0.9.0"]), st.sampled_from([None, 132.0]))
+def test_trtllm_masked_mha_reads_each_kv_head_once_per_query_head(kv, group, d, tp, batch, version, sms):
+    """TensorRT-LLM's masked MHA kernel runs a block per query head, each reading its KV head's cache
+    (runtime.yaml trtllm_decode_attention): heads / max(kv_heads, tp) reads a step, unless XQA runs
+    (from 0.8.0, 8 query heads per KV head, head 128 or 256, kv heads per GPU x batch x 4 >= SMs).
+    Other engines, and a row that names no release, read the cache once."""
+    from rlsolve.models import Architecture
+    from rlsolve.perf.generate import decode_kv_reads
+    heads = kv * group
+    a = Architecture(layers=2, hidden=heads * d, heads=heads, kv_heads=kv, head_dim=d)
+    lay = GenLayout(tp=tp)
+    ratio = heads / max(kv, tp)
+    xqa = (version >= "0.8.0" and ratio == 8 and d in (128, 256)
+           and (sms is None or max(kv / tp, 1) * batch * 4 >= sms))
+    assert decode_kv_reads(a, lay, batch, sms, "tensorrt-llm", version) == (1.0 if xqa or ratio <= 1 else ratio)
+    assert decode_kv_reads(a, lay, batch, sms, "vllm", version) == 1.0
+    assert decode_kv_reads(a, lay, batch, sms, "tensorrt-llm", None) == 1.0
+
+
+def test_kv_reads_scale_the_attention_time_only():
+    """StepModel(kv_reads=g) reads the KV cache g times: the memory-bound attention term grows g-fold,
+    the weight GEMMs and fixed costs do not."""
+    dev = Device(h100_pool())
+    a = find_model("llama-3.1-70b")
+    once = StepModel(a, dev, GenLayout(tp=4), 2.0, 2.0)
+    eight = StepModel(a, dev, GenLayout(tp=4), 2.0, 2.0, kv_reads=8.0)
+    b, ctx = 64.0, 2048.0
+    grow = eight.scalar_step_time(b, ctx) - once.scalar_step_time(b, ctx)
+    assert grow == pytest.approx(7 * b * ctx * once.kv_tok / once.hbm, rel=1e-9)
+    assert eight.scalar_step_time(b, 0.0) == pytest.approx(once.scalar_step_time(b, 0.0), rel=1e-12)
+
+
 def test_truncated_exponential_has_the_requested_mean():
     u = (np.arange(20000) + 0.5) / 20000
     for mean, mx in ((1024, 4096), (3000, 4096), (2048, 4096), (9000, 32768)):

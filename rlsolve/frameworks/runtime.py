@@ -181,6 +181,19 @@ class _ByRelease(_Sourced):
     value: dict[str, float]
 
 
+class _FloatList(_Sourced):
+    value: list[float]
+
+
+class TrtllmDecodeAttention(_Strict):
+    """Which kernel TensorRT-LLM's decode attention runs, and so how often it reads each KV head's cache."""
+    kv_reads_per_query_head: _Bool
+    xqa_default_from: _Str
+    xqa_q_heads_per_kv: _Int
+    xqa_head_sizes: _FloatList
+    xqa_min_block_factor: _Float
+
+
 class Runtime(_Strict):
     frameworks: dict[Literal["verl", "openrlhf", "nemo-rl"], FrameworkRuntime]
     zero_stage_by_strategy: _ZeroByStrategy
@@ -188,6 +201,8 @@ class Runtime(_Strict):
     engine_context_max_num_seqs: _Int
     engine_v1_default_from: _Str
     engine_profile_sampler_bytes_per_logit: _ByRelease
+    trtllm_decode_attention: TrtllmDecodeAttention
+    trtllm_paged_kv_cache_default_from: _Str
 
 
 @lru_cache(maxsize=1)

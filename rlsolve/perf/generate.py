@@ -50,6 +50,28 @@ def kv_bytes_per_token_per_gpu(arch: Architecture, lay: GenLayout, kv_bytes: flo
     return full * max(arch.n_kv_heads, lay.tp) / arch.n_kv_heads / lay.tp
 
 
+def decode_kv_reads(arch: Architecture, lay: GenLayout, batch: float, sm_count: float | None,
+                    engine: str | None = None, engine_version: str | None = None) -> float:
+    """How many times one decode step's attention reads each KV head's cache on a GPU: 1, but TensorRT-LLM's
+    masked MHA kernel runs a thread block per query head, each reading its KV head's whole context, so a KV
+    head is read once per query head it serves (heads / max(kv_heads, tp) times). XQA reads it once: from the
+    release that runs it by default, for the ratio and head sizes it has kernels for, and where its heuristic
+    takes it (kv heads per GPU x batch x the factor >= the SM count; a GPU whose SM count the catalog lacks
+    counts as taking it). Facts and sources: frameworks/runtime.yaml trtllm_decode_attention. Other engines
+    (vLLM, SGLang) and rows that name no engine release: 1."""
+    if engine != "tensorrt-llm" or engine_version is None or arch.is_mla:
+        return 1.0
+    facts = runtime().trtllm_decode_attention
+    ratio = arch.heads / max(arch.n_kv_heads, lay.tp)
+    if ratio <= 1.0 or not facts.kv_reads_per_query_head.value:
+        return 1.0
+    xqa = (release(engine_version) >= release(facts.xqa_default_from.value)
+           and ratio == facts.xqa_q_heads_per_kv.value and arch.d_head in facts.xqa_head_sizes.value
+           and (sm_count is None or max(arch.n_kv_heads / lay.tp, 1.0) * batch * facts.xqa_min_block_factor.value
+                >= sm_count))
+    return 1.0 if xqa else ratio
+
+
 @lru_cache(maxsize=64)
 def profile_sampler_bytes_per_logit(engine_version: str | None = None) -> float:
     """Bytes per (row x vocabulary) element live at the peak of the sampler warm-up of vLLM's profile
@@ -91,7 +113,7 @@ class StepModel:
     """Decode-step time of one replica as a function of batch and mean context."""
 
     def __init__(self, arch: Architecture, dev: Device, lay: GenLayout, weight_bytes: float, kv_bytes: float,
-                 host_per_seq: float = 0.0, eager: bool = False):
+                 host_per_seq: float = 0.0, eager: bool = False, kv_reads: float = 1.0):
         self.arch, self.dev, self.lay = arch, dev, lay
         n = lay.tp * lay.pp
         # With pp stages the batch moves as pp micro-batches and each re-reads its stage's
@@ -99,7 +121,9 @@ class StepModel:
         self.dense_w = weight_bytes * arch.non_expert_params / lay.tp
         # bytes of ONE routed expert (all MoE layers) on a GPU: sharded by tp, or whole on 1/ep of the GPUs
         self.expert_w = weight_bytes * arch.expert_params / max(lay.tp, lay.ep) * arch.moe_layers
-        self.kv_tok = kv_bytes_per_token_per_gpu(arch, lay, kv_bytes)
+        # KV bytes the attention reads per context token: the cache's, times the reads of each KV head
+        # (decode_kv_reads: more than one where the engine's kernel reads it once per query head)
+        self.kv_tok = kv_bytes_per_token_per_gpu(arch, lay, kv_bytes) * kv_reads
         self.flops_tok = arch.matmul_flops_per_token / n
         if arch.is_mla:  # absorbed MLA attends in the latent space: q.(c,k_rope) and p.c
             self.attn_flops_ctx = 2.0 * arch.heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim) * arch.layers / n
