@@ -75,6 +75,12 @@ def test_the_moe_stack_raises_the_routed_blocks_host_efficiency_step_by_step():
     assert moe_host_efficiency(hybrid) == pytest.approx(base * c["moe_flex_dispatcher_gain"] * c["moe_hybridep_gain"]
                                                         * c["moe_partial_cuda_graph_gain"])
     assert moe_host_efficiency(TrainLayout(cuda_graphs="full_iteration")) == 1.0
+    # the EP all-to-all overlap's extra host work lowers every host-launched stack by its measured step
+    for lay in (TrainLayout(), deepep, hybrid):
+        overlapped = replace(lay, ep=8, moe_a2a_overlap=True)
+        assert moe_host_efficiency(overlapped) == pytest.approx(moe_host_efficiency(lay) * c["moe_a2a_overlap_host_gain"])
+    assert moe_host_efficiency(TrainLayout(ep=8, cuda_graphs="full_iteration", moe_a2a_overlap=True)) == 1.0
+    assert 0.0 < c["moe_a2a_overlap_host_gain"] < 1.0
     arch, dev = find_model("qwen3-30b-a3b"), gb200()
     times = [stage_times(arch, dev, TrainLayout(ep=8, dp=8, moe_dispatcher=d, cuda_graphs=g), 4096)["fwd"]
              for d, g in (("alltoall", "none"), ("hybridep", "partial"), ("hybridep", "full_iteration"))]

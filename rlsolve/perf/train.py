@@ -498,8 +498,10 @@ def moe_host_efficiency(lay: TrainLayout) -> float:
     """Share of its kernels' speed the routed MoE block runs at on the host-bound default stack
     (constants.yaml moe_block_host_efficiency), raised by the stack features the layout's recipe
     enables, each by its measured step in Megatron-Core's DeepSeek-V3 GB200 optimization history
-    (constants.yaml moe_flex_dispatcher_gain, moe_hybridep_gain, moe_partial_cuda_graph_gain); a
-    full-iteration CUDA graph launches nothing from the host (1.0)."""
+    (constants.yaml moe_flex_dispatcher_gain, moe_hybridep_gain, moe_partial_cuda_graph_gain), and
+    lowered by the EP all-to-all overlap's extra host work (moe_a2a_overlap_host_gain, measured
+    turning it off in a Megatron-Bridge recipe); a full-iteration CUDA graph launches nothing from
+    the host (1.0)."""
     if lay.cuda_graphs == "full_iteration":
         return 1.0
     c = constants()
@@ -508,6 +510,8 @@ def moe_host_efficiency(lay: TrainLayout) -> float:
         eff *= c["moe_flex_dispatcher_gain"] * (c["moe_hybridep_gain"] if lay.moe_dispatcher == "hybridep" else 1.0)
         if lay.cuda_graphs == "partial":
             eff *= c["moe_partial_cuda_graph_gain"]
+    if lay.moe_a2a_overlap:
+        eff *= c["moe_a2a_overlap_host_gain"]
     return min(1.0, eff)
 
 
@@ -898,7 +902,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     if memo is None:
         memo = {}
     key = ("layer_fwd", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.sp, lay.cp, lay.ep,
-           lay.etp, lay.micro_batch, lay.attention, seq_len, lay.moe_dispatcher, lay.cuda_graphs, lay.moe_token_drop)
+           lay.etp, lay.micro_batch, lay.attention, seq_len, lay.moe_dispatcher, lay.cuda_graphs, lay.moe_token_drop,
+           lay.moe_a2a_overlap)
     if key not in memo:
         dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
         moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
