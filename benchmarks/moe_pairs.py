@@ -12,8 +12,6 @@ two rows' metric:
 - `same`: the rows differ in nothing the time model reads, so the predicted ratio is ~1 by
   construction; a measured ratio far from 1 is a change of software release (container, Megatron-Core,
   Transformer Engine) that no layout term can follow.
-- `token_drop`: the row id says `tokendrop` (Megatron-Bridge 25.09 prints '(tokendrop)': drop-and-pad
-  routing); no layout field carries it and the model does not read it.
 - any other field name: the model reads that field; the two ratios compare the model's size of that
   change with the measured one (e.g. `moe_dispatcher` deepep -> hybridep is x1.137 in the model,
   constants.yaml moe_hybridep_gain).
@@ -40,7 +38,7 @@ IGNORED = ("global_batch", "vp")
 # defaults rlsolve.cases._train_layout applies to a field a row leaves out
 DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vp": 1, "micro_batch": 1, "moe_dispatcher": "alltoall",
             "cuda_graphs": "none", "recompute": "none",
-            "moe_a2a_overlap": False}
+            "moe_a2a_overlap": False, "moe_token_drop": False}
 
 
 @dataclass
@@ -50,7 +48,7 @@ class MoeRow:
     gpu: str
     gpus: int
     precision: str
-    fields: dict  # the layout (defaults filled, lists as tuples) but IGNORED, plus token_drop
+    fields: dict  # the layout (defaults filled, lists as tuples) but IGNORED
     schedule: dict  # the IGNORED fields
     local_experts: int
     tokens_per_expert: float
@@ -73,7 +71,6 @@ def moe_rows(data: dict) -> list[MoeRow]:
             continue
         lay = {**DEFAULTS, **(row.get("layout") or {})}
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in lay.items() if k not in IGNORED}
-        fields["token_drop"] = "tokendrop" in row["id"]
         tokens = int(lay["micro_batch"]) * float(lay["seq_len"]) / int(lay["cp"])
         ep = int(lay["ep"])
         out.append(MoeRow(row["id"], row["model"]["name"], row["hardware"]["gpu"], int(row["hardware"]["gpus"]),
@@ -107,7 +104,7 @@ def main() -> None:
     for r in sorted(rows, key=lambda r: (r.model, r.gpu, r.id)):
         f = r.fields
         print(f"{r.id:56s} {f['micro_batch']:>2d} {r.local_experts:5d} {r.tokens_per_expert:7.0f} "
-              f"{f['moe_dispatcher']:10s} {f['cuda_graphs']:14s} {'yes' if f['token_drop'] else 'no':4s} "
+              f"{f['moe_dispatcher']:10s} {f['cuda_graphs']:14s} {'yes' if f['moe_token_drop'] else 'no':4s} "
               f"{r.error:+7.1%}")
     print()
     print(f"{'change':17s} {'row a':52s} {'row b':52s} {'a:b meas':>8s} {'a:b pred':>8s}  also")

@@ -173,7 +173,8 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, checked in
     predict_train), `moe_dispatcher` (alltoall | deepep | hybridep) and `cuda_graphs` (none | partial |
     full_iteration), the MoE stack of perf/train.py moe_host_efficiency, `moe_a2a_overlap` (true: Megatron-Core
-    overlap_moe_expert_parallel_comm, perf/train.py ep_overlap_exposed), `adam_moment_dtype` (fp32 | bf16:
+    overlap_moe_expert_parallel_comm, perf/train.py ep_overlap_exposed), `moe_token_drop` (true: Megatron-Core
+    drop-and-pad routing, no host sync per MoE layer: perf/train.py TrainLayout.moe_token_drop), `adam_moment_dtype` (fp32 | bf16:
     Megatron-Core's precision-aware optimizer exp_avg_dtype / exp_avg_sq_dtype), `etp` (Megatron-Core
     expert_tensor_parallel_size where the recipe sets it; absent: Megatron's default, perf/train.py
     expert_tp); `recompute_modules` and `activation_offload_layers` are read in _fit_recompute,
@@ -213,6 +214,9 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
             raise ValueError("layout.moe_a2a_overlap with layout.pp > 1 needs a virtual pipeline (layout.vp > 1)")
         if recompute == "full":
             raise ValueError("layout.moe_a2a_overlap cannot run with layout.recompute full")
+    token_drop = lay_in.get("moe_token_drop", False)
+    if not isinstance(token_drop, bool):
+        raise ValueError(f"layout.moe_token_drop must be true or false, got {token_drop!r}")
     dp, ep = int(lay_in.get("dp") or gpus // (tp * pp * cp)), int(lay_in.get("ep", 1))
     modules = _recompute_modules(lay_in)
     etp = lay_in.get("etp")
@@ -233,7 +237,7 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                        # a stated list replaces Megatron-Core's default ["core_attn"] (TrainLayout.recompute_core_attn)
                        recompute_core_attn="core_attn" in modules if "recompute_modules" in lay_in else True,
                        pipeline_split_embedding_loss=split, moe_dispatcher=dispatcher, cuda_graphs=graphs,
-                       moe_a2a_overlap=a2a_overlap,
+                       moe_a2a_overlap=a2a_overlap, moe_token_drop=token_drop,
                        adam_moment_bytes=ADAM_MOMENT_DTYPES[moments])
 
 

@@ -176,11 +176,13 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # when this test was last updated (`python benchmarks/model_accuracy.py --cases
 # benchmarks/data/extra_cases.yaml --groups`); they move down with the model, never up. New rows can move them
 # either way: the 19 Megatron-Bridge 26.04/26.06 GB300/B300 rows, which the model under-predicts by a median 10%,
-# took the train median from 0.0852 to 0.0933 (the 118 rows before them still at 0.0852, the model unchanged).
+# took the train median from 0.0852 to 0.0933 (the 118 rows before them still at 0.0852, the model unchanged);
+# the 8 '(tokendrop)' rows' layouts stating drop-and-pad routing (no host sync per MoE layer) took it to 0.0922,
+# the EP all-to-all overlap's measured host cost (constants.yaml moe_a2a_overlap_host_gain) to 0.0912.
 # generate: the 238 TensorRT-LLM static-batch rows (v0.5.0-v0.9.0 tables), median 0.2234 when first scored, 0.139
 # once the release's decode kernel reads each KV head once per query head where XQA does not run (decode_kv_reads),
 # 0.1368 with 6 more rows scored (230 of 238): engines before v0.8.0 keep a contiguous KV cache, sized whole.
-PINNED_EXTRA = {"train": 0.094, "phase train": 0.242, "phase reference": 0.329, "phase generation": 0.187,
+PINNED_EXTRA = {"train": 0.092, "phase train": 0.242, "phase reference": 0.329, "phase generation": 0.187,
                 "generate": 0.137}
 
 

@@ -33,8 +33,10 @@ def test_every_scored_moe_train_row_is_listed_with_its_stack(moe):
     r = by_id["mbridge2511-qwen3-30b-a3b-b200-fp8mx-8g"]
     assert (r.local_experts, r.tokens_per_expert) == (16, 2048)
     assert r.fields["cuda_graphs"] == "partial" and r.fields["moe_dispatcher"] == "alltoall"
-    assert by_id["mbridge2509-qwen3-30b-a3b-b200-fp8-8g-tokendrop"].fields["token_drop"]
-    assert not r.fields["token_drop"]
+    # the '(tokendrop)' rows state drop-and-pad routing in their layout; the others ran dropless
+    assert all(x.fields["moe_token_drop"] == x.id.endswith("-tokendrop") for x in rows)
+    assert by_id["mbridge2509-qwen3-30b-a3b-b200-fp8-8g-tokendrop"].fields["moe_token_drop"]
+    assert not r.fields["moe_token_drop"]
 
 
 def test_pairs_differ_in_one_field_and_same_pairs_are_predicted_alike(moe):

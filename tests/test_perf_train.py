@@ -1,6 +1,9 @@
 """Training-side mechanisms of perf/train.py against hand-worked counts."""
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import pytest
 
 from rlsolve.cases import predict_train
@@ -72,6 +75,12 @@ def test_the_moe_stack_raises_the_routed_blocks_host_efficiency_step_by_step():
     assert moe_host_efficiency(hybrid) == pytest.approx(base * c["moe_flex_dispatcher_gain"] * c["moe_hybridep_gain"]
                                                         * c["moe_partial_cuda_graph_gain"])
     assert moe_host_efficiency(TrainLayout(cuda_graphs="full_iteration")) == 1.0
+    # the EP all-to-all overlap's extra host work lowers every host-launched stack by its measured step
+    for lay in (TrainLayout(), deepep, hybrid):
+        overlapped = replace(lay, ep=8, moe_a2a_overlap=True)
+        assert moe_host_efficiency(overlapped) == pytest.approx(moe_host_efficiency(lay) * c["moe_a2a_overlap_host_gain"])
+    assert moe_host_efficiency(TrainLayout(ep=8, cuda_graphs="full_iteration", moe_a2a_overlap=True)) == 1.0
+    assert 0.0 < c["moe_a2a_overlap_host_gain"] < 1.0
     arch, dev = find_model("qwen3-30b-a3b"), gb200()
     times = [stage_times(arch, dev, TrainLayout(ep=8, dp=8, moe_dispatcher=d, cuda_graphs=g), 4096)["fwd"]
              for d, g in (("alltoall", "none"), ("hybridep", "partial"), ("hybridep", "full_iteration"))]
@@ -79,6 +88,29 @@ def test_the_moe_stack_raises_the_routed_blocks_host_efficiency_step_by_step():
     dense = find_model("llama-3.1-8b")  # a dense model has no routed block to speed up
     graphed = TrainLayout(cuda_graphs="full_iteration")
     assert stage_times(dense, dev, TrainLayout(), 4096) == stage_times(dense, dev, graphed, 4096)
+
+
+@pytest.mark.parametrize("dispatcher,graphs", [("alltoall", "none"), ("deepep", "none"), ("hybridep", "partial")])
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "deepseek-v3"])
+def test_drop_and_pad_routing_saves_exactly_the_host_sync_of_each_moe_layer_pass(model, dispatcher, graphs):
+    """Drop-and-pad routing (moe_token_drop) has static shapes: no dispatcher copies the token counts
+    to the host, so each MoE layer's forward and backward lose one moe_host_sync_us each and nothing
+    else changes; dense layers and a full-iteration graph (already sync-free) are untouched."""
+    from rlsolve.perf.hw import constants
+    arch, dev = find_model(model), gb200()
+    sync = constants()["moe_host_sync_us"] * 1e-6
+    for mb in (1, 4):
+        lay = TrainLayout(ep=8, dp=8, micro_batch=mb, moe_dispatcher=dispatcher, cuda_graphs=graphs)
+        dropless, drop = (stage_times(arch, dev, replace(lay, moe_token_drop=d), 4096) for d in (False, True))
+        moe_layers = math.ceil(arch.layers / lay.pp) * arch.moe_layers / arch.layers
+        assert dropless["fwd"] - drop["fwd"] == pytest.approx(moe_layers * sync)
+        assert dropless["bwd"] - drop["bwd"] == pytest.approx(moe_layers * sync)
+        assert {k: v for k, v in dropless.items() if k not in ("fwd", "bwd", "fwd_compute", "bwd_compute")} == \
+            {k: v for k, v in drop.items() if k not in ("fwd", "bwd", "fwd_compute", "bwd_compute")}
+    graphed = TrainLayout(ep=8, dp=8, cuda_graphs="full_iteration")
+    assert stage_times(arch, dev, graphed, 4096) == stage_times(arch, dev, replace(graphed, moe_token_drop=True), 4096)
+    dense = find_model("llama-3.1-8b")
+    assert stage_times(dense, dev, TrainLayout(), 4096) == stage_times(dense, dev, TrainLayout(moe_token_drop=True), 4096)
 
 
 def test_bf16_adam_moments_take_8_optimizer_bytes_per_parameter():

@@ -467,8 +467,8 @@ def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float
     key = ("stage", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp,
            lay.micro_batch, lay.recompute, lay.recompute_modules, lay.recompute_core_attn,
            lay.sequence_parallel, lay.attention, lay.etp,
-           lay.pipeline_split_embedding_loss, lay.moe_dispatcher, lay.cuda_graphs, grad_shard, pp_link,
-           seq_len, lora)
+           lay.pipeline_split_embedding_loss, lay.moe_dispatcher, lay.cuda_graphs, lay.moe_token_drop, lay.moe_a2a_overlap,
+           grad_shard, pp_link, seq_len, lora)
     if key not in cache:
         cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora, memo=cache)
     return cache[key]

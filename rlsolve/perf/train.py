@@ -91,6 +91,16 @@ class TrainLayout:
     # layer by layer, each one's expert all-to-all on a second stream under the other's compute
     # (see ep_overlap_exposed)
     moe_a2a_overlap: bool = False
+    # Megatron-Core drop-and-pad routing (moe_expert_capacity_factor with
+    # moe_pad_expert_input_to_capacity; Megatron-Bridge's apply_moe_token_drop, the runs its
+    # performance tables label '(tokendrop)'): every expert receives its fixed capacity, so the shapes
+    # are static and the dispatcher never copies the token counts to the host: the all-to-all
+    # dispatcher's device-to-host copy and its synchronize are skipped under drop_and_pad
+    # (Megatron-LM megatron/core/transformer/moe/token_dispatcher.py _maybe_dtoh_and_synchronize,
+    # commit cba6b0ed, line 876), and HybridEP's dispatch is non-blocking when the permuted token
+    # count is known, capacity x ranks x local experts under drop-and-pad (same file, commit 55ac708,
+    # line 1017; fused_a2a.py line 367). False: dropless, the default (moe_host_sync_us per pass)
+    moe_token_drop: bool = False
     # Megatron-Core expert_tensor_parallel_size where a recipe sets it; 0: Megatron's default rule
     # (expert_tp below). Megatron-Core lays the expert grid out as etp x ep x expert-dp over each
     # pipeline stage's tp*cp*dp ranks (megatron/core/parallel_state.py, commit 2edffadb, lines 789-799)
@@ -488,8 +498,10 @@ def moe_host_efficiency(lay: TrainLayout) -> float:
     """Share of its kernels' speed the routed MoE block runs at on the host-bound default stack
     (constants.yaml moe_block_host_efficiency), raised by the stack features the layout's recipe
     enables, each by its measured step in Megatron-Core's DeepSeek-V3 GB200 optimization history
-    (constants.yaml moe_flex_dispatcher_gain, moe_hybridep_gain, moe_partial_cuda_graph_gain); a
-    full-iteration CUDA graph launches nothing from the host (1.0)."""
+    (constants.yaml moe_flex_dispatcher_gain, moe_hybridep_gain, moe_partial_cuda_graph_gain), and
+    lowered by the EP all-to-all overlap's extra host work (moe_a2a_overlap_host_gain, measured
+    turning it off in a Megatron-Bridge recipe); a full-iteration CUDA graph launches nothing from
+    the host (1.0)."""
     if lay.cuda_graphs == "full_iteration":
         return 1.0
     c = constants()
@@ -498,6 +510,8 @@ def moe_host_efficiency(lay: TrainLayout) -> float:
         eff *= c["moe_flex_dispatcher_gain"] * (c["moe_hybridep_gain"] if lay.moe_dispatcher == "hybridep" else 1.0)
         if lay.cuda_graphs == "partial":
             eff *= c["moe_partial_cuda_graph_gain"]
+    if lay.moe_a2a_overlap:
+        eff *= c["moe_a2a_overlap_host_gain"]
     return min(1.0, eff)
 
 
@@ -606,9 +620,11 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         ep_comm = 2 * expert_all_to_all(dev, tokens * k * h * BF16 / tp, k, E, lay.ep, span,
                                         dedup=lay.moe_dispatcher != "alltoall")
         perm = 2 * (k * h + h) / tp  # permute (read h, write k*h) and unpermute (the reverse)
-        # the dispatcher needs each expert's token count on the host: one sync per pass (none inside
-        # a full-iteration CUDA graph, which the sync-free path makes possible)
-        sync = 0.0 if lay.cuda_graphs == "full_iteration" else constants()["moe_host_sync_us"] * 1e-6
+        # a dropless dispatcher needs each expert's token count on the host: one sync per pass (none
+        # inside a full-iteration CUDA graph, which the sync-free path makes possible, nor under
+        # drop-and-pad routing, whose counts are the fixed capacity: TrainLayout.moe_token_drop)
+        no_sync = lay.cuda_graphs == "full_iteration" or lay.moe_token_drop
+        sync = 0.0 if no_sync else constants()["moe_host_sync_us"] * 1e-6
         # the routed block runs host-bound in Megatron-Core's default stack (a host sync before
         # the dispatch, no CUDA graphs, many small router/permute/quantize kernels): 1/eff the
         # time of its kernels back to back. That includes an all-to-all inside the NVLink domain
@@ -886,7 +902,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     if memo is None:
         memo = {}
     key = ("layer_fwd", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.sp, lay.cp, lay.ep,
-           lay.etp, lay.micro_batch, lay.attention, seq_len, lay.moe_dispatcher, lay.cuda_graphs)
+           lay.etp, lay.micro_batch, lay.attention, seq_len, lay.moe_dispatcher, lay.cuda_graphs, lay.moe_token_drop,
+           lay.moe_a2a_overlap)
     if key not in memo:
         dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
         moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
