@@ -20,9 +20,9 @@ def rows() -> dict:
 
 
 def test_a_skipped_old_logprob_pass_costs_nothing_and_leaves_the_other_phases(rows):
-    """NeMo-RL's force_on_policy_ratio (v0.7.0 grpo.py grpo_train, opd.py _skip_prev_logprobs) skips the
-    policy's prev_logprobs forward and keeps the reference one: on a colocated (additive) step the
-    time saved is the old log-prob pass, every other phase as it was."""
+    """NeMo-RL's force_on_policy_ratio (v0.7.0 grpo.py grpo_train and async_grpo_train, opd.py
+    _skip_prev_logprobs) skips the policy's prev_logprobs forward and keeps the reference one: on a
+    colocated (additive) step the time saved is the old log-prob pass, every other phase as it was."""
     row = rows["nemorl07-qwen3-32b-grpo-onpolicy-bf16-32g"]
     assert row["layout"]["training"]["old_logprob_pass"] is False
     ran = copy.deepcopy(row)
