@@ -671,7 +671,9 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
              "engine_version": (str(lay["engine_version"]) if lay.get("engine_version") is not None
                                 and str(lay.get("engine", "vllm")) == "vllm" else None),
              # fixed micro-batches without their padding (verl use_remove_padding): memory of the real tokens
-             "unpadded": budget is None and bool(tr.get("remove_padding", False))}
+             "unpadded": budget is None and bool(tr.get("remove_padding", False)),
+             # the behaviour log-prob forward skipped (NeMo-RL force_on_policy_ratio): workload.old_logprob_pass
+             "old_logprob_pass": bool(tr.get("old_logprob_pass", True))}
     if fw_name is not None and (lay.get("framework_version") is not None or strategy is not None):
         # the costs of the release the row ran, where a fact changed between releases, and of the
         # training strategy it ran, where a fact holds for one (FSDP2's copies)

@@ -45,6 +45,11 @@ class Workload:
     # flash-attn varlen on the unpadded tokens, verl/workers/actor/dp_actor.py _forward_micro_batch
     # unpad_input at v0.3.0.post1): memory is sized for mean-length sequences, not the cap
     unpadded: bool = False
+    # the policy's behaviour log-prob forward runs before the update; False where the framework forces the
+    # importance ratio to 1 and skips it (NeMo-RL loss_fn.force_on_policy_ratio without
+    # grpo.seq_logprob_error_threshold: nemo_rl/algorithms/opd.py _skip_prev_logprobs and grpo.py grpo_train /
+    # async_grpo_train 'Skipping prev_logprobs' at v0.7.0; the reference pass still runs)
+    old_logprob_pass: bool = True
 
     @cached_property  # (read in the solver's hot loops: once per workload)
     def seq_mean(self) -> float:

@@ -498,6 +498,8 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     single = fsdp_single_tensor_adam_time(problem, dev, lay)
     if single is not None:  # the framework's FSDP optimizer steps parameter by parameter (host-bound)
         t = replace(t, optimizer=max(t.optimizer, steps * single / dev.train_efficiency))
+    if not wl.old_logprob_pass:  # the framework forces the ratio to 1 and skips the pass (workload.old_logprob_pass)
+        return t, mem or policy_memory(problem, planned), 0.0
     lp, lp_seq = _logprob_pass(wl, lay)
     if lora or lp is not lay:  # the old log-prob pass is a plain forward, on its own micro-batches
         st = cached_stage_times(arch, dev, lp, lp_seq, False, cache)
