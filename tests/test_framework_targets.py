@@ -876,3 +876,32 @@ def test_nemo_rl_on_a_cluster_of_two_gpu_types_plans_one_pool_and_says_the_other
     spec_verl = {**spec, "target": {"framework": "verl"}}
     assert not [v for v in plan_violations(resolve(load_spec(spec_verl)), Plan.model_validate(split))
                 if "one pool" in v]
+
+
+@pytest.mark.parametrize("framework", ["verl", "nemo-rl", "any"])
+def test_an_uneven_pipeline_exports_its_stage_split_and_passes_the_validators(framework):
+    """A pipeline degree that does not divide the layers runs as Megatron-Core expresses it, the first and last
+    stage set apart and the middle even (rules.pipeline_split), with no stage above ceil(layers / pp) as the
+    model times it: Qwen3-8B's 36 layers over pp=8 are 3 | 6 x 5 | 3. Megatron's validate_args (run on every
+    target's Megatron arguments) rejects the degree without the split; verl's and NeMo-RL's configs carry it."""
+    spec = yaml.safe_load((ROOT / "examples" / "grpo-8b-16xa100.yaml").read_text())
+    spec["target"] = {"framework": framework}
+    spec["model"]["policy"] = "qwen3-8b"
+    spec["constraints"] = {**spec.get("constraints", {}), "training": {"pp": [8]}}
+    plan = rlsolve.solve(spec, time_limit_s=120).model_dump(mode="json")
+    job = prepare(plan, spec)
+    assert job.t.pp == 8 and job.policy.layers == 36
+    margs = fv.megatron(export_plan(plan, spec, "megatron"), job)
+    assert (margs.decoder_first_pipeline_num_layers, margs.decoder_last_pipeline_num_layers) == (3, 3)
+    assert margs.pipeline_model_parallel_size == 8
+    for target in FRAMEWORK_EXPORTS.get(framework, ()):
+        res = export_plan(plan, spec, target)
+        assert res.warnings == [], (target, res.warnings)
+        if target in ("verl", "verl-yaml"):
+            built = fv.VALIDATORS[target](res, job)
+            over = built.actor_rollout_ref.actor.megatron.override_transformer_config
+            assert (over.num_layers_in_first_pipeline_stage, over.num_layers_in_last_pipeline_stage) == (3, 3)
+        elif target == "nemo-rl":
+            assert "num_layers_in_first_pipeline_stage: 3" in res.text
+            assert "num_layers_in_last_pipeline_stage: 3" in res.text
+

@@ -24,8 +24,8 @@ from rlsolve.solver.api import _binding_rules
 from rlsolve.solver.budget import Deadline
 from rlsolve.solver.candidates import _with_fields
 from rlsolve.solver.oracle import oracle
-from rlsolve.solver.rules import (RECOMPUTE, divisors, gen_universe, gen_violations, role_counts, train_shapes,
-                                  train_universe, train_violations)
+from rlsolve.solver.rules import (RECOMPUTE, divisors, gen_universe, gen_violations, pipeline_split, role_counts,
+                                  train_shapes, train_universe, train_violations)
 from rlsolve.solver.validate import plan_violations
 from rlsolve.spec import load_spec
 
@@ -1188,3 +1188,24 @@ def test_a_heavier_recompute_that_leaves_room_for_the_other_models_is_searched()
             "solver": {"top_k": 0, "time_limit_s": 60}}
     problem = resolve(load_spec(spec))
     assert _solver_value(problem) == oracle(problem)
+
+
+def test_pipeline_split_keeps_every_stage_within_the_timed_share():
+    """rules.pipeline_split over every (layers, pp): where it gives a split, the stages add up to the layers,
+    none holds more than ceil(layers / pp), the ends hold at least one and the middle stages are even (what
+    Megatron-Core's TransformerConfig accepts); where it gives none, no such split exists (brute force)."""
+    for layers in range(1, 97):
+        for pp in range(1, layers + 1):
+            most = -(-layers // pp)
+            got = pipeline_split(layers, pp)
+            feasible = pp <= 2 or any(1 <= layers - (pp - 2) * k - f <= most and 1 <= f <= most
+                                      for k in range(1, most + 1) for f in range(1, most + 1))
+            assert (got is not None) == feasible, (layers, pp)
+            if got is None:
+                continue
+            first, middle, last = got
+            if pp == 1:
+                assert first == layers
+                continue
+            assert first + last + (pp - 2) * middle == layers, (layers, pp, got)
+            assert max(first, middle if pp > 2 else 0, last) <= most and min(first, last) >= 1, (layers, pp, got)

@@ -21,6 +21,7 @@ from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_blo
                                    warning_lines)
 from rlsolve.perf.train import expert_tp
 from rlsolve.reader import parse_yaml
+from rlsolve.solver.rules import pipeline_split
 
 PIN = PINS["megatron"]
 
@@ -147,6 +148,11 @@ def sections(job: Job) -> list[Section]:
     s = Section("training parallelism")
     s.add("--tensor-model-parallel-size", t.tp)
     s.add("--pipeline-model-parallel-size", t.pp)
+    if job.policy.layers % t.pp:  # Megatron-Core's uneven split: the two end stages set apart, the middle even
+        first, _, last = pipeline_split(job.policy.layers, t.pp)
+        s.add("--decoder-first-pipeline-num-layers", first,
+              f"{job.policy.layers} layers over pp={t.pp}: no stage above {-(-job.policy.layers // t.pp)}")
+        s.add("--decoder-last-pipeline-num-layers", last)
     if t.vp > 1:
         s.add("--num-virtual-stages-per-pipeline-rank", t.vp, "interleaved 1F1B")
     s.add("--context-parallel-size", t.cp)

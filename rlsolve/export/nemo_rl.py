@@ -18,6 +18,7 @@ from typing import Any
 from rlsolve.export.common import ExportResult, Job, comment_block, dump_yaml, header_lines, nest, warning_lines, Pin
 from rlsolve.frameworks import capabilities
 from rlsolve.frameworks.rules import strategies, strategy_for, training_ok
+from rlsolve.solver.rules import pipeline_split
 
 PIN = Pin("NeMo-RL", "0.7", "0.7.0", "nemo-rl (git tag v0.7.0; the PyPI name holds a placeholder)")
 BASE = "examples/configs/grpo_math_1B.yaml"
@@ -68,7 +69,7 @@ def values(job: Job) -> dict[str, Any]:
             v["loss_fn.use_importance_sampling_correction"] = True
     else:
         v.update(_ppo(job))
-    v.update(_backend("policy", t, strategy(job) == "megatron", opt.train_offload_during_rollout))
+    v.update(_backend("policy", t, job.policy, strategy(job) == "megatron", opt.train_offload_during_rollout))
     gv = "policy.generation.vllm_cfg."
     v.update({gv + "tensor_parallel_size": g.tp, gv + "pipeline_parallel_size": g.pp,
               gv + "expert_parallel_size": g.ep, gv + "max_model_len": job.max_len})
@@ -114,7 +115,7 @@ def _ppo(job: Job) -> dict[str, Any]:
                          "value.train_micro_batch_size": c.micro_batch,
                          "value.max_total_sequence_length": job.max_len}
     megatron = critic_strategy(job) == "megatron"
-    v.update(_backend("value", c, megatron))
+    v.update(_backend("value", c, job.critic, megatron))
     if megatron:
         # ppo_math_1B_megatron.yaml's value overrides; ppo.py setup L251-258: the Megatron value model's CP > 1
         # runs on packed sequences only
@@ -123,7 +124,7 @@ def _ppo(job: Job) -> dict[str, Any]:
     return v
 
 
-def _backend(section: str, t, megatron: bool, offload: bool | None = None) -> dict[str, Any]:
+def _backend(section: str, t, arch, megatron: bool, offload: bool | None = None) -> dict[str, Any]:
     """`section`'s training backend (policy or value): Megatron's degrees in megatron_cfg, or FSDP2's in
     dtensor_cfg, the other disabled; `offload`: the policy's optimizer (Megatron) or whole state (DTensor)
     in host memory during the rollout (None: not set)."""
@@ -135,6 +136,9 @@ def _backend(section: str, t, megatron: bool, offload: bool | None = None) -> di
              m + "sequence_parallel": bool(t.sequence_parallel and t.tp > 1),
              m + "activation_checkpointing": t.recompute != "none",
              m + "optimizer.use_distributed_optimizer": t.zero_stage >= 1}
+        if arch.layers % t.pp:  # Megatron-Core's uneven split: the two end stages set apart, the middle even
+            first, _, last = pipeline_split(arch.layers, t.pp)
+            v.update({m + "num_layers_in_first_pipeline_stage": first, m + "num_layers_in_last_pipeline_stage": last})
         if offload is not None:
             v[m + "optimizer.optimizer_cpu_offload"] = offload
         if t.recompute != "none":

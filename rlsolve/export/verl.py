@@ -17,6 +17,7 @@ from typing import Any
 from rlsolve.frameworks import capabilities
 from rlsolve.frameworks.rules import strategies, strategy_for
 from rlsolve.perf.train import expert_tp
+from rlsolve.solver.rules import pipeline_split
 from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_block, dump_yaml, header_lines,
                                    nest, render_array, warning_lines)
 
@@ -38,10 +39,15 @@ def engine_of(job: Job) -> str:
     return "megatron" if strategy == "megatron" else "dp"
 
 
-def _megatron_layout(job: Job, s: Section, prefix: str, offload: bool, t=None) -> None:
-    t = t or job.t
+def _megatron_layout(job: Job, s: Section, prefix: str, offload: bool, t=None, arch=None) -> None:
+    t, arch = t or job.t, arch or job.policy
     s.add(f"{prefix}.tensor_model_parallel_size", t.tp)
     s.add(f"{prefix}.pipeline_model_parallel_size", t.pp)
+    if arch.layers % t.pp:  # Megatron-Core's uneven split: the two end stages set apart, the middle even
+        first, _, last = pipeline_split(arch.layers, t.pp)
+        s.add(f"+{prefix}.override_transformer_config.num_layers_in_first_pipeline_stage", first,
+              f"{arch.layers} layers over pp={t.pp}: no stage above {-(-arch.layers // t.pp)}")
+        s.add(f"+{prefix}.override_transformer_config.num_layers_in_last_pipeline_stage", last)
     s.add(f"{prefix}.virtual_pipeline_model_parallel_size", t.vp if t.vp > 1 else None)
     s.add(f"{prefix}.context_parallel_size", t.cp)
     s.add(f"{prefix}.expert_model_parallel_size", t.ep)
@@ -211,7 +217,7 @@ def sections(job: Job) -> list[Section]:
         ct = job.critic_t
         s.add("critic.ppo_micro_batch_size_per_gpu", ct.micro_batch)
         if mega:
-            _megatron_layout(job, s, "critic.megatron", offload, ct)
+            _megatron_layout(job, s, "critic.megatron", offload, ct, job.critic)
         else:
             _fsdp_layout(job, s, "critic.fsdp", offload, ct)
             s.add("critic.model.enable_gradient_checkpointing", ct.recompute != "none")

@@ -290,7 +290,7 @@ def cp_choices(problem: Problem) -> list[int]:
 
 def train_shapes(problem: Problem, pool: PoolHW) -> Iterator[tuple[int, int, int, int, int]]:
     """(GPUs, tp, pp, cp, dp) for every training count of the pool: tp inside the domain
-    (or named), any pipeline degree up to the layers (uneven stages allowed), the searched
+    (or named), any pipeline degree up to the layers (uneven first and last stages allowed: pipeline_split), the searched
     CP degrees, and a data-parallel degree that divides the global batch. Built from the
     degrees rather than from the counts, so a pool of thousands of nodes costs no more than
     its divisors."""
@@ -300,6 +300,8 @@ def train_shapes(problem: Problem, pool: PoolHW) -> Iterator[tuple[int, int, int
     tps = sorted(set(divisors(max(pool.scaleup_size, 1))) | set(asked(cons, "tp")))
     for tp in tps:
         for pp in range(1, L + 1):
+            if pipeline_split(L, pp) is None:
+                continue
             for cp in cp_choices(problem):
                 m = tp * pp * cp
                 if m > pool.n_gpus:
@@ -310,6 +312,25 @@ def train_shapes(problem: Problem, pool: PoolHW) -> Iterator[tuple[int, int, int
                         break
                     if count_ok(pool, n):
                         yield n, tp, pp, cp, dp
+
+
+def pipeline_split(layers: int, pp: int) -> tuple[int, int, int] | None:
+    """(first, middle, last) transformer layers per stage of a pp-stage pipeline whose busiest stage holds
+    ceil(layers / pp), as the performance model times it (perf/train.py), in the one shape Megatron-Core
+    expresses: the first and the last stage set apart (--decoder-first/last-pipeline-num-layers,
+    TransformerConfig num_layers_in_first/last_pipeline_stage, each > 0) and the middle stages even
+    (megatron/core/transformer/transformer_config.py, 'Uneven PP': the middle layers divisible by the middle
+    stages). The last stage takes the larger end share (the first holds the most in-flight activations).
+    None where no such split keeps every stage within ceil(layers / pp): that pipeline degree does not run as
+    timed."""
+    most = -(-layers // pp)
+    if pp == 1 or layers % pp == 0:
+        return most, most, most
+    for middle in range(most, 0, -1):  # the fullest middle stages whose remainder the two ends can hold
+        ends = layers - (pp - 2) * middle
+        if 2 <= ends <= 2 * most:
+            return ends // 2, middle, ends - ends // 2
+    return None
 
 
 def train_bases(problem: Problem, tp: int, pp: int, cp: int, dp: int) -> Iterator[tuple[int, int, int]]:
@@ -350,6 +371,10 @@ def train_shape_violations(problem: Problem, pool: PoolHW, n: int, tp: int, pp: 
     out += count_violations(pool, n, "training")
     if pp > a.layers:
         out.append(Violation("structure", f + ".pp", f"pp={pp} exceeds the {a.layers} layers"))
+    elif pipeline_split(a.layers, pp) is None:
+        out.append(Violation("structure", f + ".pp", f"pp={pp}: the {a.layers} layers split into stages of at most "
+                             f"{-(-a.layers // pp)} only with uneven middle stages, which Megatron-Core cannot "
+                             f"express (it sets apart the first and last stage only); choose another pp"))
     if user and cp not in cp_choices(problem):
         out.append(Violation("structure", f + ".cp", f"cp={cp} is not searched; name it in constraints.training.cp "
                              f"(searched: {cp_choices(problem)})"))
