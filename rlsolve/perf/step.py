@@ -469,9 +469,10 @@ def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float
            lay.sequence_parallel, lay.attention, lay.etp,
            lay.pipeline_split_embedding_loss, lay.moe_dispatcher, lay.cuda_graphs, lay.moe_token_drop, lay.moe_a2a_overlap,
            grad_shard, pp_link, seq_len, lora)
-    if key not in cache:
-        cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora, memo=cache)
-    return cache[key]
+    hit = cache.get(key)  # (one hash of the key)
+    if hit is None:
+        hit = cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora, memo=cache)
+    return hit
 
 
 def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem | None = None,

@@ -236,9 +236,10 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         key = ("states", id(arch), lay.tp, lay.pp, lay.ep, lay.expert_tp_size, lay.dp, lay.cp, lay.zero_stage,
                lay.offload, lay.main_grad_bytes, lora_rank, weight_bytes, lay.pipeline_split_embedding_loss,
                lay.adam_moment_bytes)
-        if key not in memo:
-            memo[key] = _states(arch, lay, lora_rank, weight_bytes)
-        weights, grads, opt = memo[key]
+        hit = memo.get(key)  # (one hash of the key)
+        if hit is None:
+            hit = memo[key] = _states(arch, lay, lora_rank, weight_bytes)
+        weights, grads, opt = hit
     if memo is None:
         act = _activations(arch, lay, seq_len, fp8=fp8)
     else:  # the activations depend on neither dp, ep nor ZeRO: layouts differing in those share them
@@ -904,7 +905,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     key = ("layer_fwd", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.sp, lay.cp, lay.ep,
            lay.etp, lay.micro_batch, lay.attention, seq_len, lay.moe_dispatcher, lay.cuda_graphs, lay.moe_token_drop,
            lay.moe_a2a_overlap)
-    if key not in memo:
+    hit = memo.get(key)  # (one hash of the key)
+    if hit is None:
         dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
         moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
         # the LM head stays in 16-bit under FP8 recipes (Transformer Engine keeps first/last layers in BF16)
@@ -915,8 +917,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         # context parallel: ring exchange of this rank's K/V, overlapped with attention
         kv_bytes = tokens * (2 * arch.n_kv_heads * arch.d_head) * BF16 / lay.tp
         cp_layer = dev.all_gather(kv_bytes * lay.cp, lay.cp, lay.tp * lay.cp)
-        memo[key] = dense, moe, head, head_elem, tp_layer, cp_layer
-    dense, moe, head, head_elem, tp_layer, cp_layer = memo[key]
+        hit = memo[key] = dense, moe, head, head_elem, tp_layer, cp_layer
+    dense, moe, head, head_elem, tp_layer, cp_layer = hit
     if slots is not None:
         # the busiest stage: a middle one (vp * slots layers) or the last (one layer fewer, plus the
         # output layer), whichever takes longer; with pp = 2 there is no middle stage
