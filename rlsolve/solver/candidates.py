@@ -377,6 +377,11 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         smallest: dict[tuple, bool] = {}  # (ep, vp, ZeRO) -> whether the base's smallest memory fits
         least_mem: dict[tuple, Any] = {}  # (ep, vp, ZeRO) -> that memory, where it was asked (reused below)
         top_zero = max((zero for _, _, zero in bases), default=0)
+        # (ep, ZeRO, micro-batch) -> the recomputes over the memory there without interleaving (`_recompute_levels`'s
+        # `over` after it): over with more virtual stages or a lower ZeRO stage too (the policy's memory never falls
+        # with either: `test_memory_never_falls_with_more_virtual_stages_or_less_zero`), so an interleaved base
+        # (after every vp = 1 base of its ep: `train_bases`' order) asks only the rules of those
+        plain_over: dict[tuple, frozenset] = {}
         for ep, vp, zero in bases:
             if probe and vp > 1:
                 continue
@@ -389,13 +394,22 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                 continue  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
             # recomputes over memory at a smaller micro-batch: over at every larger one too, when
             # micro-batches hold max-length sequences (memory grows with them; not when packed)
-            over: set[str] | None = set() if problem.workload.packed_tokens is None else None
+            # (packed: a set of this micro-batch's alone)
+            monotone = problem.workload.packed_tokens is None
+            over: set[str] = set()
             first = _with_fields(_shape_layout(tp, pp, cp, dp, mbs[0]), ep=ep, vp=vp, zero_stage=zero)
             for mb in mbs:
+                if not monotone:
+                    over = set()
+                if vp > 1:  # over without interleaving at this ZeRO stage or a higher one: over here
+                    for z in range(zero, top_zero + 1):
+                        over.update(plain_over.get((ep, z, mb), ()))
                 if mb == first.micro_batch:  # (its full recompute's memory: `_smallest_fits` may have asked it)
                     levels = _recompute_levels(problem, first, cap, cache, over, rules, least_mem.get((ep, vp, zero)))
                 else:
                     levels = _recompute_levels(problem, _with_fields(first, micro_batch=mb), cap, cache, over, rules)
+                if vp == 1:
+                    plain_over[ep, zero, mb] = frozenset(over)
                 if levels is None:
                     break  # no recompute fits: a larger micro-batch needs more memory still
                 if levels is False:
