@@ -435,3 +435,45 @@ def test_interleaved_bases_seeded_with_the_recomputes_over_without_interleaving_
                         if got is None:
                             break
     assert checked >= 300 and seeded >= 30, (checked, seeded)
+
+
+def _train_rows(cands) -> list[tuple]:
+    return [(c.mode, c.layout, c.hosts, c.reference, c.reward_quant, c.offload_states, c.side.time, c.side.states,
+             c.switch, c.send, c.pool, c.modes, c.critic, c.critic_gpus, c.hold) for c in cands.train]
+
+
+def test_interleaved_micro_batches_beaten_at_every_recompute_leave_the_candidates_as_they_are(monkeypatch):
+    """Skip rule (`_train_candidates`' `_SKIP_BEATEN_MICRO_BATCHES`): an interleaved base skips a
+    micro-batch, before its memory, where `_interleaved_beaten` (`every_recompute`) bounds each of its
+    candidates at every recompute by the layout without interleaving at its least recompute that fits:
+    the training candidates (each field, the order) are those of the enumeration without the rule, on
+    random instances, tight memory among them, and the examples, with and without the bounds of plans
+    already found."""
+    from rlsolve.solver import candidates as cand_mod
+    from rlsolve.solver.candidates import enumerate_candidates
+    rng = random.Random(47)
+    problems = []
+    for k in range(14):
+        try:
+            problems.append(resolve(load_spec(random_spec(rng, tight=k % 2 == 1))))
+        except Exception:  # a spec the resolver refuses: not this test's concern
+            continue
+    problems += [resolve(load_spec(str(EXAMPLES / f"{name}.yaml"))) for name in
+                 ("grpo-deepseek-v2-256xh100", "grpo-70b-64xh100", "grpo-8b-16xa100", "grpo-hetero-h20-h800")]
+    skipped = [0]
+    beaten = cand_mod._interleaved_beaten
+
+    def counted(*args, **kwargs):
+        hit = beaten(*args, **kwargs)
+        skipped[0] += bool(hit and kwargs.get("every_recompute"))
+        return hit
+    monkeypatch.setattr(cand_mod, "_interleaved_beaten", counted)
+    compared = 0
+    for problem in problems:
+        for bounded in (True, False):
+            monkeypatch.setattr(cand_mod, "_SKIP_BEATEN_MICRO_BATCHES", True)
+            with_rule = _train_rows(enumerate_candidates(problem, bounded=bounded))
+            monkeypatch.setattr(cand_mod, "_SKIP_BEATEN_MICRO_BATCHES", False)
+            assert with_rule == _train_rows(enumerate_candidates(problem, bounded=bounded))
+            compared += bool(with_rule)
+    assert compared >= 12 and skipped[0] >= 1000, (compared, skipped[0])
