@@ -12,15 +12,16 @@ import numpy as np
 from rlsolve.perf import step as perf_step
 from rlsolve.perf.generate import (_cdf_power, _normal_grid, _representatives, representative_count,
                                    slowest_replica_mean)
-from rlsolve.perf.step import gen_side
+from rlsolve.perf.step import capacity_bytes, gen_side
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import resolve
-from rlsolve.solver.candidates import _critics_for, _with_critics
+from rlsolve.solver.candidates import (_critics_for, _recompute_levels, _shape_layout, _with_critics,
+                                      _with_fields)
 from rlsolve.solver.rules import (RECOMPUTE, critic_like_policy, gen_universe, gen_violations, micro_batches,
                                   role_counts, train_bases, train_shapes)
 from rlsolve.spec import load_spec
 
-from test_solver_space import random_spec
+from test_solver_space import _random_problems, random_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -389,3 +390,90 @@ def test_the_normal_cdf_power_is_pow_over_the_whole_grid():
         assert got.tobytes() == want.tobytes(), n
         skipped += int(np.count_nonzero(got == 0.0) > 0)
     assert skipped > 600, skipped  # most counts skip part of the grid
+
+
+def _levels(problem, base, cap, cache, over, rules):
+    levels = _recompute_levels(problem, base, cap, cache, over, rules)
+    return levels if levels in (None, False) else [(lay, mem.total) for lay, mem in levels]
+
+
+def test_interleaved_bases_seeded_with_the_recomputes_over_without_interleaving_keep_their_levels():
+    """Speed-only path (`_train_candidates`' `plain_over`): an interleaved base's `_recompute_levels`,
+    its `over` seeded with the recomputes found over the memory at the same micro-batch by the base
+    without interleaving at its ZeRO stage or a higher one, yields what it yields without the seed
+    (the same layouts and memory, None and False alike), micro-batch after micro-batch as the
+    enumeration walks them (one `over` a base, a set of each micro-batch's alone when packed)."""
+    rng = random.Random(41)
+    checked = seeded = 0
+    for problem in _random_problems(10, 43):
+        for pool in problem.pools[:1]:
+            cap, cache = capacity_bytes(pool, problem.workload.headroom), {}
+            shapes = list(train_shapes(problem, pool))
+            for n, tp, pp, cp, dp in rng.sample(shapes, min(12, len(shapes))):
+                mbs = micro_batches(problem, dp)
+                bases = list(train_bases(problem, tp, pp, cp, dp))
+                if not mbs or not any(vp > 1 for _, vp, _ in bases):
+                    continue
+                top = max(zero for _, _, zero in bases)
+                monotone = problem.workload.packed_tokens is None
+                plain_over, rules = {}, {}
+                for ep, vp, zero in bases:
+                    over, bare = set(), set()
+                    for mb in mbs:
+                        if not monotone:
+                            over, bare = set(), set()
+                        seed = set().union(*(plain_over.get((ep, z, mb), ()) for z in range(zero, top + 1))) \
+                            if vp > 1 else set()
+                        seeded += bool(seed - over)
+                        over |= seed
+                        base = _with_fields(_shape_layout(tp, pp, cp, dp, mb), ep=ep, vp=vp, zero_stage=zero)
+                        got = _levels(problem, base, cap, cache, over, rules)
+                        assert got == _levels(problem, base, cap, cache, bare, rules)
+                        checked += 1
+                        if vp == 1:
+                            plain_over[ep, zero, mb] = frozenset(over)
+                        if got is None:
+                            break
+    assert checked >= 300 and seeded >= 30, (checked, seeded)
+
+
+def _train_rows(cands) -> list[tuple]:
+    return [(c.mode, c.layout, c.hosts, c.reference, c.reward_quant, c.offload_states, c.side.time, c.side.states,
+             c.switch, c.send, c.pool, c.modes, c.critic, c.critic_gpus, c.hold) for c in cands.train]
+
+
+def test_interleaved_micro_batches_beaten_at_every_recompute_leave_the_candidates_as_they_are(monkeypatch):
+    """Skip rule (`_train_candidates`' `_SKIP_BEATEN_MICRO_BATCHES`): an interleaved base skips a
+    micro-batch, before its memory, where `_interleaved_beaten` (`every_recompute`) bounds each of its
+    candidates at every recompute by the layout without interleaving at its least recompute that fits:
+    the training candidates (each field, the order) are those of the enumeration without the rule, on
+    random instances, tight memory among them, and the examples, with and without the bounds of plans
+    already found."""
+    from rlsolve.solver import candidates as cand_mod
+    from rlsolve.solver.candidates import enumerate_candidates
+    rng = random.Random(47)
+    problems = []
+    for k in range(14):
+        try:
+            problems.append(resolve(load_spec(random_spec(rng, tight=k % 2 == 1))))
+        except Exception:  # a spec the resolver refuses: not this test's concern
+            continue
+    problems += [resolve(load_spec(str(EXAMPLES / f"{name}.yaml"))) for name in
+                 ("grpo-deepseek-v2-256xh100", "grpo-70b-64xh100", "grpo-8b-16xa100", "grpo-hetero-h20-h800")]
+    skipped = [0]
+    beaten = cand_mod._interleaved_beaten
+
+    def counted(*args, **kwargs):
+        hit = beaten(*args, **kwargs)
+        skipped[0] += bool(hit and kwargs.get("every_recompute"))
+        return hit
+    monkeypatch.setattr(cand_mod, "_interleaved_beaten", counted)
+    compared = 0
+    for problem in problems:
+        for bounded in (True, False):
+            monkeypatch.setattr(cand_mod, "_SKIP_BEATEN_MICRO_BATCHES", True)
+            with_rule = _train_rows(enumerate_candidates(problem, bounded=bounded))
+            monkeypatch.setattr(cand_mod, "_SKIP_BEATEN_MICRO_BATCHES", False)
+            assert with_rule == _train_rows(enumerate_candidates(problem, bounded=bounded))
+            compared += bool(with_rule)
+    assert compared >= 12 and skipped[0] >= 1000, (compared, skipped[0])

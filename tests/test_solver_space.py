@@ -1017,21 +1017,26 @@ def test_the_engine_and_refit_gather_memos_keep_every_value():
 
 def test_memory_never_falls_with_a_larger_micro_batch_of_max_length_sequences():
     """Skip rule: a recompute over memory at one micro-batch is not evaluated at a larger one
-    (micro-batches of max-length sequences, i.e. not packed)."""
+    (micro-batches of max-length sequences, i.e. not packed), with interleaved stages too (an
+    interleaved base skips a micro-batch beaten at every recompute, `_SKIP_BEATEN_MICRO_BATCHES`,
+    where none fitting it means none fits at a larger one)."""
+    from rlsolve.solver.rules import vp_choices
     rng = random.Random(17)
     checked = 0
     for problem in _random_problems(6, 18):
         if problem.workload.packed_tokens is not None:
             continue
         for _ in range(15):
-            lay = TrainLayout(tp=rng.choice([1, 2, 4]), pp=rng.choice([1, 2, 3]), dp=rng.choice([1, 2]),
-                              cp=rng.choice([1, 2]), vp=1, zero_stage=rng.choice([0, 1, 3]),
+            pp = rng.choice([1, 2, 3, 4])
+            lay = TrainLayout(tp=rng.choice([1, 2, 4]), pp=pp, dp=rng.choice([1, 2]),
+                              cp=rng.choice([1, 2]), vp=rng.choice(vp_choices(problem, pp)),
+                              zero_stage=rng.choice([0, 1, 3]),
                               recompute=rng.choice(RECOMPUTE), attention=rng.choice(["flash", "unfused"]),
                               sequence_parallel=rng.random() < 0.7)
             totals = [policy_memory(problem, replace(lay, micro_batch=mb)).total for mb in (1, 2, 3, 4, 8, 16)]
             assert totals == sorted(totals)
-            checked += 1
-    assert checked >= 60
+            checked += lay.vp > 1
+    assert checked >= 20, checked
 
 
 def test_memory_never_falls_with_more_virtual_stages_or_less_zero():

@@ -30,7 +30,9 @@ each has a property test in tests/test_solver_space.py):
 - interleaved virtual stages, without a critic, whose update plus old log-prob pass bounded from
   below by the plain layout's less its bubble loses every variant of every kind it may serve to
   a candidate already found: the fastest disaggregated trainer of its group, or a member of its
-  colocated front (`_interleaved_beaten`).
+  colocated front (`_interleaved_beaten`); where that bound, from the plain layout's least recompute
+  that fits, holds at every recompute, the micro-batch is skipped before its memory
+  (`_SKIP_BEATEN_MICRO_BATCHES`; micro-batches of max-length sequences, without a target).
 
 For the throughput objective without a price cap or linear constraints (`bounded`), bounds
 against plans already found also prune. A first plan per mode comes from a few training
@@ -343,6 +345,10 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     caps = target_caps(problem)
     critics_vary = problem.value is not None and caps is not None
     group_modes = [m for m in modes if "auxiliary" in critic_places(problem, m)]
+    # an interleaved base may skip a micro-batch beaten at every recompute (below): micro-batches of max-length
+    # sequences whose rules read neither it nor (no target) vp with the recompute, the recompute not kept apart
+    skip_ok = _SKIP_BEATEN_MICRO_BATCHES and problem.workload.packed_tokens is None and caps is None and \
+        "micro_batch" not in problem.spec.constraints.training and "recompute" not in apart
     for n, tp, pp, cp, dp in (train_shapes(problem, pool) if shapes is None else shapes):
         deadline.check("enumerating training layouts")
         kinds = []
@@ -377,26 +383,62 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         smallest: dict[tuple, bool] = {}  # (ep, vp, ZeRO) -> whether the base's smallest memory fits
         least_mem: dict[tuple, Any] = {}  # (ep, vp, ZeRO) -> that memory, where it was asked (reused below)
         top_zero = max((zero for _, _, zero in bases), default=0)
+        # (ep, ZeRO, micro-batch) -> the recomputes over the memory there without interleaving (`_recompute_levels`'s
+        # `over` after it): over with more virtual stages or a lower ZeRO stage too (the policy's memory never falls
+        # with either: `test_memory_never_falls_with_more_virtual_stages_or_less_zero`), so an interleaved base
+        # (after every vp = 1 base of its ep: `train_bases`' order) asks only the rules of those
+        plain_over: dict[tuple, frozenset] = {}
+        # (ep, ZeRO, micro-batch) -> the least recompute that fits without interleaving and its memory (scored:
+        # `plain`), for `_interleaved_beaten` over every recompute of an interleaved base (below); False: none
+        # fits, one being allowed
+        plain_first: dict[tuple, tuple] = {}
         for ep, vp, zero in bases:
             if probe and vp > 1:
                 continue
             deadline.check("enumerating training layouts")
             fits = smallest.get((ep, vp, zero)) if mbs else False
-            if fits is None:
-                fits = _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache, smallest,
-                                      least_mem)
-            if not fits:
+            if fits is False:
                 continue  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
             # recomputes over memory at a smaller micro-batch: over at every larger one too, when
             # micro-batches hold max-length sequences (memory grows with them; not when packed)
-            over: set[str] | None = set() if problem.workload.packed_tokens is None else None
+            # (packed: a set of this micro-batch's alone)
+            monotone = problem.workload.packed_tokens is None
+            over: set[str] = set()
             first = _with_fields(_shape_layout(tp, pp, cp, dp, mbs[0]), ep=ep, vp=vp, zero_stage=zero)
             for mb in mbs:
+                if not monotone:
+                    over = set()
+                if vp > 1 and skip_ok and plain_first.get((ep, zero, mb)) is False:
+                    break  # no recompute fits without interleaving: none fits with it (the same rules of each)
+                if vp > 1 and skip_ok and (hit := plain_first.get((ep, zero, mb))):
+                    # Every candidate of this base at mb, at any recompute, loses to one already found: the least
+                    # recompute that fits it is no lighter than the one without interleaving (the memory never
+                    # falls with vp; the rules of a recompute do not read vp without a target), a heavier one is
+                    # never faster, and interleaving only shrinks the bubble (`_interleaved_beaten`). Skipped
+                    # without its memory: where no recompute fits, none fits at a larger micro-batch either
+                    # (max-length sequences; the rules do not read it), so the micro-batches after it add nothing.
+                    plain_lay = plain[ep, zero, mb, hit[0]]
+                    if _interleaved_beaten(problem, pool, _with_fields(plain_lay[0], vp=vp), hit[1], cap, plain_lay,
+                                           kinds, variants_of, best_disagg, fronts if front else None, modes, apart,
+                                           n, pp, bounds, limit, cache, aux_of, dev, every_recompute=True):
+                        continue
+                if fits is None:  # (asked at the base's first micro-batch not skipped above)
+                    fits = _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache,
+                                          smallest, least_mem)
+                    if not fits:
+                        break  # the smallest memory of this base (micro-batch 1, full recompute) does not fit
+                if vp > 1:  # over without interleaving at this ZeRO stage or a higher one: over here
+                    for z in range(zero, top_zero + 1):
+                        over.update(plain_over.get((ep, z, mb), ()))
                 if mb == first.micro_batch:  # (its full recompute's memory: `_smallest_fits` may have asked it)
                     levels = _recompute_levels(problem, first, cap, cache, over, rules, least_mem.get((ep, vp, zero)))
                 else:
                     levels = _recompute_levels(problem, _with_fields(first, micro_batch=mb), cap, cache, over, rules)
+                if vp == 1:
+                    plain_over[ep, zero, mb] = frozenset(over)
                 if levels is None:
+                    if vp == 1:
+                        plain_first[ep, zero, mb] = False
                     break  # no recompute fits: a larger micro-batch needs more memory still
                 if levels is False:
                     continue
@@ -566,6 +608,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                        - {v[:4] + (c,) for v in failed for c in v[4]})
                     if vp == 1:  # (`failed` and `dead` are replaced, never changed in place: kept as now)
                         plain[ep, zero, mb, rec] = (lay, t, old, failed, dead, more)
+                        plain_first.setdefault((ep, zero, mb), (rec, mem))
                     if not more:
                         break
     return found
@@ -767,7 +810,7 @@ def _others_of(problem: Problem, pool: PoolHW, lay: TrainLayout, dims: tuple, ho
 def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: float, plain: tuple,
                         kinds: list[str], variants_of, best_disagg: dict, fronts: dict | None, modes: list[str],
                         apart: tuple, n: int, pp: int, bounds: dict, limit: dict | None, cache: dict, aux_of: dict,
-                        dev: Any) -> bool:
+                        dev: Any, every_recompute: bool = False) -> bool:
     """Whether an interleaved layout (vp > 1) need not be scored: without a critic, the plain one
     (vp = 1, same recompute, scored: `plain`) bounds its update plus old log-prob pass from below
     by the plain one's less its bubble (interleaving leaves the stages' times and the old log-prob
@@ -777,7 +820,10 @@ def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: A
     member of its front (`fronts`, only while they apply) that is no slower, holds no more and is
     no less simple, or holds the policy's states and its other models beyond the memory. These are
     the tests of `_train_candidates` that would skip each candidate, at this recompute and every
-    heavier one (more recompute is slower still, holds the same states and is less simple)."""
+    heavier one (more recompute is slower still, holds the same states and is less simple).
+    `every_recompute`: `lay` and `mem` are plain's (its least recompute that fits, with vp), and the
+    verdict covers the interleaved layout at that recompute and every heavier one whether or not it
+    fits beside the other models there (its rank is no less than that bound's either way)."""
     lay1, t1, old1 = plain[:3]
     if problem.value is not None or lay1.recompute_layers > 0:
         return False
@@ -803,7 +849,7 @@ def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: A
             states = mem.states + resident
             if states > cap:
                 continue  # no recompute fits it
-            if mem.total + resident > cap:
+            if mem.total + resident > cap and not every_recompute:
                 return False  # a heavier recompute may fit it
             side_lb = lb + ref_t + rew_t + val_t + problem.workload.framework.orchestration_s
             group = fronts.get((n, hosts, ref, quant), [])
@@ -1100,6 +1146,7 @@ def _with_fields(base: TrainLayout, **fields) -> TrainLayout:
 
 
 _new_object, _set_attr = object.__new__, object.__setattr__
+_SKIP_BEATEN_MICRO_BATCHES = True  # (a switch for the property test that compares the candidates without it)
 
 
 def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> bool:
