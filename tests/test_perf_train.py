@@ -47,6 +47,18 @@ def test_the_embedding_and_loss_slots_take_a_layer_off_the_first_stage():
     assert t_even["fwd_compute"] - t_split["fwd_compute"] == pytest.approx(head, rel=0.1)
 
 
+
+def test_the_states_memo_tells_virtual_stages_apart_where_the_split_reads_them():
+    """With the embedding and loss slots the first stage's layers depend on vp (60 layers over pp 4: 14 at vp 1,
+    13 at vp 2), so a memo shared by both layouts gives each its own weights, as without a memo."""
+    arch = find_model("deepseek-v2")
+    one, two = (TrainLayout(tp=1, pp=4, dp=2, vp=vp, micro_batch=1, pipeline_split_embedding_loss=True)
+                for vp in (1, 2))
+    assert (first_stage_layers(arch, one), first_stage_layers(arch, two)) == (14, 13)
+    memo: dict = {}
+    for lay in (one, two):
+        assert train_memory(arch, lay, 4096, memo=memo).weights == train_memory(arch, lay, 4096).weights
+
 def test_a_split_that_megatron_would_reject_is_reported_with_the_field():
     row = {"id": "x", "kind": "train", "hardware": {"gpu": "H100-SXM-80GB", "gpus": 64, "gpus_per_node": 8},
            "model": {"name": "llama-3.1-70b"}, "precision": "bf16",

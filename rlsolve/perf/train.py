@@ -234,8 +234,9 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         # (the fields the expert TP and sequence parallelism are read from, not those properties: the same
         # keys, asked ~50k times a solve)
         key = ("states", id(arch), lay.tp, lay.pp, lay.ep, lay.expert_tp_size, lay.dp, lay.cp, lay.zero_stage,
-               lay.offload, lay.main_grad_bytes, lora_rank, weight_bytes, lay.pipeline_split_embedding_loss,
-               lay.adam_moment_bytes)
+               lay.offload, lay.main_grad_bytes, lora_rank, weight_bytes,
+               # with the embedding and loss slots the first stage's layers depend on vp (first_stage_layers)
+               lay.pipeline_split_embedding_loss and lay.vp, lay.adam_moment_bytes)
         hit = memo.get(key)  # (one hash of the key)
         if hit is None:
             hit = memo[key] = _states(arch, lay, lora_rank, weight_bytes)
