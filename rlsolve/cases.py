@@ -198,15 +198,11 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     moments = str(lay_in.get("adam_moment_dtype", "fp32"))
     if moments not in ADAM_MOMENT_DTYPES:
         raise ValueError(f"layout.adam_moment_dtype must be fp32 or bf16, got {moments!r}")
-    split = lay_in.get("pipeline_split_embedding_loss", False)
-    if not isinstance(split, bool):
-        raise ValueError(f"layout.pipeline_split_embedding_loss must be true or false, got {split!r}")
+    split = _layout_flag(lay_in, "pipeline_split_embedding_loss", False)
     recompute = str(lay_in.get("recompute", "none"))
     if recompute not in RECOMPUTE_ORDER:
         raise ValueError(f"layout.recompute must be one of {', '.join(RECOMPUTE_ORDER)}, got {recompute!r}")
-    a2a_overlap = lay_in.get("moe_a2a_overlap", False)
-    if not isinstance(a2a_overlap, bool):
-        raise ValueError(f"layout.moe_a2a_overlap must be true or false, got {a2a_overlap!r}")
+    a2a_overlap = _layout_flag(lay_in, "moe_a2a_overlap", False)
     if a2a_overlap:  # Megatron-Core's own checks (transformer_config.py, commit 2edffadb, L2094-2124)
         if int(lay_in.get("ep", 1)) <= 1:
             raise ValueError("layout.moe_a2a_overlap needs expert parallelism (layout.ep > 1)")
@@ -214,9 +210,7 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
             raise ValueError("layout.moe_a2a_overlap with layout.pp > 1 needs a virtual pipeline (layout.vp > 1)")
         if recompute == "full":
             raise ValueError("layout.moe_a2a_overlap cannot run with layout.recompute full")
-    token_drop = lay_in.get("moe_token_drop", False)
-    if not isinstance(token_drop, bool):
-        raise ValueError(f"layout.moe_token_drop must be true or false, got {token_drop!r}")
+    token_drop = _layout_flag(lay_in, "moe_token_drop", False)
     dp, ep = int(lay_in.get("dp") or gpus // (tp * pp * cp)), int(lay_in.get("ep", 1))
     modules = _recompute_modules(lay_in)
     etp = lay_in.get("etp")
@@ -354,9 +348,14 @@ def _overlap_grad_reduce(lay_in: dict) -> bool:
     """`layout.overlap_grad_reduce` of a train row: false where the recipe turns off Megatron-Core's
     DDP overlap_grad_reduce (the gradient reduce-scatter then runs after the backward, exposed:
     perf/train.py train_time); absent: true, the recipes' default."""
-    v = lay_in.get("overlap_grad_reduce", True)
+    return _layout_flag(lay_in, "overlap_grad_reduce", True)
+
+
+def _layout_flag(lay_in: dict, name: str, default: bool) -> bool:
+    """`layout.<name>` of a row, a YAML boolean (absent: `default`)."""
+    v = lay_in.get(name, default)
     if not isinstance(v, bool):
-        raise ValueError(f"layout.overlap_grad_reduce must be true or false, got {v!r}")
+        raise ValueError(f"layout.{name} must be true or false, got {v!r}")
     return v
 
 
@@ -396,9 +395,7 @@ def _trtllm_contiguous_kv(lay: dict) -> bool:
     if lay.get("engine") != "tensorrt-llm" or "engine_version" not in lay:
         return False
     if "paged_kv_cache" in lay:
-        if not isinstance(lay["paged_kv_cache"], bool):
-            raise ValueError(f"layout.paged_kv_cache is true or false, got {lay['paged_kv_cache']!r}")
-        return not lay["paged_kv_cache"]
+        return not _layout_flag(lay, "paged_kv_cache", True)
     return release(str(lay["engine_version"])) < release(runtime().trtllm_paged_kv_cache_default_from.value)
 
 

@@ -1091,8 +1091,7 @@ def _interleaving_dominated(problem: Problem, plain: TrainLayout, t: Any, old: f
         return False  # faster (or too close to call in floating point): scored as usual
     if allowed_and_fits:
         return True
-    lay = object.__new__(TrainLayout)
-    lay.__dict__.update(plain.__dict__, vp=vp)
+    lay = _with_fields(plain, vp=vp)
     return not train_layout_violations(problem, lay) and policy_memory(problem, lay, cache).total <= cap
 
 
