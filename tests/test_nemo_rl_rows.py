@@ -32,7 +32,8 @@ def test_a_skipped_old_logprob_pass_costs_nothing_and_leaves_the_other_phases(ro
     assert ps["old_logprob"] == 0.0 < pf["old_logprob"]
     for phase in ("generation", "reference", "train", "weight_sync"):
         assert ps[phase] == pytest.approx(pf[phase], rel=1e-9), phase
-    assert full.predicted - skip.predicted == pytest.approx(pf["old_logprob"], rel=1e-6)
+    # (the step and each phase are printed to the millisecond: their difference is within two roundings)
+    assert full.predicted - skip.predicted == pytest.approx(pf["old_logprob"], abs=1e-3)
 
 
 def test_rows_that_skip_the_old_logprob_pass_train_once_per_rollout(rows):

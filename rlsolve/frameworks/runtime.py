@@ -265,11 +265,11 @@ class FrameworkCosts:
     fixed_share_modes: frozenset = frozenset({"colocated", "sync", "async"})
 
 
-def engine_default_max_num_seqs(gpu_memory_gb: float, gpu_name: str) -> int:
+def engine_default_max_num_seqs(gpu_memory_bytes: float, gpu_name: str) -> int:
     """vLLM's LLM-class max_num_seqs when none is given (`engine_max_num_seqs`): the large value on GPUs
-    with at least 70 GiB other than A100 (vLLM compares the device memory in GiB and the device name)."""
+    reporting at least 70 GiB other than A100 (vLLM compares the device's total memory and its name)."""
     caps = runtime().engine_max_num_seqs.value
-    return caps["large"] if gpu_memory_gb >= 70 * 1.0737 and "A100" not in gpu_name else caps["small"]
+    return caps["large"] if gpu_memory_bytes >= 70 * 2**30 and "A100" not in gpu_name else caps["small"]
 
 
 def unset_max_num_seqs(fw: FrameworkRuntime) -> int | None:

@@ -32,14 +32,14 @@ def gen_dtype_bytes(problem: Problem) -> float:
 
 
 def capacity_bytes(pool: PoolHW, headroom: float) -> float:
-    return pool.gpu.memory_gb * GB * (1.0 - headroom)
+    return pool.gpu.memory_bytes * (1.0 - headroom)
 
 
 def engine_cap_bytes(problem: Problem, pool: PoolHW) -> float:
     """What the engine may take per GPU (weights, KV cache, workspace): the user's
     gpu_memory_utilization share of the GPU's memory, else no limit beyond capacity."""
     util = problem.workload.engine_share
-    return float("inf") if util is None else util * pool.gpu.memory_gb * GB
+    return float("inf") if util is None else util * pool.gpu.memory_bytes
 
 
 # --- generation side ----------------------------------------------------------------------
@@ -308,7 +308,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     # default (frameworks/runtime.py engine_default_max_num_seqs, which cases.py asks too): a figure independent of
     # the replica count, as the engine search's count loop needs (whether a layout fits does not depend on
     # dp); the exporters then write a step's requests per replica, which may differ from it
-    default_seqs = engine_default_max_num_seqs(pool.gpu.memory_gb, pool.gpu.name)
+    default_seqs = engine_default_max_num_seqs(pool.gpu.memory_bytes, pool.gpu.name)
     # where the target cannot set the cap, an engine the plan gives none runs at the one its framework builds it
     # with (OpenRLHF's AsyncLLM: the engine-context default); where it can, the export writes one that never binds
     unset = math.inf if cap_search else float(wl.framework.engine_unset_max_num_seqs or default_seqs)
