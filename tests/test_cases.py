@@ -182,7 +182,7 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # generate: the 238 TensorRT-LLM static-batch rows (v0.5.0-v0.9.0 tables), median 0.2234 when first scored, 0.139
 # once the release's decode kernel reads each KV head once per query head where XQA does not run (decode_kv_reads),
 # 0.1368 with 6 more rows scored (230 of 238): engines before v0.8.0 keep a contiguous KV cache, sized whole.
-PINNED_EXTRA = {"train": 0.092, "phase train": 0.242, "phase reference": 0.329, "phase generation": 0.187,
+PINNED_EXTRA = {"train": 0.092, "phase train": 0.242, "phase reference": 0.329, "phase generation": 0.195,
                 "generate": 0.137}
 
 
@@ -192,7 +192,7 @@ def extra_report():
 
 
 def test_the_extra_rows_are_all_scored_or_explained(extra_report):
-    """benchmarks/data/extra_cases.yaml (461 rows from the same public sources) stays in the
+    """benchmarks/data/extra_cases.yaml (462 rows from the same public sources) stays in the
     format: every row is predicted or reported with its reason, none silently dropped."""
     data = yaml.safe_load(EXTRA.read_text())
     rep = extra_report
@@ -208,7 +208,8 @@ def test_the_extra_medians_do_not_regress(extra_report):
     assert s["rl_phases"]["train"]["median_abs_error"] <= PINNED_EXTRA["phase train"], s["rl_phases"]["train"]
     # verl's reference runs from host memory, its shard copied in per micro-batch (runtime.yaml verl)
     assert s["rl_phases"]["reference"]["median_abs_error"] <= PINNED_EXTRA["phase reference"], s["rl_phases"]["reference"]
-    # the step waits for the slowest engine: generation.slowest_replica_mean (median 18.7%)
+    # the step waits for the slowest engine: generation.slowest_replica_mean (median 18.7%;
+    # 19.5% with NeMo-RL PR #3461's GB200 Qwen3-30B-A3B row, whose generation the model puts at +68%)
     assert s["rl_phases"]["generation"]["median_abs_error"] <= PINNED_EXTRA["phase generation"], s["rl_phases"]["generation"]
 
 
