@@ -93,3 +93,23 @@ def test_only_nemo_rl_releases_before_0_5_make_the_round_trip():
     for fw, version in (("nemo-rl", "0.5.0"), ("nemo-rl", None), ("any", "0.4.0"), ("verl", "0.4.0"),
                         ("openrlhf", None)):
         assert not framework_costs(fw, version).logprob_prep_offloads_optimizer, (fw, version)
+
+
+def test_the_round_trip_sits_on_the_training_side_outside_every_named_phase(rows):
+    """Disaggregated, the trainers' optimizer round trip (the plan's switch) is NeMo-RL's logprob_inference_prep +
+    training_prep: a log's `other`, not its generation, and a segment of the training lane of the step's figure,
+    which then ends where the step does (the trainers bound this 1-step-off row)."""
+    from rlsolve.cases import _score_recipe
+    from rlsolve.logfit import model_phases
+    from rlsolve.whatif.figdata import timeline_lanes
+    plan, how, _ = _score_recipe(rows["nemorl04-llama3p1-8b-grpo-1stepoff-bf16-16g"], None)
+    t = plan.time_s
+    assert how == "recipe layout" and plan.pipeline.mode == "async" and t.switch > 1.0
+    phases = model_phases(plan, refit_inside_generation=False)
+    assert phases["other"] == t.switch
+    assert phases["generation"] == pytest.approx(t.prefill + t.decode)
+    lanes = timeline_lanes(plan).lanes
+    training = lanes[1]
+    assert [s.phase for s in training.segments].count("switch") == 1
+    work = [s for s in training.segments if s.phase != "idle"]
+    assert work[-1].end == pytest.approx(t.step, abs=0.01)
