@@ -184,7 +184,7 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # 0.1368 with 6 more rows scored (230 of 238): engines before v0.8.0 keep a contiguous KV cache, sized whole;
 # capacity as the device reports it (catalog device_memory_bytes: 84.94e9 bytes for an 80 GB H100, not 80e9) took
 # generate to 0.1326 with 236 rows scored and train to 0.0905.
-PINNED_EXTRA = {"train": 0.091, "phase train": 0.242, "phase reference": 0.329, "phase generation": 0.187,
+PINNED_EXTRA = {"train": 0.091, "phase train": 0.242, "phase reference": 0.329, "phase generation": 0.195,
                 "generate": 0.133}
 
 
@@ -194,7 +194,7 @@ def extra_report():
 
 
 def test_the_extra_rows_are_all_scored_or_explained(extra_report):
-    """benchmarks/data/extra_cases.yaml (461 rows from the same public sources) stays in the
+    """benchmarks/data/extra_cases.yaml (462 rows from the same public sources) stays in the
     format: every row is predicted or reported with its reason, none silently dropped."""
     data = yaml.safe_load(EXTRA.read_text())
     rep = extra_report
@@ -210,7 +210,8 @@ def test_the_extra_medians_do_not_regress(extra_report):
     assert s["rl_phases"]["train"]["median_abs_error"] <= PINNED_EXTRA["phase train"], s["rl_phases"]["train"]
     # verl's reference runs from host memory, its shard copied in per micro-batch (runtime.yaml verl)
     assert s["rl_phases"]["reference"]["median_abs_error"] <= PINNED_EXTRA["phase reference"], s["rl_phases"]["reference"]
-    # the step waits for the slowest engine: generation.slowest_replica_mean (median 18.7%)
+    # the step waits for the slowest engine: generation.slowest_replica_mean (median 18.7%;
+    # 19.5% with NeMo-RL PR #3461's GB200 Qwen3-30B-A3B row, whose generation the model puts at +68%)
     assert s["rl_phases"]["generation"]["median_abs_error"] <= PINNED_EXTRA["phase generation"], s["rl_phases"]["generation"]
 
 
