@@ -129,6 +129,23 @@ def test_a_point_out_of_time_is_an_unknown_row_never_cached(tmp_path, monkeypatc
     assert not list(tmp_path.glob("*.json"))  # a later run searches again
 
 
+def test_time_limit_reaches_every_solve(tmp_path, monkeypatch):
+    """compare(time_limit_s=) (the CLI's --time-limit, which the unknown rows' message names) sets each point's
+    solver.time_limit_s; the spec's own limit otherwise."""
+    import rlsolve.solver
+    seen = []
+
+    def record(spec, objective=None, **options):
+        seen.append(spec["solver"]["time_limit_s"])  # each point's spec travels to its worker as a dict
+        raise rlsolve.NoAnswerError(seen[-1], "the optimum")
+    monkeypatch.setattr(rlsolve.solver, "solve", record)
+    compare(tiny(), gpus=["L4"], nodes=[1, 2], workers=1, cache_dir=False, time_limit_s=77.0)
+    compare(tiny(), gpus=["L4"], nodes=[1], workers=1, cache_dir=False)
+    assert seen == [77.0, 77.0, 10.0]
+    r = run("compare", write(tmp_path, tiny()), "--time-limit", "0", "--no-cache")
+    assert r.exit_code == 2 and "--time-limit" in r.output and "Traceback" not in r.output
+
+
 def test_cache_resumes_an_interrupted_sweep(study, tmp_path):
     rows, cache = study
     files = sorted(cache.glob("*.json"))

@@ -424,7 +424,8 @@ def _run_ray(todo: list[tuple[int, dict]], objective: str | None, address: str |
 def compare(spec, gpus: Sequence[str] | None = None, nodes: Sequence[int] | None = None,
             networks: Sequence[Any] | None = None, objective: str | None = None, executor: str = "local",
             address: str | None = None, workers: int | None = None, cache_dir: "str | os.PathLike | bool | None" = None,
-            progress: "Progress | bool | None" = None, prices: dict[str, float] | None = None) -> list[Row]:
+            progress: "Progress | bool | None" = None, prices: dict[str, float] | None = None,
+            time_limit_s: float | None = None) -> list[Row]:
     """Solve `spec` on every (GPU, nodes, network) combination and return one Row each, in
     the order gpus x nodes x networks, with the throughput-cost Pareto front marked.
 
@@ -434,12 +435,15 @@ def compare(spec, gpus: Sequence[str] | None = None, nodes: Sequence[int] | None
     unless Ray is already initialized). cache_dir: where results are cached (None: the
     default, False: no cache). progress: a callable(done, total), True for a click progress
     bar on stderr once the sweep has run a second, or None. prices: GPU name -> USD per
-    GPU-hour, overriding the catalog and the spec for this run.
+    GPU-hour, overriding the catalog and the spec for this run. time_limit_s: each solve's limit
+    (None: the spec's solver.time_limit_s).
 
     Raises SpecError for a bad spec, GPU or network name; never for an infeasible point."""
     from rlsolve.hardware_db import find_gpu
     from rlsolve.spec import load_spec
     base = load_spec(spec)
+    if time_limit_s is not None:
+        base = base.model_copy(update={"solver": base.solver.model_copy(update={"time_limit_s": time_limit_s})})
     objective = objective or base.objective
     if objective not in ("throughput", "cost"):
         raise SpecError(f"unknown objective {objective!r}; use throughput or cost", field="objective")

@@ -61,10 +61,11 @@ def _prices(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Result cache (default ~/.cache/rlsolve/sweeps); an interrupted sweep resumes from it.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
+@click.option("--time-limit", type=float, default=None, help="Each solve's time limit in seconds (default: the spec's).")
 @guarded
 def compare(spec: str, gpus: tuple[str, ...], nodes: tuple[str, ...], networks: tuple[str, ...], objective: str | None,
             fmt: str, plot: str | None, prices: tuple[str, ...], executor: str, address: str | None,
-            workers: int | None, cache_dir: str | None, no_cache: bool) -> None:
+            workers: int | None, cache_dir: str | None, no_cache: bool, time_limit: float | None) -> None:
     """What-if study: solve SPEC on every GPU x nodes x network combination and compare.
 
     One row per cluster: GPUs, throughput, tokens/s per GPU, step time, the chosen mode and
@@ -78,7 +79,8 @@ def compare(spec: str, gpus: tuple[str, ...], nodes: tuple[str, ...], networks: 
         outputs.add(plot, "--plot")
     rows = _compare(spec, gpus=_split(gpus) or None, nodes=_nodes(nodes) or None, networks=_split(networks) or None,
                     objective=objective, executor=executor, address=address, workers=workers,
-                    cache_dir=False if no_cache else cache_dir, progress=True, prices=_prices(prices))
+                    cache_dir=False if no_cache else cache_dir, progress=True, prices=_prices(prices),
+                    time_limit_s=checked_flag("SolverOptions", "time_limit_s", time_limit, "--time-limit"))
     if plot:
         with outputs:
             write_sweep_plot(rows, outputs.stage(plot))
