@@ -433,3 +433,35 @@ def test_trtllm_engines_before_paged_default_size_the_kv_cache_whole():
         assert paged.error is None and "exceeds" in paged.note
     bad = score_cases({"cases": [{**row, "layout": {**row["layout"], "paged_kv_cache": "no"}}]}).rows[0]
     assert not bad.modelled and "layout.paged_kv_cache" in bad.note
+
+
+def test_trtllm_fp8_engines_before_the_fp8_moe_plugin_run_16bit_experts():
+    """TensorRT-LLM's MoE plugin has no FP8 type before v0.10.0 (runtime.yaml trtllm_moe.fp8_experts_from): an FP8
+    Mixtral engine of v0.9.0 reads its experts' 16-bit weights and runs their GEMMs at the 16-bit rate, so it is
+    predicted slower than the same row at v0.10.0, and by no more than the all-16-bit bound (the same row read as a
+    bf16 one: only the attention and dense linears and the KV cache stay FP8). The rule leaves 16-bit rows, dense
+    models and other engines alone."""
+    from rlsolve.cases import predict_generate
+    from rlsolve.models import resolve_model
+    from rlsolve.perf.generate import trtllm_experts_16bit
+    rows = {r["id"]: r for r in yaml.safe_load(EXTRA.read_text())["cases"]}
+
+    def at(rid, **kw):
+        row = rows[rid]
+        return predict_generate({**row, **{k: v for k, v in kw.items() if k == "precision"},
+                                 "layout": {**row["layout"], **{k: v for k, v in kw.items() if k != "precision"}}})
+
+    for rid in ("trtllm090-h100-mixtral-8x7b-tp2-bs32-2048-2048", "trtllm090-h200-mixtral-8x7b-tp2-bs1024-128-128",
+                "trtllm090-l40s-mixtral-8x7b-tp4-bs64-2048-128"):
+        old, new, bf16 = at(rid), at(rid, engine_version="0.10.0"), at(rid, precision="bf16")
+        assert old.predicted < 0.9 * new.predicted, rid
+        assert old.predicted > bf16.predicted, rid
+    for rid in ("trtllm090-a100-mixtral-8x7b-tp2-bs128-128-2048", "trtllm090-h100-mistral-7b-tp1-bs56-2048-2048"):
+        assert at(rid).predicted == at(rid, engine_version="0.10.0").predicted, rid
+    mixtral, dense = resolve_model("mixtral-8x7b"), resolve_model("llama3-8b")
+    assert trtllm_experts_16bit(mixtral, "fp8", "tensorrt-llm", "0.9.0")
+    assert not trtllm_experts_16bit(mixtral, "fp8", "tensorrt-llm", "0.10.0")
+    assert not trtllm_experts_16bit(mixtral, "bf16", "tensorrt-llm", "0.9.0")
+    assert not trtllm_experts_16bit(mixtral, "fp8", "vllm", "0.9.0")
+    assert not trtllm_experts_16bit(mixtral, "fp8", "tensorrt-llm", None)
+    assert not trtllm_experts_16bit(dense, "fp8", "tensorrt-llm", "0.9.0")

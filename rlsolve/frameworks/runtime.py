@@ -194,6 +194,11 @@ class TrtllmDecodeAttention(_Strict):
     xqa_min_block_factor: _Float
 
 
+class TrtllmMoe(_Strict):
+    """What TensorRT-LLM's MoE plugin runs: the experts' precision."""
+    fp8_experts_from: _Str
+
+
 class Runtime(_Strict):
     frameworks: dict[Literal["verl", "openrlhf", "nemo-rl"], FrameworkRuntime]
     zero_stage_by_strategy: _ZeroByStrategy
@@ -203,6 +208,7 @@ class Runtime(_Strict):
     engine_profile_sampler_bytes_per_logit: _ByRelease
     trtllm_decode_attention: TrtllmDecodeAttention
     trtllm_paged_kv_cache_default_from: _Str
+    trtllm_moe: TrtllmMoe
 
 
 @lru_cache(maxsize=1)
