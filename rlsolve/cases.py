@@ -21,7 +21,7 @@ from rlsolve.frameworks.runtime import (FrameworkRuntime, engine_default_max_num
 from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, decode_kv_reads, prefill_time, simulate_decode, \
-    trtllm_experts_16bit, weight_bytes_per_gpu, kv_bytes_per_token_per_gpu, gen_other_bytes
+    random_weight_experts_reached, trtllm_experts_16bit, weight_bytes_per_gpu, kv_bytes_per_token_per_gpu, gen_other_bytes
 from rlsolve.perf.hw import GB, constants, device
 from rlsolve.perf.train import (BF16, BF16_MAIN_GRAD_BYTES, CUDA_GRAPHS, FP32_ADAM_MOMENT_BYTES, FP32_MAIN_GRAD_BYTES,
                                 MOE_DISPATCHERS, OFFLOADS, TrainLayout, model_flops,
@@ -418,8 +418,12 @@ def predict_generate(row: dict, profile: dict | None = None) -> CaseResult:
     # its choice of kernel is taken at the running batch (at maximum load: the engine's cap)
     sm = pool.gpu.sm_count.value if pool.gpu.sm_count is not None else None
     reads = decode_kv_reads(arch, lay, float(DEFAULT_MAX_NUM_SEQS if batch == "auto" else batch), sm, engine, version)
+    # an engine built from a model config without a checkpoint (layout.random_weights) routes all its tokens to
+    # the same experts: TensorRT-LLM's random weights overflow fp16 in the first MoE layer (runtime.yaml trtllm_moe)
+    reached = (random_weight_experts_reached(arch, engine) if _layout_flag(lay_in, "random_weights", False)
+               else None)
     step = StepModel(arch, dev, lay, wb, wb, kv_reads=reads, expert_bytes=2.0 if expert_dev else None,
-                     expert_dev=expert_dev)
+                     expert_dev=expert_dev, experts_reached=reached)
     # engines give the KV cache a fraction of what the weights leave (TensorRT-LLM's
     # kv_cache_free_gpu_mem_fraction default 0.9); a TensorRT-LLM engine without a paged cache allocates the
     # run's cache whole, in what the weights leave (runtime.yaml trtllm_paged_kv_cache_default_from)

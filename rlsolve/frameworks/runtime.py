@@ -195,8 +195,11 @@ class TrtllmDecodeAttention(_Strict):
 
 
 class TrtllmMoe(_Strict):
-    """What TensorRT-LLM's MoE plugin runs: the experts' precision."""
+    """What TensorRT-LLM's MoE plugin runs: the experts' precision, and where a built-from-config engine's random
+    weights send the tokens."""
     fp8_experts_from: _Str
+    random_weights_nan_after_first_moe_layer: _Bool
+    nan_rows_gate_to_first_expert: _Bool
 
 
 class Runtime(_Strict):

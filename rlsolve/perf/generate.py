@@ -85,6 +85,18 @@ def trtllm_experts_16bit(arch: Architecture, precision: str, engine: str | None 
             and release(engine_version) < release(runtime().trtllm_moe.fp8_experts_from.value))
 
 
+def random_weight_experts_reached(arch: Architecture, engine: str | None = None) -> float | None:
+    """Experts each MoE layer reaches per step, averaged over the MoE layers, in a TensorRT-LLM engine built from
+    a model config without a checkpoint (layout.random_weights): every token reaches the same top-k experts in the
+    first MoE layer, whose output overflows fp16, and every later layer gates its NaN rows to its first expert
+    (runtime.yaml trtllm_moe). None where the batch decides (StepModel.experts_touched)."""
+    facts = runtime().trtllm_moe
+    if not (arch.is_moe and engine == "tensorrt-llm" and facts.random_weights_nan_after_first_moe_layer.value
+            and facts.nan_rows_gate_to_first_expert.value):
+        return None
+    return (arch.experts_per_token + (arch.moe_layers - 1)) / arch.moe_layers
+
+
 @lru_cache(maxsize=64)
 def profile_sampler_bytes_per_logit(engine_version: str | None = None) -> float:
     """Bytes per (row x vocabulary) element live at the peak of the sampler warm-up of vLLM's profile
@@ -127,10 +139,13 @@ class StepModel:
 
     def __init__(self, arch: Architecture, dev: Device, lay: GenLayout, weight_bytes: float, kv_bytes: float,
                  host_per_seq: float = 0.0, eager: bool = False, kv_reads: float = 1.0,
-                 expert_bytes: float | None = None, expert_dev: Device | None = None):
+                 expert_bytes: float | None = None, expert_dev: Device | None = None,
+                 experts_reached: float | None = None):
         """`expert_bytes`, `expert_dev`: the routed experts' bytes per parameter and the device (precision) their
-        GEMMs run at, where they differ from the rest (`trtllm_experts_16bit`)."""
+        GEMMs run at, where they differ from the rest (`trtllm_experts_16bit`); `experts_reached`: experts an MoE
+        layer reaches per step whatever the batch (`random_weight_experts_reached`), else the batch decides."""
         self.arch, self.dev, self.lay = arch, dev, lay
+        self.experts_reached = experts_reached
         n = lay.tp * lay.pp
         # With pp stages the batch moves as pp micro-batches and each re-reads its stage's
         # weights: per decode step every GPU reads its weights pp times (pp x W/(tp*pp)).
@@ -182,15 +197,19 @@ class StepModel:
         return self.dev.all_reduce(b * self.arch.hidden * 2.0, self.lay.tp, self.lay.tp)
 
     def experts_touched(self, batch: np.ndarray) -> np.ndarray:
-        """Distinct experts one micro-batch visits per layer: E(1 - (1 - k/E)^(b/pp))."""
+        """Distinct experts one micro-batch visits per layer: E(1 - (1 - k/E)^(b/pp)), or `experts_reached`."""
         a = self.arch
         if not a.is_moe:
             return np.zeros_like(batch)
+        if self.experts_reached is not None:
+            return np.full_like(np.asarray(batch, dtype=float), self.experts_reached)
         return a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** (batch / self.lay.pp))
 
     def weight_bytes(self, b: float) -> float:
         """Weight bytes one decode step reads at batch b (the touched experts of MoE layers)."""
         a = self.arch
+        if a.is_moe and self.experts_reached is not None:
+            return self.dense_w + self.experts_reached * self.expert_w
         touched = a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** (b / self.lay.pp)) if a.is_moe else 0.0
         return self.dense_w + touched * self.expert_w
 
