@@ -3,7 +3,10 @@
 Run: python benchmarks/moe_pairs.py [--cases FILE]
 
 Prints each MoE `train` row with the facts of its MoE stack (micro-batch, local experts, tokens one
-local expert sees per micro-batch, dispatcher, CUDA graphs, token dropping) and its error, then every
+local expert sees per micro-batch, dispatcher, CUDA graphs, token dropping), its error and the time the
+model misses per MoE layer and micro-batch (`miss ms`: measured minus predicted step time over the
+micro-batches one pipeline runs times the MoE layers of a stage, `moe_layers / pp`; and that over the
+micro-batch's tokens, `us/tok`; rows scored on tokens/s or iteration time), then every
 pair of rows on the same model, GPU, GPU count and precision whose layouts differ in at most one
 field (`global_batch` and `vp` aside: they change the optimizer's amortisation and the pipeline
 schedule, not the MoE block). For each pair it prints the measured and the predicted ratio of the
@@ -55,6 +58,8 @@ class MoeRow:
     measured: float
     predicted: float
     error: float
+    missed_s: float | None  # step time the model misses per MoE layer and micro-batch
+    tokens: float  # one micro-batch's tokens per rank
 
 
 def moe_rows(data: dict) -> list[MoeRow]:
@@ -76,8 +81,28 @@ def moe_rows(data: dict) -> list[MoeRow]:
         out.append(MoeRow(row["id"], row["model"]["name"], row["hardware"]["gpu"], int(row["hardware"]["gpus"]),
                           str(row.get("precision", "bf16")), fields, {k: lay.get(k) for k in IGNORED},
                           arch.experts // ep,
-                          tokens * arch.experts_per_token / arch.experts * ep, r.measured, r.predicted, r.error))
+                          tokens * arch.experts_per_token / arch.experts * ep, r.measured, r.predicted, r.error,
+                          _missed_per_layer(row, lay, r, arch.moe_layers), tokens))
     return out
+
+
+def _missed_per_layer(row: dict, lay: dict, r, moe_layers: int) -> float | None:
+    """Seconds of the measured step the model misses per MoE layer and micro-batch on one GPU:
+    (measured - predicted step time) / (micro-batches per pipeline * moe_layers / pp). Rows scored
+    on tokens/s per GPU or iteration time only (others: None)."""
+    gpus, tp, pp, cp = int(row["hardware"]["gpus"]), int(lay["tp"]), int(lay["pp"]), int(lay["cp"])
+    dp = int(lay.get("dp") or gpus // (tp * pp * cp))
+    if "global_batch_tokens" in lay:
+        return None
+    gb, seq = int(lay["global_batch"]), float(lay["seq_len"])
+    if r.metric == "tokens_per_s_per_gpu":
+        t_meas, t_pred = gb * seq / gpus / r.measured, gb * seq / gpus / r.predicted
+    elif r.metric == "iteration_s":
+        t_meas, t_pred = r.measured, r.predicted
+    else:
+        return None
+    micro = gb / (int(lay["micro_batch"]) * dp)
+    return (t_meas - t_pred) / (micro * moe_layers / pp)
 
 
 def one_change_pairs(rows: list[MoeRow]) -> list[tuple[str, MoeRow, MoeRow]]:
@@ -93,6 +118,10 @@ def one_change_pairs(rows: list[MoeRow]) -> list[tuple[str, MoeRow, MoeRow]]:
     return pairs
 
 
+def _fmt(x: float | None, scale: float, width: int) -> str:
+    return f"{x * scale:+{width}.2f}" if x is not None else f"{'-':>{width}s}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default=str(ROOT / "benchmarks" / "data" / "extra_cases.yaml"))
@@ -100,12 +129,12 @@ def main() -> None:
     t0 = time.perf_counter()
     rows = moe_rows(yaml.safe_load(Path(args.cases).read_text()))
     print(f"{'row':56s} {'mb':>2s} {'local':>5s} {'tok/exp':>7s} {'dispatcher':10s} {'graphs':14s} "
-          f"{'drop':4s} {'error':>7s}")
+          f"{'drop':4s} {'error':>7s} {'miss ms':>7s} {'us/tok':>6s}")
     for r in sorted(rows, key=lambda r: (r.model, r.gpu, r.id)):
         f = r.fields
         print(f"{r.id:56s} {f['micro_batch']:>2d} {r.local_experts:5d} {r.tokens_per_expert:7.0f} "
               f"{f['moe_dispatcher']:10s} {f['cuda_graphs']:14s} {'yes' if f['moe_token_drop'] else 'no':4s} "
-              f"{r.error:+7.1%}")
+              f"{r.error:+7.1%} {_fmt(r.missed_s, 1e3, 7)} {_fmt(r.missed_s and r.missed_s / r.tokens, 1e6, 6)}")
     print()
     print(f"{'change':17s} {'row a':52s} {'row b':52s} {'a:b meas':>8s} {'a:b pred':>8s}  also")
     for change, a, b in one_change_pairs(rows):

@@ -334,7 +334,7 @@ def predict_train(row: dict, profile: dict | None = None) -> CaseResult:
     tokens = batch if "global_batch_tokens" in lay_in else batch * seq
     gb = tokens / seq
     lora_rank = int(lay_in.get("lora_rank") or 0)
-    lay, mem, note = _fit_recompute(row, arch, lay, seq, pool.gpu.memory_gb * GB, lora_rank,
+    lay, mem, note = _fit_recompute(row, arch, lay, seq, pool.gpu.memory_bytes, lora_rank,
                                     _precision(row) == "fp8")
     t = train_time(arch, dev, lay, gb, seq, lora_rank=lora_rank, overlap_grad_reduce=_overlap_grad_reduce(lay_in)).total
     meas = row.get("measured") or {}
@@ -428,7 +428,7 @@ def predict_generate(row: dict, profile: dict | None = None) -> CaseResult:
     # kv_cache_free_gpu_mem_fraction default 0.9); a TensorRT-LLM engine without a paged cache allocates the
     # run's cache whole, in what the weights leave (runtime.yaml trtllm_paged_kv_cache_default_from)
     share = 1.0 if _trtllm_contiguous_kv(lay_in) else KV_FREE_FRACTION
-    cap = share * (pool.gpu.memory_gb * GB - weight_bytes_per_gpu(arch, lay, wb, 2.0 if expert_dev else None)
+    cap = share * (pool.gpu.memory_bytes - weight_bytes_per_gpu(arch, lay, wb, 2.0 if expert_dev else None)
                    - gen_other_bytes(arch, lay, DEFAULT_MAX_NUM_SEQS))
     kv_tokens = cap / kv_bytes_per_token_per_gpu(arch, lay, wb)
     if batch == "auto":  # in-flight batching at maximum load: as many requests as memory allows
@@ -706,7 +706,7 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
         assumed.append(f"max_num_seqs = {seqs} (vLLM's AsyncLLM built without it: the engine-context default)")
     if seqs is None:
         gpu = find_gpu(hw["gpu"])
-        seqs = engine_default_max_num_seqs(gpu.memory_gb, gpu.name)
+        seqs = engine_default_max_num_seqs(gpu.memory_bytes, gpu.name)
         assumed.append(f"max_num_seqs = {seqs} (the engine's default)")
     layout = {
         "pipeline": {"mode": mode, "staleness": int(lay.get("staleness", 0))},

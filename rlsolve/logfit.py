@@ -80,10 +80,13 @@ class LogFit:
 def model_phases(plan, refit_inside_generation: bool) -> dict[str, float]:
     """A plan's time terms summed into the canonical phases of rlsolve.runlogs.phases."""
     t = plan.time_s
-    gen = t.prefill + t.decode + t.switch + (t.weight_sync if refit_inside_generation else 0.0)
+    # colocated, the switch is the engine's sleep (timed inside the rollout) and the trainers' offload; disaggregated,
+    # the trainers' own state round trip (perf.step.trainer_switch_time), outside every named phase
+    colocated = plan.pipeline.mode == "colocated"
+    gen = t.prefill + t.decode + (t.switch if colocated else 0.0) + (t.weight_sync if refit_inside_generation else 0.0)
     out = {"generation": gen, "logprob": t.old_logprob + t.reference + t.reward, "train": t.train,
            "critic": t.value, "refit": 0.0 if refit_inside_generation else t.weight_sync}
-    out["other"] = max(0.0, t.step - sum(out.values())) if plan.pipeline.mode != "async" else 0.0
+    out["other"] = max(0.0, t.step - sum(out.values())) if plan.pipeline.mode != "async" else t.switch
     out["step"] = t.step
     return out
 

@@ -151,7 +151,9 @@ class TimeSection(_Out):
     train: float = Field(description='Policy update: all epochs and mini-batches, s.')
     weight_sync: float = Field(description='New weights from trainer to engines, s.')
     switch: float = Field(0.0, description="Colocated: the engine's sleep after the rollout, plus the training state "
-                         "to the host and back when it is offloaded, s.")
+                         "to the host and back when it is offloaded; where the trainers keep their states, the "
+                         "framework's own optimizer round trip to the host around the log-prob passes, if it makes "
+                         "one, s.")
     engine_release: float = Field(0.0, description="Colocated: the engine's sleep alone (part of `switch`), s.")
     orchestration: float = Field(0.0, description="The target framework's own work per step between rollout and "
                                  "update (data preparation, advantages, transfers; frameworks/runtime.yaml), s.")

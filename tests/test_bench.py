@@ -57,7 +57,9 @@ def test_validate_on_cpu_writes_the_validation_section(plan_file, tmp_path):
     # one process: the plan's all-reduces are listed, not measured, and the notes say why
     assert any(r["key"] == "nvlink_busbw_fraction" and r["measured_s"] is None for r in v["items"])
     assert any("one device visible" in n for n in v["notes"])
-    assert v["memory"]["needed_gb"] == 76.0 and v["memory"]["fits"] is None
+    mem = yaml.safe_load(plan_file.read_text())["memory_gb_per_gpu"]  # the plan's peak per GPU, both roles on one pool
+    assert v["memory"]["needed_gb"] == max(mem["generation"]["total"], mem["training"]["total"]) > 70
+    assert v["memory"]["fits"] is None
     prof = v["profile"]["H100-SXM-80GB"]
     assert set(prof) <= KEYS and {"gemm_fraction", "gemm_half_size_flops", "attention_fraction",
                                   "hbm_fraction", "kernel_launch_us"} <= set(prof)

@@ -35,7 +35,7 @@ def engine_cap_as_planned(cap: int, job) -> bool:
     if job.opt.max_num_seqs:
         return cap == job.opt.max_num_seqs
     pool = pool_named(job.problem, job.gen.pool, "generation pool")
-    default = engine_default_max_num_seqs(pool.gpu.memory_gb, pool.gpu.name)
+    default = engine_default_max_num_seqs(pool.gpu.memory_bytes, pool.gpu.name)
     requests = math.ceil(job.samples * (job.staleness + 1) / job.g.dp)
     return cap >= requests and (cap == default or default < requests)
 

@@ -433,8 +433,8 @@ def test_openrlhf_auxiliary_groups_split_the_actors_batch_evenly_as_deepspeed_re
     """OpenRLHF 0.11.2 initializes the reward model's DeepSpeed engine with the actor's --train.batch_size and
     --train.micro_batch_size (get_ds_eval_config), and DeepSpeedConfig asserts that batch is micro x grad_accum x
     the group's world size. The rule table asks it of an auxiliary group (rules.aux_group_violations): with 32
-    trainers and 8 engine GPUs on the 64, the remaining 24 are 3 replicas of the actor's tp x ring = 8, which
-    2,048 samples do not split, so no plan uses all 64; the plan on fewer GPUs passes DeepSpeed's own check for
+    trainers and 8 engine GPUs on the 64, the remaining 24 are 12 replicas of the actor's tp x ring = 2, over
+    which 2,048 samples do not split into micro-batches of 4, so no plan uses all 64; the plan on fewer GPUs passes DeepSpeed's own check for
     every group; a plan edited to the 24-GPU group is refused at export (the field named); and its launch
     script, edited so, is refused by DeepSpeed's check (the validator can fail)."""
     spec = yaml.safe_load((ROOT / "examples/grpo-70b-64xh100.yaml").read_text())
@@ -443,13 +443,13 @@ def test_openrlhf_auxiliary_groups_split_the_actors_batch_evenly_as_deepspeed_re
     with pytest.raises(rlsolve.InfeasibleError) as e:
         rlsolve.solve(spec, time_limit_s=120)
     # the explanation names the rule with the plan that breaks it, and the linear constraints that lifted give plans
-    assert any("target openrlhf" in r and "24 GPUs are 3 replicas of the actor's tp x cp = 8" in r and
+    assert any("target openrlhf" in r and "24 GPUs are 12 replicas of the actor's tp x cp = 2" in r and
                "2048 samples" in r for r in e.value.reasons), e.value.reasons
     assert any(r.startswith("constraints.linear 'gpus == 64'") for r in e.value.reasons), e.value.reasons
     spec["constraints"]["linear"] = ["training.gpus == 32", "generation.gpus == 8"]
     plan = rlsolve.solve(spec, time_limit_s=120)
     t, aux = plan.parallelism.training, plan.resource_allocation.auxiliary
-    assert plan.placement.reward == "auxiliary" and aux.gpus == 16 and (t.tp, t.cp, t.micro_batch) == (4, 2, 1)
+    assert plan.placement.reward == "auxiliary" and aux.gpus == 16 and (t.tp, t.cp, t.micro_batch) == (2, 1, 4)
     plan = plan.model_dump(mode="json")
     job = prepare(plan, spec)
     res = export_plan(plan, spec, "openrlhf")

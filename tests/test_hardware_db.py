@@ -52,6 +52,17 @@ def test_every_gpu_number_is_sourced(name):
         assert sourced.source.strip()
 
 
+@pytest.mark.parametrize("name", sorted(GPU_NAMES))
+def test_device_memory_is_what_the_runtime_reports(name):
+    """Capacity is the runtime's total (sourced), not the marketed GB x 1e9: within a few percent of it, above it
+    on the HBM parts whose GB are GiB-sized stacks (80 GB H100: 79.1 GiB = 84.9e9 B), and never the marketed
+    figure copied (a copy would under-state vLLM's gpu_memory_utilization share by ~6% on an H100)."""
+    gpu = find_gpu(name)
+    assert gpu.device_memory_bytes.source.strip() and "PROVISIONAL" not in gpu.device_memory_bytes.source
+    assert gpu.memory_bytes == gpu.device_memory_bytes.value != gpu.memory_gb * 1e9
+    assert 0.95 < gpu.memory_bytes / (gpu.memory_gb * 1e9) < 1.1, gpu.memory_bytes
+
+
 @pytest.mark.parametrize("name", sorted(NETWORK_NAMES))
 def test_every_network_is_sourced(name):
     net = find_network(name)

@@ -61,3 +61,18 @@ def test_pairs_differ_in_one_field_and_same_pairs_are_predicted_alike(moe):
     assert sorted(k for k in set(a.fields) | set(b.fields) if a.fields.get(k) != b.fields.get(k)) == [
         "moe_a2a_overlap", "moe_dispatcher"]
     assert not any({x.id, y.id} == {a.id, b.id} for _, x, y in pairs)
+
+
+def test_missed_time_per_moe_layer_is_the_step_gap_over_layer_passes(moe):
+    mod, data, rows = moe
+    by_id = {r.id: r for r in rows}
+    # B200 Qwen3-30B-A3B, 8 GPUs (tp 1, pp 1: dp 8), global batch 512 of 4096 tokens, micro-batch 1:
+    # 64 micro-batches of 48 MoE layers; step time = 512 * 4096 / 8 / (tokens/s per GPU)
+    r = by_id["mbridge2511-qwen3-30b-a3b-b200-fp8mx-8g"]
+    step = 512 * 4096 / 8
+    assert r.missed_s == pytest.approx((step / r.measured - step / r.predicted) / (64 * 48), rel=1e-9)
+    assert r.tokens == 4096
+    throughput = {c["id"] for c in data["cases"] if "tokens_per_s_per_gpu" in (c.get("measured") or {})}
+    for x in rows:
+        if x.id in throughput:  # a throughput row predicted too fast (error > 0) misses time
+            assert (x.missed_s > 0) == (x.error > 0)

@@ -217,17 +217,18 @@ def test_colocated_engines_pay_their_sleep_every_step():
 
 def test_engine_memory_share_caps_the_kv_cache():
     """constraints.generation.gpu_memory_utilization is vLLM's flag: weights, KV cache and
-    workspace stay within that share of the GPU, so less KV means a smaller running batch."""
+    workspace stay within that share of the GPU (of what the device reports: vLLM multiplies the flag by
+    torch's total memory), so less KV means a smaller running batch."""
     free = problem()
     capped = problem(constraints={"generation": {"gpu_memory_utilization": 0.4}})
     lay = GenLayout(tp=1, dp=16)
     a, b = gen_side(free, free.pool, lay), gen_side(capped, capped.pool, lay)
-    assert b.weights + b.kv_cache + b.other == pytest.approx(0.4 * capped.pool.gpu.memory_gb * 1e9)
+    assert b.weights + b.kv_cache + b.other == pytest.approx(0.4 * capped.pool.gpu.device_memory_bytes.value)
     assert b.kv_cache < a.kv_cache and b.decode >= a.decode
     plan = solve(small_spec(constraints={"modes": ["colocated"], "generation": {"gpu_memory_utilization": 0.4}}))
     assert plan.optimization.gpu_memory_utilization <= 0.4 + 1e-3
     g = plan.memory_gb_per_gpu.generation
-    assert g.total - g.colocated_training <= 0.4 * 80.0 + 0.011
+    assert g.total - g.colocated_training <= 0.4 * g.capacity + 0.011
 
 
 def test_engine_memory_share_too_small_is_infeasible_and_named():

@@ -336,8 +336,9 @@ def test_fixed_and_drawn_engine_shares_share_the_decode_runs_where_they_cannot_d
     replica, or a replica of one request) the two flags give the same engine float for float, and
     `gen_side` asks the drawn-shares engine (async, where the target does not fix the shares) for no decode
     run that the fixed-shares one (sync, colocated) has not already run: one memo entry serves both. Where the
-    slowest replica's mean is longer, the two are different runs, and the fixed shares' engine is never
-    faster."""
+    slowest replica's mean is longer, the two are different runs. Their times have no fixed order: each engine
+    searches its own settings (pinned KV budgets step down from its own run's need), and a preempting run is not
+    monotone in its lengths (with the device-reported memory, one layout here runs 2% faster on fixed shares)."""
     runs = [0]
     for name in ("simulate_decode", "decode_trace", "resume_decode"):  # counted as benchmarks/solve_examples.py does
         monkeypatch.setattr(perf_step, name, lambda *a, _run=getattr(perf_step, name), **k: (
@@ -374,7 +375,6 @@ def test_fixed_and_drawn_engine_shares_share_the_decode_runs_where_they_cannot_d
                         assert drawn == fixed and runs[0] == before + ran, lay
                         shared += ran > 0
                     else:
-                        assert drawn.time <= fixed.time, lay
                         apart += runs[0] > before + ran
     assert shared > 20 and apart > 20, (shared, apart)
 

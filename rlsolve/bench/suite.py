@@ -296,7 +296,7 @@ def catalog_gpu(name: str | None, info: dict[str, Any]) -> GPU:
     if not hits:
         raise SpecError(f"cannot tell which catalog GPU {info['name']!r} is; pass --gpu NAME (see rlsolve gpus)",
                         field="--gpu")
-    return min(hits, key=lambda g: abs(g.memory_gb - info["memory_gb"]))
+    return min(hits, key=lambda g: abs(g.memory_bytes / 1e9 - info["memory_gb"]))
 
 
 def item_rows(items: list[Item], gpu: GPU, eb: float) -> list[dict[str, Any]]:

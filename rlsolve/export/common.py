@@ -242,7 +242,7 @@ class Job:
         if self.opt.max_num_seqs:
             return int(self.opt.max_num_seqs)
         pool = pool_named(self.problem, self.gen.pool, "plan.resource_allocation.generation.pool")
-        default = engine_default_max_num_seqs(pool.gpu.memory_gb, pool.gpu.name)
+        default = engine_default_max_num_seqs(pool.gpu.memory_bytes, pool.gpu.name)
         requests = math.ceil(self.samples * (self.staleness + 1) / max(1, self.g.dp))
         if requests <= default:
             self.notes.note(f"max_num_seqs {default}: the plan sets no cap beyond KV memory; vLLM's default for "

@@ -166,6 +166,9 @@ class FrameworkRuntime(_Strict):
     # a colocated refit first moves the trainer's offloaded states to host memory, inside the framework's
     # refit timer (None: not read; the offload is timed with the switch)
     refit_offloads_trainer_states: _Bool | None = None
+    # the trainer moves its optimizer states to host memory before the log-prob passes and back before the update,
+    # every step (None: not read; they stay on the GPUs unless the colocated rollout needs the memory)
+    logprob_prep_offloads_optimizer: _BoolUntil | None = None
 
 
 class _ZeroByStrategy(_Sourced):
@@ -234,7 +237,8 @@ class FrameworkCosts:
     sequence over a packed micro-batch (each sequence's logits a slice of the micro-batch's); the
     bytes per parameter its FSDP copies on the compute stream in a forward and a backward (None:
     not read, none charged); whether its disaggregated refit broadcasts the whole model to every
-    engine GPU, and whether its colocated refit timer holds the trainer's offload to host memory; the HBM
+    engine GPU, and whether its colocated refit timer holds the trainer's offload to host memory; whether its
+    trainer sends the optimizer states to host memory and back around the log-prob passes every step; the HBM
     bytes per parameter its FP8 engines move quantizing each refit; the bytes
     per parameter its FSDP trainer all-gathers into full tensors for every refit, and its Megatron
     trainer over the tensor- and pipeline-parallel groups (None: none charged); the bytes per
@@ -267,6 +271,7 @@ class FrameworkCosts:
     refit_full_broadcast: bool = False
     fp8_refit_quantize_bytes: float | None = None
     refit_offloads_trainer: bool = False
+    logprob_prep_offloads_optimizer: bool = False
     fsdp_pads_packed_to_budget: bool = False
     fsdp_root_embeddings: bool = False
     fsdp_layer_cast_bytes: float | None = None
@@ -274,11 +279,11 @@ class FrameworkCosts:
     fixed_share_modes: frozenset = frozenset({"colocated", "sync", "async"})
 
 
-def engine_default_max_num_seqs(gpu_memory_gb: float, gpu_name: str) -> int:
+def engine_default_max_num_seqs(gpu_memory_bytes: float, gpu_name: str) -> int:
     """vLLM's LLM-class max_num_seqs when none is given (`engine_max_num_seqs`): the large value on GPUs
-    with at least 70 GiB other than A100 (vLLM compares the device memory in GiB and the device name)."""
+    reporting at least 70 GiB other than A100 (vLLM compares the device's total memory and its name)."""
     caps = runtime().engine_max_num_seqs.value
-    return caps["large"] if gpu_memory_gb >= 70 * 1.0737 and "A100" not in gpu_name else caps["small"]
+    return caps["large"] if gpu_memory_bytes >= 70 * 2**30 and "A100" not in gpu_name else caps["small"]
 
 
 def unset_max_num_seqs(fw: FrameworkRuntime) -> int | None:
@@ -373,6 +378,9 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           refit_full_broadcast=flag("refit_broadcasts_full_model"),
                           fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant),
                           refit_offloads_trainer=flag("refit_offloads_trainer_states"),
+                          logprob_prep_offloads_optimizer=all(
+                              (e := _holds(f.logprob_prep_offloads_optimizer, version)) is not None and e.value
+                              for f in chosen),
                           fsdp_pads_packed_to_budget=flag("fsdp_pads_packed_to_budget"),
                           fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"),
                           fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts),

@@ -43,7 +43,11 @@ class GPU(_Strict):
     vendor: str
     bf16_tflops: float = Field(gt=0, description="Dense BF16/FP16 tensor TFLOP/s (not sparse).")
     fp8_tflops: float | None = Field(None, description="Dense FP8 tensor TFLOP/s; None if unsupported.")
-    memory_gb: float = Field(gt=0, description="Usable device memory, GB (10^9 bytes).")
+    memory_gb: float = Field(gt=0, description="Device memory as marketed, GB (10^9 bytes); for display.")
+    device_memory_bytes: Sourced = Field(
+        description="Device memory as the runtime reports it, bytes (torch total_memory, cudaMemGetInfo's total; "
+        "hipMemGetInfo on ROCm): what PyTorch's allocator can fill and what vLLM's gpu_memory_utilization is a "
+        "share of. Every capacity in the model is this figure, not memory_gb (80 GB H100s report 79.1 GiB).")
     hbm_gbps: float = Field(gt=0, description="Device memory bandwidth, GB/s.")
     nvlink_gbps_per_dir: float = Field(ge=0, description="Scale-up bandwidth per GPU per direction, "
                                        "GB/s; 0 when GPUs talk over PCIe only.")
@@ -59,6 +63,11 @@ class GPU(_Strict):
                                      "a model term needs them (None: not recorded; the terms that read it then "
                                      "take no share of the GPU for a communication kernel).")
     source: str = Field(description="Datasheet or page the specs come from.")
+
+    @property
+    def memory_bytes(self) -> float:
+        """The device memory every capacity check uses (device_memory_bytes)."""
+        return self.device_memory_bytes.value
 
     def peak_tflops(self, precision: str = "bf16") -> float:
         if precision == "fp8":

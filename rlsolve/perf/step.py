@@ -32,14 +32,14 @@ def gen_dtype_bytes(problem: Problem) -> float:
 
 
 def capacity_bytes(pool: PoolHW, headroom: float) -> float:
-    return pool.gpu.memory_gb * GB * (1.0 - headroom)
+    return pool.gpu.memory_bytes * (1.0 - headroom)
 
 
 def engine_cap_bytes(problem: Problem, pool: PoolHW) -> float:
     """What the engine may take per GPU (weights, KV cache, workspace): the user's
     gpu_memory_utilization share of the GPU's memory, else no limit beyond capacity."""
     util = problem.workload.engine_share
-    return float("inf") if util is None else util * pool.gpu.memory_gb * GB
+    return float("inf") if util is None else util * pool.gpu.memory_bytes
 
 
 # --- generation side ----------------------------------------------------------------------
@@ -308,7 +308,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     # default (frameworks/runtime.py engine_default_max_num_seqs, which cases.py asks too): a figure independent of
     # the replica count, as the engine search's count loop needs (whether a layout fits does not depend on
     # dp); the exporters then write a step's requests per replica, which may differ from it
-    default_seqs = engine_default_max_num_seqs(pool.gpu.memory_gb, pool.gpu.name)
+    default_seqs = engine_default_max_num_seqs(pool.gpu.memory_bytes, pool.gpu.name)
     # where the target cannot set the cap, an engine the plan gives none runs at the one its framework builds it
     # with (OpenRLHF's AsyncLLM: the engine-context default); where it can, the export writes one that never binds
     unset = math.inf if cap_search else float(wl.framework.engine_unset_max_num_seqs or default_seqs)
@@ -1038,6 +1038,28 @@ def trainer_offload_time(problem: Problem, dev: Device, mem, resident: float, ze
     return max(out, pcie), pcie
 
 
+def optimizer_prep_time(problem: Problem, dev: Device, mem) -> float:
+    """Seconds per step a trainer spends sending its optimizer states to host memory before the log-prob
+    passes and fetching them back before the update, where the framework does so every step (runtime.yaml
+    logprob_prep_offloads_optimizer, NeMo-RL before 0.5.0: `.to('cpu')` into freshly allocated host memory at
+    the rate measured for one, constants.yaml engine_sleep_offload_gbps_per_gpu, and back over PCIe, as
+    `trainer_offload_time` charges the optimizer). 0 where the framework keeps them on the GPUs."""
+    if not problem.workload.framework.logprob_prep_offloads_optimizer:
+        return 0.0
+    return mem.optimizer / (constants()["engine_sleep_offload_gbps_per_gpu"] * GB) + dev.pcie_time(mem.optimizer)
+
+
+def trainer_switch_time(problem: Problem, dev: Device, mem, resident: float, zero_stage: int,
+                        offload_states: bool) -> float:
+    """Seconds per step the trainers spend moving their states between the GPUs and host memory outside the
+    phases: the colocated offload for the rollout and back (`trainer_offload_time`) where the rollout takes
+    their memory, else the framework's optimizer round trip around the log-prob passes (`optimizer_prep_time`),
+    which the colocated offload makes a no-op (the optimizer is already on the host)."""
+    if offload_states:
+        return sum(trainer_offload_time(problem, dev, mem, resident, zero_stage))
+    return optimizer_prep_time(problem, dev, mem)
+
+
 def engine_release_time(gen: GenSide) -> float:
     """Seconds for colocated engines to give their GPUs to training after the rollout: the
     frameworks sleep the engine at level 1, copying its weights to host memory at the measured
@@ -1119,23 +1141,26 @@ def combine(problem: Problem, mode: str, gen: GenSide, train: TrainSide, *, offl
     sync, exposed = sync_time(problem, pool_train, pool_gen, gen.layout, train.gpus, colocated)
     switch = release = 0.0
     t_aux = aux.time if aux is not None else 0.0
+    dev_t = device(pool_train, problem.workload.precision, problem.profile)
     if colocated:
         release = engine_release_time(gen)
         offload = 0.0
         if offload_states:  # out to host before rollout, back after
-            dev = device(pool_train, problem.workload.precision, problem.profile)
             # the way out that the framework's refit holds is shown in weight_sync, the rest in the switch
-            out, offload = trainer_offload_time(problem, dev, train.mem, train.states - train.mem.states,
+            out, offload = trainer_offload_time(problem, dev_t, train.mem, train.states - train.mem.states,
                                                 train.layout.zero_stage)
             sync, exposed = sync + out, exposed + out
+        else:  # the states stay: the framework's own optimizer round trip, if any (`trainer_switch_time`)
+            offload = optimizer_prep_time(problem, dev_t, train.mem)
         switch = release + offload
         step = compose_step(mode, gen.time + release + sync, t_aux + train.time + offload, 0.0, 0.0)
         used = max(gen.gpus, train.gpus)
     else:
         # an async engine pauses for the whole refit, the trainers' gathers too where the framework streams
         # them into its broadcast (`refit_hold`; sync and colocated steps run them in series anyway)
-        step = compose_step(mode, gen.time, t_aux + train.time, exposed, send_time(problem, pool_train, train.gpus),
-                            hold=refit_hold(problem, train.refit_gather))
+        switch = optimizer_prep_time(problem, dev_t, train.mem)
+        step = compose_step(mode, gen.time, t_aux + train.time + switch, exposed,
+                            send_time(problem, pool_train, train.gpus), hold=refit_hold(problem, train.refit_gather))
         used = gen.gpus + train.gpus + train.critic_gpus
     used += aux.gpus if aux is not None else 0
     # framework time outside every modelled phase (0 unless a profile fitted on a log sets it)

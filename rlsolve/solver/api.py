@@ -98,7 +98,7 @@ def cand_layout(problem: Problem, mode: str, gc: GenCand, tc: TrainCand, ac: Aux
     opt = Optimization(reference_offload=placement.reference == "cpu_offload", reward_quantization=quant,
                        train_offload_during_rollout=tc.offload_states, kv_cache_gb=side.kv_cache / GB,
                        max_num_seqs=side.max_num_seqs,
-                       gpu_memory_utilization=round(min(0.99, engine_bytes / (problem.pools[gc.pool].gpu.memory_gb * GB)),
+                       gpu_memory_utilization=round(min(0.99, engine_bytes / problem.pools[gc.pool].gpu.memory_bytes),
                                                     3))
     return Layout(
         pipeline=Pipeline(mode=mode, staleness=problem.workload.max_staleness if mode == "async" else 0),

@@ -58,7 +58,8 @@ from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, compose_step,
                                critic_fits, critic_group_excess, critic_group_pass, critic_memory, critic_pass,
                                engine_release_time, engine_shares_fixed, gen_side, policy_memory, refit_gather_time,
-                               refit_hold, trainer_offload_time, recv_time, rollout_steps_in_flight, send_time,
+                               refit_hold, trainer_switch_time, optimizer_prep_time, recv_time,
+                               rollout_steps_in_flight, send_time,
                                sync_time, train_aux, train_core, with_critic)
 from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, moe_host_efficiency
 from rlsolve.resolve import PoolHW, Problem
@@ -495,6 +496,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         # that wait for it pair differently, so a disaggregated group holds one hold time
                         gather, hold, hold_u = _refit_terms(problem, pool, lay, modes, cache)
                         core = t.total + old + gather
+                        prep = optimizer_prep_time(problem, dev, mem)  # disaggregated: every step (`trainer_switch_time`)
                         apart_of = tuple(getattr(lay, k) for k in apart) + (hold_u,)
                         m_total, m_states = mem.total, mem.states
                         # the least states a critic paired here keeps: where the policy's states, the other
@@ -567,7 +569,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                 kept_states[vkey] = -math.inf if kind == "disagg" else resident
                                 kept_critic[vkey] = -math.inf if kind == "disagg" else passes[i][1]
                             if disagg:  # only the fastest of a group survives the front: skip the rest early
-                                total = core + ref_t + rew_t + val_t
+                                total = core + ref_t + rew_t + val_t + prep
                                 if total >= best_disagg.get(gkey, math.inf):
                                     continue
                                 best_disagg[gkey] = total
@@ -579,8 +581,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of) \
                                 if kind == "colocated" else (False,)
                             for off in offloads:
-                                switch = sum(trainer_offload_time(problem, dev, mem, resident, lay.zero_stage)) \
-                                    if off else 0.0
+                                switch = trainer_switch_time(problem, dev, mem, resident, lay.zero_stage, off)
                                 if kind == "colocated" and front:
                                     # what `_prune_train` keeps of a colocated group: skip now what it would drop
                                     rank = (time_units(side.time + switch), 0 if off else mem_units_up(side.states),
@@ -654,6 +655,7 @@ def _critic_group_cands(problem: Problem, p: int, lay: TrainLayout, mem, t, old:
         return found
     send = send_time(problem, pool, n)
     gather, hold, _ = _refit_terms(problem, pool, lay, modes, cache)
+    prep = optimizer_prep_time(problem, device(pool, problem.workload.precision, problem.profile), mem)
     for hosts, ref, quant in _aux_variants(problem):
         allowed_in = _train_modes(problem, modes, "disagg", hosts, ref, quant, value="auxiliary")
         if not allowed_in:
@@ -680,7 +682,7 @@ def _critic_group_cands(problem: Problem, p: int, lay: TrainLayout, mem, t, old:
                              orchestration=problem.workload.framework.orchestration_s, critic_gpus=m,
                              critic_busy=fwd + upd, refit_gather=gather)
             found.append(TrainCand(mode="disagg", layout=lay, hosts=hosts, reference=ref, reward_quant=quant,
-                                   offload_states=False, side=side, switch=0.0, send=send, pool=p, modes=allowed_in,
+                                   offload_states=False, side=side, switch=prep, send=send, pool=p, modes=allowed_in,
                                    critic=c, critic_gpus=m, hold=hold))
             if best == 0 and not every:
                 break  # the critic adds nothing beyond the actor: more GPUs cannot help

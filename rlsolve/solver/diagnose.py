@@ -232,7 +232,7 @@ def _homeless(problem: Problem) -> list[str]:
         if any(sd.fits for sd in sides):
             continue
         arch = getattr(problem, model)
-        biggest = max(problem.pools, key=lambda pool: pool.n_gpus * pool.gpu.memory_gb)
+        biggest = max(problem.pools, key=lambda pool: pool.n_gpus * pool.gpu.memory_bytes)
         out.append(f"{model} model: target {problem.spec.target.framework} runs it in modes {modes} only on GPUs of "
                    f"its own ({caps.placements[modes[0]].source}), and its {arch.total_params / 1e9:,.1f}B "
                    f"parameters ({'16-bit' if q == 'none' else q} weights) fit on no group: not even all {biggest.n_gpus} GPUs of pool "
@@ -252,7 +252,7 @@ def _words(problem: Problem, group: str, gens: list[Option], trains: list[Option
                 f"or change gpus_per_node / nodes")
     if group == "memory.training":
         best = min(trains, key=lambda t: t.need / t.cap)
-        total = sum(p.n_gpus * p.gpu.memory_gb for p in problem.pools)
+        total = sum(p.n_gpus * p.gpu.memory_bytes for p in problem.pools) / GB
         n = sum(p.n_gpus for p in problem.pools)
         return (f"training memory: the {a.name} policy's {a.total_params / 1e9:,.1f}B parameters need "
                 f"{a.total_params * 16 / GB:,.0f} GB for weights, gradients and Adam states; the cluster's {n} "

@@ -20,7 +20,8 @@ from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, aux_side, capacity_bytes, compose_step, critic_fits, critic_group_excess,
                                critic_group_pass, critic_pass,
                                engine_release_time, engine_shares_fixed, gen_side, policy_memory, recv_time,
-                               refit_gather_time, refit_hold, trainer_offload_time, rollout_steps_in_flight, send_time,
+                               refit_gather_time, refit_hold, trainer_switch_time,
+                               optimizer_prep_time, rollout_steps_in_flight, send_time,
                                sync_time, train_aux, train_core)
 from rlsolve.resolve import Problem
 from rlsolve.solver.rules import (aux_group_pools, aux_group_violations, aux_models, aux_shares_actor_degrees,
@@ -120,13 +121,13 @@ def _train_sides(problem: Problem, colocated: bool) -> list[Side]:
                     value = "none" if problem.value is None else "training"
                     if colocated:
                         for off in (False, True):
-                            switch = sum(trainer_offload_time(problem, dev, mem, resident, lay.zero_stage)) \
-                                if off else 0.0
+                            switch = trainer_switch_time(problem, dev, mem, resident, lay.zero_stage, off)
                             out.append(Side(p, n, time_units(core + switch), 0, hosts,
                                             0 if off else mem_units_up(states), (lay, ref, q, off),
                                             _place(problem, (ref, on_train, q, off, value)), degrees))
                     else:
-                        out.append(Side(p, n, time_units(core), time_units(send_time(problem, pool, n)), hosts, 0,
+                        out.append(Side(p, n, time_units(core + optimizer_prep_time(problem, dev, mem)),
+                                        time_units(send_time(problem, pool, n)), hosts, 0,
                                         (lay, ref, q), _place(problem, (ref, on_train, q, False, value)), degrees,
                                         hold_ms=hold))
                 if not colocated and any("auxiliary" in critic_places(problem, m) for m in modes_allowed(problem)):
@@ -143,6 +144,7 @@ def _critic_group_sides(problem: Problem, p: int, lay, mem, t, old: float, cache
     cap = capacity_bytes(pool, problem.workload.headroom)
     shared = aux_shares_actor_degrees(problem)
     gather = refit_gather_time(problem, pool, lay)
+    dev = device(pool, problem.workload.precision, problem.profile)
     out = []
     for m in role_counts(pool):
         if n + m > pool.n_gpus:
@@ -164,7 +166,8 @@ def _critic_group_sides(problem: Problem, p: int, lay, mem, t, old: float, cache
                 hosts = frozenset([x for x, on in (("reference", ref in ("training", "cpu_offload")),
                                                    ("reward", on_train)) if on])
                 excess = critic_group_excess(old + ref_t + rew_t, t.total, fwd, upd)
-                core = t.total + old + ref_t + rew_t + excess + problem.workload.framework.orchestration_s + gather
+                core = t.total + old + ref_t + rew_t + excess + problem.workload.framework.orchestration_s + gather \
+                    + optimizer_prep_time(problem, dev, mem)
                 out.append(Side(p, n + m, time_units(core), time_units(send_time(problem, pool, n)), hosts, 0,
                                 (lay, ref, q, m, c), _place(problem, (ref, on_train, q, False, "auxiliary")),
                                 (lay.tp, lay.cp, lay.micro_batch) if shared else (),

@@ -25,7 +25,7 @@ def train_reason(problem: Problem, t, pool) -> str:
             f"{_gb(t.mem.grads):.1f}, optimizer {_gb(t.mem.optimizer):.1f}, activations "
             f"{_gb(t.mem.activations):.1f}, other models {_gb(t.aux_resident):.1f}, overhead "
             f"{_gb(t.mem.other):.1f}); a {pool.gpu.name} allows {_gb(t.capacity):.1f} GB "
-            f"({1 - head:.0%} of {pool.gpu.memory_gb:g} GB)")
+            f"({1 - head:.0%} of the {pool.gpu.memory_bytes / GB:.1f} GB the device reports)")
 
 
 def gen_reason(problem: Problem, g) -> str:
@@ -56,7 +56,7 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
     rl = problem.spec.rl
     g, t = est.gen, est.train
     aux_t = est.aux.times if est.aux is not None else {}
-    cap_g, cap_t = est.pool_gen.gpu.memory_gb, est.pool_train.gpu.memory_gb
+    cap_g, cap_t = est.pool_gen.gpu.memory_bytes / GB, est.pool_train.gpu.memory_bytes / GB
     gen_mem = GenMemory(weights=_gb(g.weights), kv_cache=_gb(g.kv_cache), activations=_gb(g.activations),
                         other=_gb(g.other), colocated_training=_gb(g.reserved), total=_gb(g.total), capacity=cap_g)
     tr_mem = TrainMemory(weights=_gb(t.mem.weights), grads=_gb(t.mem.grads), optimizer=_gb(t.mem.optimizer),
@@ -149,7 +149,7 @@ def explain(problem: Problem, est: StepEstimate, usd_per_mtok: float) -> list[st
     if g.kv_limited:
         out.append(f"binding: KV-cache memory caps the decode batch at {g.peak_batch:,.0f} sequences per replica "
                    f"({g.kv_tokens:,.0f} tokens of {g.kv_cache / GB:.1f} GB)")
-    cap_t = est.pool_train.gpu.memory_gb
+    cap_t = est.pool_train.gpu.memory_bytes / GB
     head_t = 1 - t.total / (cap_t * GB)
     group = (f"{' and '.join(sorted(est.aux.times))} on {est.aux.gpus} GPUs of their own" if est.aux is not None
              else "")

@@ -3,7 +3,7 @@ plan's own numbers, without calling the solver. Returns the list of violations."
 from __future__ import annotations
 
 from rlsolve.linear import parse_linear
-from rlsolve.perf.hw import constants
+from rlsolve.perf.hw import GB, constants
 from rlsolve.plan import Plan
 from rlsolve.resolve import Problem
 from rlsolve.solver.rules import layout_violations, pool_named
@@ -41,13 +41,13 @@ def plan_violations(problem: Problem, plan: Plan) -> list[str]:
         bad.append(f"critic grad_accum*dp*micro_batch={c.grad_accum * c.dp * c.micro_batch} != global batch {gb}")
     mem = plan.memory_gb_per_gpu
     for role, m, pool in (("generation", mem.generation, pg), ("training", mem.training, pt)):
-        cap = pool.gpu.memory_gb * (1 - problem.workload.headroom) + 0.011
+        cap = pool.gpu.memory_bytes / GB * (1 - problem.workload.headroom) + 0.011
         if m.total > cap:
             bad.append(f"{role} memory {m.total} GB > {cap:.2f} GB allowed")
     util = problem.workload.engine_share
     engine_g = mem.generation.total - mem.generation.colocated_training
-    if util is not None and engine_g > util * pg.gpu.memory_gb + 0.011:
-        bad.append(f"engine memory {engine_g:.2f} GB > gpu_memory_utilization {util} x {pg.gpu.memory_gb} GB")
+    if util is not None and engine_g > util * pg.gpu.memory_bytes / GB + 0.011:
+        bad.append(f"engine memory {engine_g:.2f} GB > gpu_memory_utilization {util} x {pg.gpu.memory_bytes / GB:.2f} GB")
     parts_g = mem.generation.weights + mem.generation.kv_cache + mem.generation.activations + \
         mem.generation.other + mem.generation.colocated_training
     if abs(parts_g - mem.generation.total) > 0.05:

@@ -115,10 +115,13 @@ def _phases(plan: Plan) -> tuple[list[tuple[str, float]], list[tuple[str, float]
     else:
         train.append(("reward", ts.reward))
     train += [("value", ts.value), ("orchestration", ts.orchestration), ("train", ts.train)]
+    colocated = plan.pipeline.mode == "colocated"
+    if not colocated and ts.switch:  # disaggregated trainers' own state round trip (perf.step.trainer_switch_time)
+        train.append(("switch", ts.switch))
     if plan.pipeline.mode != "async" and pl.reward == "generation" and pl.reference != "generation":
         # a reward model on the engines with the reference elsewhere: its time is in the step
         # but not in time_s; the serial modes let us recover it from the step
-        rest = ts.step - sum(d for _, d in gen + train) - ts.weight_sync - ts.switch
+        rest = ts.step - sum(d for _, d in gen + train) - ts.weight_sync - (ts.switch if colocated else 0.0)
         if rest > 2e-3:
             gen = [(k, d) for k, d in gen if k != "reward"] + [("reward", ts.reward + rest)]
     return gen, train
