@@ -21,7 +21,7 @@ from rlsolve.frameworks.runtime import (FrameworkRuntime, engine_default_max_num
 from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, decode_kv_reads, prefill_time, simulate_decode, \
-    weight_bytes_per_gpu, kv_bytes_per_token_per_gpu, gen_other_bytes
+    random_weight_experts_reached, trtllm_experts_16bit, weight_bytes_per_gpu, kv_bytes_per_token_per_gpu, gen_other_bytes
 from rlsolve.perf.hw import GB, constants, device
 from rlsolve.perf.train import (BF16, BF16_MAIN_GRAD_BYTES, CUDA_GRAPHS, FP32_ADAM_MOMENT_BYTES, FP32_MAIN_GRAD_BYTES,
                                 MOE_DISPATCHERS, OFFLOADS, TrainLayout, model_flops,
@@ -404,30 +404,37 @@ def predict_generate(row: dict, profile: dict | None = None) -> CaseResult:
     gpus = lay.tp * lay.pp
     meas = row.get("measured") or {}
     inp = float(lay_in["input_len"])
+    engine, version = lay_in.get("engine"), str(lay_in["engine_version"]) if "engine_version" in lay_in else None
+    # an FP8 TensorRT-LLM engine before its FP8 MoE plugin keeps the routed experts at 16 bits, weights and GEMMs
+    expert_dev = device(pool, "bf16", profile) if trtllm_experts_16bit(arch, _precision(row), engine, version) else None
     if "output_len" not in lay_in:  # case format v2: a prefill-only row, scored on its time to first token
         if "ttft_ms" not in meas:
             raise ValueError("layout.output_len is missing and measured has no ttft_ms to score without it")
         b = float(lay_in.get("batch", 1)) if lay_in.get("batch", 1) != "auto" else 1.0
-        return _result(row, "ttft_ms", meas["ttft_ms"], prefill_time(arch, dev, lay, b * inp, inp / 2) * 1e3)
+        return _result(row, "ttft_ms", meas["ttft_ms"], prefill_time(arch, dev, lay, b * inp, inp / 2, expert_dev) * 1e3)
     out = float(lay_in["output_len"])
     batch = lay_in.get("batch", 1)
     # the engine's decode kernel may read each KV head once per query head (TensorRT-LLM's masked MHA);
     # its choice of kernel is taken at the running batch (at maximum load: the engine's cap)
     sm = pool.gpu.sm_count.value if pool.gpu.sm_count is not None else None
-    reads = decode_kv_reads(arch, lay, float(DEFAULT_MAX_NUM_SEQS if batch == "auto" else batch), sm,
-                            lay_in.get("engine"), str(lay_in["engine_version"]) if "engine_version" in lay_in else None)
-    step = StepModel(arch, dev, lay, wb, wb, kv_reads=reads)
+    reads = decode_kv_reads(arch, lay, float(DEFAULT_MAX_NUM_SEQS if batch == "auto" else batch), sm, engine, version)
+    # an engine built from a model config without a checkpoint (layout.random_weights) routes all its tokens to
+    # the same experts: TensorRT-LLM's random weights overflow fp16 in the first MoE layer (runtime.yaml trtllm_moe)
+    reached = (random_weight_experts_reached(arch, engine) if _layout_flag(lay_in, "random_weights", False)
+               else None)
+    step = StepModel(arch, dev, lay, wb, wb, kv_reads=reads, expert_bytes=2.0 if expert_dev else None,
+                     expert_dev=expert_dev, experts_reached=reached)
     # engines give the KV cache a fraction of what the weights leave (TensorRT-LLM's
     # kv_cache_free_gpu_mem_fraction default 0.9); a TensorRT-LLM engine without a paged cache allocates the
     # run's cache whole, in what the weights leave (runtime.yaml trtllm_paged_kv_cache_default_from)
     share = 1.0 if _trtllm_contiguous_kv(lay_in) else KV_FREE_FRACTION
-    cap = share * (pool.gpu.memory_bytes - weight_bytes_per_gpu(arch, lay, wb)
+    cap = share * (pool.gpu.memory_bytes - weight_bytes_per_gpu(arch, lay, wb, 2.0 if expert_dev else None)
                    - gen_other_bytes(arch, lay, DEFAULT_MAX_NUM_SEQS))
     kv_tokens = cap / kv_bytes_per_token_per_gpu(arch, lay, wb)
     if batch == "auto":  # in-flight batching at maximum load: as many requests as memory allows
         n_req = float(lay_in.get("requests") or max(1, min(DEFAULT_MAX_NUM_SEQS * 4, kv_tokens / (inp + out) * 4)))
         res = simulate_decode(step, n_req, inp, out, out, kv_tokens, DEFAULT_MAX_NUM_SEQS, n_req)
-        t = res.time + prefill_time(arch, dev, lay, n_req * inp + res.reprefill_tokens, inp / 2)
+        t = res.time + prefill_time(arch, dev, lay, n_req * inp + res.reprefill_tokens, inp / 2, expert_dev)
         total_out = n_req * out
     else:
         b = float(batch)
@@ -438,7 +445,7 @@ def predict_generate(row: dict, profile: dict | None = None) -> CaseResult:
         steps = np.linspace(0, out, 65)
         mid = (steps[:-1] + steps[1:]) / 2
         decode = float(np.sum(np.diff(steps) * step.step_time(np.full(64, b), inp + mid)))
-        ttft = prefill_time(arch, dev, lay, b * inp, inp / 2)
+        ttft = prefill_time(arch, dev, lay, b * inp, inp / 2, expert_dev)
         t = ttft + decode
         total_out = b * out
         if "itl_ms" in meas and "output_tokens_per_s" not in meas and "output_tokens_per_s_per_gpu" not in meas:

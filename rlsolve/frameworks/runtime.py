@@ -197,6 +197,14 @@ class TrtllmDecodeAttention(_Strict):
     xqa_min_block_factor: _Float
 
 
+class TrtllmMoe(_Strict):
+    """What TensorRT-LLM's MoE plugin runs: the experts' precision, and where a built-from-config engine's random
+    weights send the tokens."""
+    fp8_experts_from: _Str
+    random_weights_nan_after_first_moe_layer: _Bool
+    nan_rows_gate_to_first_expert: _Bool
+
+
 class Runtime(_Strict):
     frameworks: dict[Literal["verl", "openrlhf", "nemo-rl"], FrameworkRuntime]
     zero_stage_by_strategy: _ZeroByStrategy
@@ -206,6 +214,7 @@ class Runtime(_Strict):
     engine_profile_sampler_bytes_per_logit: _ByRelease
     trtllm_decode_attention: TrtllmDecodeAttention
     trtllm_paged_kv_cache_default_from: _Str
+    trtllm_moe: TrtllmMoe
 
 
 @lru_cache(maxsize=1)

@@ -35,8 +35,13 @@ class GenLayout:
         return self.tp * self.pp
 
 
-def weight_bytes_per_gpu(arch: Architecture, lay: GenLayout, bytes_per_param: float) -> float:
+def weight_bytes_per_gpu(arch: Architecture, lay: GenLayout, bytes_per_param: float,
+                         expert_bytes_per_param: float | None = None) -> float:
+    """Weight bytes on a GPU (the routed experts at `expert_bytes_per_param` where given: `trtllm_experts_16bit`)."""
     expert_div = max(lay.tp, lay.ep) * lay.pp
+    if expert_bytes_per_param is not None:
+        return (bytes_per_param * arch.non_expert_params / (lay.tp * lay.pp)
+                + expert_bytes_per_param * arch.routed_expert_params_total / expert_div)
     return bytes_per_param * (arch.non_expert_params / (lay.tp * lay.pp)
                               + arch.routed_expert_params_total / expert_div)
 
@@ -70,6 +75,26 @@ def decode_kv_reads(arch: Architecture, lay: GenLayout, batch: float, sm_count: 
            and (sm_count is None or max(arch.n_kv_heads / lay.tp, 1.0) * batch * facts.xqa_min_block_factor.value
                 >= sm_count))
     return 1.0 if xqa else ratio
+
+
+def trtllm_experts_16bit(arch: Architecture, precision: str, engine: str | None = None,
+                         engine_version: str | None = None) -> bool:
+    """Whether an FP8 TensorRT-LLM engine runs its routed experts with 16-bit weights and GEMMs: before the
+    release whose MoE plugin has an FP8 type (runtime.yaml trtllm_moe.fp8_experts_from)."""
+    return (arch.is_moe and precision == "fp8" and engine == "tensorrt-llm" and engine_version is not None
+            and release(engine_version) < release(runtime().trtllm_moe.fp8_experts_from.value))
+
+
+def random_weight_experts_reached(arch: Architecture, engine: str | None = None) -> float | None:
+    """Experts each MoE layer reaches per step, averaged over the MoE layers, in a TensorRT-LLM engine built from
+    a model config without a checkpoint (layout.random_weights): every token reaches the same top-k experts in the
+    first MoE layer, whose output overflows fp16, and every later layer gates its NaN rows to its first expert
+    (runtime.yaml trtllm_moe). None where the batch decides (StepModel.experts_touched)."""
+    facts = runtime().trtllm_moe
+    if not (arch.is_moe and engine == "tensorrt-llm" and facts.random_weights_nan_after_first_moe_layer.value
+            and facts.nan_rows_gate_to_first_expert.value):
+        return None
+    return (arch.experts_per_token + (arch.moe_layers - 1)) / arch.moe_layers
 
 
 @lru_cache(maxsize=64)
@@ -113,14 +138,21 @@ class StepModel:
     """Decode-step time of one replica as a function of batch and mean context."""
 
     def __init__(self, arch: Architecture, dev: Device, lay: GenLayout, weight_bytes: float, kv_bytes: float,
-                 host_per_seq: float = 0.0, eager: bool = False, kv_reads: float = 1.0):
+                 host_per_seq: float = 0.0, eager: bool = False, kv_reads: float = 1.0,
+                 expert_bytes: float | None = None, expert_dev: Device | None = None,
+                 experts_reached: float | None = None):
+        """`expert_bytes`, `expert_dev`: the routed experts' bytes per parameter and the device (precision) their
+        GEMMs run at, where they differ from the rest (`trtllm_experts_16bit`); `experts_reached`: experts an MoE
+        layer reaches per step whatever the batch (`random_weight_experts_reached`), else the batch decides."""
         self.arch, self.dev, self.lay = arch, dev, lay
+        self.experts_reached = experts_reached
         n = lay.tp * lay.pp
         # With pp stages the batch moves as pp micro-batches and each re-reads its stage's
         # weights: per decode step every GPU reads its weights pp times (pp x W/(tp*pp)).
         self.dense_w = weight_bytes * arch.non_expert_params / lay.tp
         # bytes of ONE routed expert (all MoE layers) on a GPU: sharded by tp, or whole on 1/ep of the GPUs
-        self.expert_w = weight_bytes * arch.expert_params / max(lay.tp, lay.ep) * arch.moe_layers
+        self.expert_w = (weight_bytes if expert_bytes is None else expert_bytes) * arch.expert_params \
+            / max(lay.tp, lay.ep) * arch.moe_layers
         # KV bytes the attention reads per context token: the cache's, times the reads of each KV head
         # (decode_kv_reads: more than one where the engine's kernel reads it once per query head)
         self.kv_tok = kv_bytes_per_token_per_gpu(arch, lay, kv_bytes) * kv_reads
@@ -144,6 +176,9 @@ class StepModel:
         self.host_per_seq = host_per_seq
         self.hbm, self.attn_rate = dev.hbm_bytes_per_s, dev.attention_flops
         self.gemm_rate = dev.peak_flops * dev.gemm_fraction
+        # the routed experts' GEMM FLOPs per token, where they run at another rate than the rest
+        self.expert_rate = expert_dev.peak_flops * expert_dev.gemm_fraction if expert_dev is not None else None
+        self.expert_flops_tok = 2.0 * arch.moe_layers * arch.experts_per_token * arch.expert_params / n
         self.pp_hops = (lay.pp - 1) * dev.p2p(1.0, lay.tp * lay.pp) if lay.pp > 1 else 0.0
         # Inside a server the engine's all-reduce (vLLM's custom one) is affine in the batch:
         # fixed hops + bytes per sequence. Across servers it runs on NCCL, whose cost is the
@@ -162,17 +197,27 @@ class StepModel:
         return self.dev.all_reduce(b * self.arch.hidden * 2.0, self.lay.tp, self.lay.tp)
 
     def experts_touched(self, batch: np.ndarray) -> np.ndarray:
-        """Distinct experts one micro-batch visits per layer: E(1 - (1 - k/E)^(b/pp))."""
+        """Distinct experts one micro-batch visits per layer: E(1 - (1 - k/E)^(b/pp)), or `experts_reached`."""
         a = self.arch
         if not a.is_moe:
             return np.zeros_like(batch)
+        if self.experts_reached is not None:
+            return np.full_like(np.asarray(batch, dtype=float), self.experts_reached)
         return a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** (batch / self.lay.pp))
 
     def weight_bytes(self, b: float) -> float:
         """Weight bytes one decode step reads at batch b (the touched experts of MoE layers)."""
         a = self.arch
+        if a.is_moe and self.experts_reached is not None:
+            return self.dense_w + self.experts_reached * self.expert_w
         touched = a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** (b / self.lay.pp)) if a.is_moe else 0.0
         return self.dense_w + touched * self.expert_w
+
+    def gemm_compute(self, b):
+        """GEMM FLOP time of a step at batch b (a float or an array): the routed experts' share at their rate."""
+        if self.expert_rate is None:
+            return b * self.flops_tok / self.gemm_rate
+        return b * ((self.flops_tok - self.expert_flops_tok) / self.gemm_rate + self.expert_flops_tok / self.expert_rate)
 
     def scalar_step_time(self, b: float, ctx: float) -> float:
         """step_time for one (batch, context) point, without numpy overhead. The terms that depend on the
@@ -180,7 +225,7 @@ class StepModel:
         simulation meets the same batch weights again and again (the same floats as computed afresh)."""
         hit = self._per_batch.get(b)
         if hit is None:
-            gemm = max(self.weight_bytes(b) / self.hbm, b * self.flops_tok / self.gemm_rate)
+            gemm = max(self.weight_bytes(b) / self.hbm, self.gemm_compute(b))
             hit = (gemm, self.all_reduce(b) * self.tp_ar_per_token, self.host_per_seq * b)
             if len(self._per_batch) > 8192:
                 self._per_batch.clear()
@@ -193,7 +238,7 @@ class StepModel:
     def step_time(self, batch: np.ndarray, context: np.ndarray) -> np.ndarray:
         batch = np.asarray(batch, dtype=float)
         wbytes = self.dense_w + self.experts_touched(batch) * self.expert_w
-        gemm = np.maximum(wbytes / self.hbm, batch * self.flops_tok / self.gemm_rate)
+        gemm = np.maximum(wbytes / self.hbm, self.gemm_compute(batch))
         attn = np.maximum(batch * context * self.kv_tok / self.hbm, batch * context * self.attn_flops_ctx / self.attn_rate)
         if self.ar_affine:
             ar = self.ar_fixed + self.ar_per_seq * batch
@@ -202,14 +247,20 @@ class StepModel:
         return gemm + attn + ar * self.tp_ar_per_token + self.pp_hops + self.overhead + self.host_per_seq * batch
 
 
-def prefill_time(arch: Architecture, dev: Device, lay: GenLayout, tokens: float, context: float) -> float:
-    """Compute-bound prefill of `tokens` prompt tokens with mean attention context `context`."""
+def prefill_time(arch: Architecture, dev: Device, lay: GenLayout, tokens: float, context: float,
+                 expert_dev: Device | None = None) -> float:
+    """Compute-bound prefill of `tokens` prompt tokens with mean attention context `context` (the routed
+    experts' GEMMs at `expert_dev`'s rate where given: `trtllm_experts_16bit`)."""
     if tokens <= 0:
         return 0.0
     n = lay.tp * lay.pp
     chunk = min(constants()["prefill_chunk_tokens"], tokens)
     n_chunks = tokens / chunk
     gemm = dev.gemm_time(chunk * arch.matmul_flops_per_token / n / 4, 4 * n_chunks)  # ~4 GEMMs per layer
+    if expert_dev is not None and arch.is_moe:
+        share = 2.0 * arch.moe_layers * arch.experts_per_token * arch.expert_params / arch.matmul_flops_per_token
+        gemm *= 1.0 - share + share * (dev.peak_flops * dev.gemm_fraction) / (expert_dev.peak_flops
+                                                                             * expert_dev.gemm_fraction)
     # a token at mean context c attends c tokens: the forward FLOPs of a causal square of side 2c
     # (Architecture.attention_flops_per_token halves the square for causal kernels)
     attn = tokens * arch.attention_flops_per_token(2.0 * context, causal=True) / n / dev.attention_flops
@@ -566,7 +617,7 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
                            + max(rest, 0.0) * slope_next, steps * step.weight_bytes(0.0)
                            + (_expert_bytes_at_least(step, n_requests, mean_len, max_len, g, clip)
                               if g == groups else 0.0))
-    gemm = max(weights_read / step.hbm, tokens * step.flops_tok / step.gemm_rate)
+    gemm = max(weights_read / step.hbm, step.gemm_compute(tokens))
     attn = kv_reads * max(step.kv_tok / step.hbm, step.attn_flops_ctx / step.attn_rate)
     ar = (steps * step.ar_fixed + tokens * step.ar_per_seq) * step.tp_ar_per_token
     return gemm + attn + ar + steps * (step.pp_hops + step.overhead) + tokens * step.host_per_seq
