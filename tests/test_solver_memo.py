@@ -477,3 +477,56 @@ def test_interleaved_micro_batches_beaten_at_every_recompute_leave_the_candidate
             assert with_rule == _train_rows(enumerate_candidates(problem, bounded=bounded))
             compared += bool(with_rule)
     assert compared >= 12 and skipped[0] >= 1000, (compared, skipped[0])
+
+
+def test_a_micro_batch_beaten_at_one_vp_is_beaten_at_every_larger_one_later(monkeypatch):
+    """Memo (`_train_candidates`' `beaten_from`, `_MEMO_BEATEN_VP`): an interleaved base skips, without asking
+    `_interleaved_beaten` again, a micro-batch that the skip rule found beaten (`every_recompute`) at a smaller vp
+    of the same shape, ep and ZeRO stage. The premise, checked on the calls made without the memo: no verdict
+    True at one vp is followed, in the same shape, by False at a larger vp (the bound does not read vp, the
+    simplicity rank only grows with it, the fronts only gain members and the fastest disaggregated trainers only
+    get faster). The effect: the training candidates (each field, the order) are those without the memo, on
+    random instances, tight memory among them, and the examples, with and without the bounds of plans already
+    found; and the memo saves calls."""
+    from rlsolve.solver import candidates as cand_mod
+    from rlsolve.solver.candidates import enumerate_candidates
+    rng = random.Random(53)
+    problems = []
+    for k in range(14):
+        try:
+            problems.append(resolve(load_spec(random_spec(rng, tight=k % 2 == 1))))
+        except Exception:  # a spec the resolver refuses: not this test's concern
+            continue
+    problems += [resolve(load_spec(str(EXAMPLES / f"{name}.yaml"))) for name in
+                 ("grpo-deepseek-v2-256xh100", "grpo-70b-64xh100", "grpo-8b-16xa100", "grpo-hetero-h20-h800")]
+    beaten = cand_mod._interleaved_beaten
+    verdicts: list[tuple] = []
+
+    def logged(problem, pool, lay, *args, **kwargs):
+        hit = beaten(problem, pool, lay, *args, **kwargs)
+        if kwargs.get("every_recompute"):
+            verdicts.append(((id(problem), id(pool), lay.tp, lay.pp, lay.cp, lay.dp, lay.ep, lay.zero_stage,
+                              lay.micro_batch), lay.vp, hit))
+        return hit
+    monkeypatch.setattr(cand_mod, "_interleaved_beaten", logged)
+    compared = checked = 0
+    calls = {True: 0, False: 0}
+    for problem in problems:
+        for bounded in (True, False):
+            rows = {}
+            for memo in (False, True):
+                monkeypatch.setattr(cand_mod, "_MEMO_BEATEN_VP", memo)
+                verdicts.clear()
+                rows[memo] = _train_rows(enumerate_candidates(problem, bounded=bounded))
+                calls[memo] += len(verdicts)
+                if not memo:
+                    least: dict[tuple, int] = {}  # per shape, ep, ZeRO and micro-batch: the least vp found beaten
+                    for key, vp, hit in verdicts:  # (a shape's calls come together: a later shape starts afresh)
+                        if key in least and least[key] <= vp:
+                            assert hit, (key, vp, least[key])
+                            checked += 1
+                        if hit:
+                            least[key] = min(vp, least.get(key, vp))
+            assert rows[True] == rows[False]
+            compared += bool(rows[True])
+    assert compared >= 12 and checked >= 1000 and calls[True] + 1000 <= calls[False], (compared, checked, calls)

@@ -393,6 +393,11 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         # `plain`), for `_interleaved_beaten` over every recompute of an interleaved base (below); False: none
         # fits, one being allowed
         plain_first: dict[tuple, tuple] = {}
+        # (ep, ZeRO, micro-batch) -> the least vp whose micro-batch the skip below found beaten at every recompute:
+        # beaten at every larger vp too, then and later (`_interleaved_beaten` with `every_recompute` reads vp only
+        # through the simplicity rank, which only grows with it, and through `apart`, where "vp" is not kept apart;
+        # the fronts only gain members and the fastest disaggregated trainers only get faster)
+        beaten_from: dict[tuple, int] = {}
         for ep, vp, zero in bases:
             if probe and vp > 1:
                 continue
@@ -405,12 +410,13 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             # (packed: a set of this micro-batch's alone)
             monotone = problem.workload.packed_tokens is None
             over: set[str] = set()
-            first = _with_fields(_shape_layout(tp, pp, cp, dp, mbs[0]), ep=ep, vp=vp, zero_stage=zero)
             for mb in mbs:
                 if not monotone:
                     over = set()
                 if vp > 1 and skip_ok and plain_first.get((ep, zero, mb)) is False:
                     break  # no recompute fits without interleaving: none fits with it (the same rules of each)
+                if vp > 1 and skip_ok and beaten_from.get((ep, zero, mb), vp + 1) <= vp:
+                    continue  # (see `beaten_from`)
                 if vp > 1 and skip_ok and (hit := plain_first.get((ep, zero, mb))):
                     # Every candidate of this base at mb, at any recompute, loses to one already found: the least
                     # recompute that fits it is no lighter than the one without interleaving (the memory never
@@ -422,6 +428,8 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                     if _interleaved_beaten(problem, pool, _with_fields(plain_lay[0], vp=vp), hit[1], cap, plain_lay,
                                            kinds, variants_of, best_disagg, fronts if front else None, modes, apart,
                                            n, pp, bounds, limit, cache, aux_of, dev, every_recompute=True):
+                        if _MEMO_BEATEN_VP and "vp" not in apart:
+                            beaten_from[ep, zero, mb] = vp
                         continue
                 if fits is None:  # (asked at the base's first micro-batch not skipped above)
                     fits = _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache,
@@ -431,10 +439,11 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                 if vp > 1:  # over without interleaving at this ZeRO stage or a higher one: over here
                     for z in range(zero, top_zero + 1):
                         over.update(plain_over.get((ep, z, mb), ()))
-                if mb == first.micro_batch:  # (its full recompute's memory: `_smallest_fits` may have asked it)
-                    levels = _recompute_levels(problem, first, cap, cache, over, rules, least_mem.get((ep, vp, zero)))
-                else:
-                    levels = _recompute_levels(problem, _with_fields(first, micro_batch=mb), cap, cache, over, rules)
+                # (built here, not per base: an interleaved base may skip every micro-batch above; at its first
+                # micro-batch, its full recompute's memory, which `_smallest_fits` may have asked)
+                levels = _recompute_levels(problem, _with_fields(_shape_layout(tp, pp, cp, dp, mb), ep=ep, vp=vp,
+                                                                 zero_stage=zero), cap, cache, over, rules,
+                                           least_mem.get((ep, vp, zero)) if mb == mbs[0] else None)
                 if vp == 1:
                     plain_over[ep, zero, mb] = frozenset(over)
                 if levels is None:
@@ -1148,6 +1157,7 @@ def _with_fields(base: TrainLayout, **fields) -> TrainLayout:
 
 _new_object, _set_attr = object.__new__, object.__setattr__
 _SKIP_BEATEN_MICRO_BATCHES = True  # (a switch for the property test that compares the candidates without it)
+_MEMO_BEATEN_VP = True  # (likewise: `beaten_from` in `_train_candidates`)
 
 
 def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> bool:
