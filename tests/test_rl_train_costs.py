@@ -440,3 +440,42 @@ def test_nemo_rl_dtensor_adam_steps_parameter_by_parameter():
     steps = q.workload.optimizer_steps
     assert on_t.optimizer == pytest.approx(max(off_t.optimizer, steps * fsdp_single_tensor_adam_time(q, dev, fsdp)))
     assert on_t.optimizer > off_t.optimizer
+
+
+def test_host_syncs_in_packed_attention_expose_the_next_layers_gather_and_idle_the_gpu():
+    """verl's remove-padding forward hands transformers' flash attention one flattened row told apart by
+    position ids; deriving the varlen arguments waits for the GPU 3 times per layer, after the q/k/v
+    projections are queued. FSDP's implicit prefetch issues the next layer's gather only when the host gets
+    there, so the q/k/v share of each layer no longer hides it, and the GPU idles a launch at each wait."""
+    from rlsolve.perf.step import _packed_host_syncs
+    from rlsolve.perf.train import host_sync_time, host_synced_issue_share, zero3_exposed
+    assert framework_costs("verl").packed_attention_syncs == 3
+    assert framework_costs("any").packed_attention_syncs == 0  # a plan for any framework is never charged
+    assert framework_costs("nemo-rl").packed_attention_syncs == 0
+    p = _problem()
+    dev, arch = device(p.pool), p.policy
+    share = host_synced_issue_share(arch, 1000, 3)
+    assert host_synced_issue_share(arch, 1000, 0) == 1.0
+    # llama-3.1-8b: q 4096x4096 and k, v 4096x1024 of a layer's 218M matmul parameters (plus attention)
+    assert 0.85 < share < 0.95
+    assert host_synced_issue_share(arch, 100_000, 3) > share  # the attention core, after the waits, grows with context
+    lay = TrainLayout(tp=1, dp=8, micro_batch=2, zero_stage=3)
+    assert host_sync_time(arch, dev, lay, 3) == pytest.approx(3 * 32 * dev.launch_s)
+    assert host_sync_time(arch, dev, lay, 0) == 0.0
+    # the exposed gather grows by what the q/k/v share no longer hides, never beyond the whole gather
+    gb = (2.0 * 8e9, 0.0)  # bf16 weights of 8B parameters, 32 layers over 8 ranks
+    gather = dev.all_gather(gb[0] / 32, 8, 8)
+    st = {"fwd_compute": 32 * gather / 2}  # each layer's compute half its gather: the gather paces the pass
+    free, synced, whole = (zero3_exposed(dev, lay, st, 32, gb, None, issue_share=s) for s in (1.0, share, 0.0))
+    assert free < synced < whole
+    # past the opening gather, each layer exposes what the compute queued after its waits leaves uncovered
+    assert synced - gather == pytest.approx(32 * (gather - gather / 2 * share), rel=1e-6)
+    assert whole - gather == pytest.approx(32 * gather, rel=1e-6)
+    # only the FSDP path (ZeRO-3) on unpadded fixed micro-batches of a framework that read it
+    wl = replace(_problem("verl").workload, unpadded=True)
+    assert _packed_host_syncs(wl, lay) == 3
+    assert _packed_host_syncs(wl, replace(lay, zero_stage=1)) == 0
+    assert _packed_host_syncs(replace(wl, unpadded=False), lay) == 0
+    a = forward_time(arch, dev, lay, 512, 1000, host_syncs=3)
+    b = forward_time(arch, dev, lay, 512, 1000)
+    assert a > b

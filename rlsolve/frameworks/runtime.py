@@ -148,6 +148,11 @@ class FrameworkRuntime(_Strict):
     # Adam over DTensor parameters (foreach and fused off), each a DTensor op dispatch on the host (None: not read;
     # the fused step's traffic only)
     fsdp_optimizer_tensor_ops: _IntUntilForStrategy | None = None
+    # host synchronisations per decoder layer in a forward over micro-batches without padding (sequences
+    # flattened into one row, told apart by their position ids): the attention derives its varlen arguments
+    # from the position ids on the host, so the host waits for the GPU there in every layer (None: not read;
+    # the host runs ahead of the GPU)
+    packed_attention_host_syncs_per_layer: _Int | None = None
     # bytes per parameter the FSDP trainer all-gathers to build the full tensors it hands the engine
     # at each refit (None: not read; no gather is charged)
     fsdp_refit_gather_bytes_per_param: _Float | None = None
@@ -248,7 +253,8 @@ class FrameworkCosts:
     layer (gathered before a pass's first layer, reduce-scattered after its backward's last); the bytes per
     hidden element per layer its FSDP mixed-precision policy moves casting each layer's output to fp32 and
     back (None: none charged); the tensor ops per parameter tensor of its FSDP trainer's single-tensor Adam over
-    DTensor parameters, each dispatched on the host (None: the fused step); the modes in which it splits a step's
+    DTensor parameters, each dispatched on the host (None: the fused step); the host synchronisations per decoder
+    layer of its forward over micro-batches without padding (0: none read); the modes in which it splits a step's
     samples over the engines in fixed shares (the step waits for the slowest engine's share)."""
 
     orchestration_s: float
@@ -276,6 +282,7 @@ class FrameworkCosts:
     fsdp_root_embeddings: bool = False
     fsdp_layer_cast_bytes: float | None = None
     fsdp_optimizer_tensor_ops: int | None = None
+    packed_attention_syncs: int = 0
     fixed_share_modes: frozenset = frozenset({"colocated", "sync", "async"})
 
 
@@ -347,6 +354,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
     casts = [_for_strategy(f.fsdp_layer_output_cast_bytes, f, strategy) for f in chosen]
     adam_ops = [_for_strategy(_holds(f.fsdp_optimizer_tensor_ops, version), f, strategy) for f in chosen]
+    syncs = [f.packed_attention_host_syncs_per_layer for f in chosen]
 
     # a mode's shares are fixed where every chosen framework that runs the mode fixes them (`any`: the cheaper)
     fixed = frozenset(m for m in ("colocated", "sync", "async")
@@ -385,4 +393,5 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"),
                           fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts),
                           fsdp_optimizer_tensor_ops=None if None in adam_ops else min(x.value for x in adam_ops),
+                          packed_attention_syncs=0 if None in syncs else min(x.value for x in syncs),
                           fixed_share_modes=fixed)

@@ -505,7 +505,8 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     if lora or lp is not lay:  # the old log-prob pass is a plain forward, on its own micro-batches
         st = cached_stage_times(arch, dev, lp, lp_seq, False, cache)
     old = forward_time(arch, dev, lp, wl.samples, lp_seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager,
-                       fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes)
+                       fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
+                       host_syncs=_packed_host_syncs(wl, lp))
     return t, mem or policy_memory(problem, planned), old
 
 
@@ -590,6 +591,13 @@ def _fsdp_elementwise(wl, lay: TrainLayout) -> tuple[float, float, float] | None
     return wl.framework.fsdp_elementwise_bytes if lay.zero_stage >= 3 else None
 
 
+def _packed_host_syncs(wl, lay: TrainLayout) -> int:
+    """The host's waits for the GPU per decoder layer of a forward where the framework's FSDP path (ZeRO-3: the
+    Hugging Face modeling code) runs fixed micro-batches without their padding (workload.unpadded: one flattened
+    row told apart by position ids), frameworks/runtime.yaml packed_attention_host_syncs_per_layer; else 0."""
+    return wl.framework.packed_attention_syncs if wl.unpadded and lay.zero_stage >= 3 else 0
+
+
 def policy_memory(problem: Problem, lay: TrainLayout, cache: dict | None = None) -> TrainMem:
     """Peak training memory of the policy; sized for micro-batches of max-length sequences, or
     for the token budget when micro-batches are packed to one. `cache` memoizes the states
@@ -635,7 +643,8 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
         # the forward and the update share one stage_times (both ask for it without LoRA)
         seq = _unpadded_busiest(wl, critic, wl.seq_mean)
         st = cached_stage_times(a, dev, critic, seq, False, cache)
-        fwd = forward_time(a, dev, critic, wl.samples, seq, st=st, unfused_elementwise=eager)
+        fwd = forward_time(a, dev, critic, wl.samples, seq, st=st, unfused_elementwise=eager,
+                           host_syncs=_packed_host_syncs(wl, critic))
         upd = train_time(a, dev, critic, wl.global_batch, seq, optimizer_steps=wl.optimizer_steps, st=st,
                          memo=cache, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
                          unfused_elementwise=eager).total
@@ -706,7 +715,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             st = cached_stage_times(a, dev, al, seq, False, cache)
             cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
                                        unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes,
-                                       fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes),
+                                       fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
+                                       host_syncs=_packed_host_syncs(wl, lay)),
                           train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
         return cache[key]
 

@@ -1119,7 +1119,8 @@ def _grad_sync_and_step(arch: Architecture, dev: Device, lay: TrainLayout, lora_
 
 
 def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_bytes: tuple[float, float],
-                  grad_bytes: tuple[float, float] | None, root: tuple[float, float] | None = None) -> float:
+                  grad_bytes: tuple[float, float] | None, root: tuple[float, float] | None = None,
+                  issue_share: float = 1.0) -> float:
     """Exposed ZeRO-3 / FSDP communication of one micro-batch on one stage. Each layer's
     parameters are all-gathered before its forward and again before its backward, and its
     gradients reduce-scattered after it (`grad_bytes` None: forward only); every collective pays
@@ -1132,7 +1133,10 @@ def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_b
     output layer, where the framework's FSDP keeps them in the root (frameworks/runtime.yaml
     fsdp_root_holds_embeddings): the root is gathered whole before the first layer's gather, both
     exposed, and a backward ends waiting for the first layer's reduce-scatter and then the root's
-    (FSDP2's final callback); the layers share the rest of the dense bytes."""
+    (FSDP2's final callback); the layers share the rest of the dense bytes.
+
+    `issue_share`: the share of a layer's forward compute still queued when the host issues the next layer's
+    gather (forward only, see host_synced_issue_share; 1: the host runs ahead, the whole layer hides it)."""
     span = lay.tp * lay.cp * lay.dp
     groups = ((lay.dp * lay.cp), lay.expert_dp)
     if root is not None:
@@ -1144,7 +1148,7 @@ def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_b
     f = nccl_sm_share(dev)
     opening = gather + (dev.all_gather(root[0], groups[0], span) if root is not None else 0.0)
     if grad_bytes is None:
-        return opening + layers * overlapped_exposed(gather, fwd_layer, f)
+        return opening + layers * overlapped_exposed(gather, fwd_layer * issue_share, f)
     scatter = sum(dev.reduce_scatter(b / layers, n, span) for b, n in zip(grad_bytes, groups))
     bwd_layer = st["bwd_compute"] / layers
     closing = (scatter + dev.reduce_scatter(root[1], groups[0], span)) if root is not None else 0.0
@@ -1170,6 +1174,28 @@ def overlapped_exposed(comm: float, compute: float, sm_share: float) -> float:
     collective runs, so the pair takes compute + comm * sm_share when the compute outlasts it, else comm (the
     exposed formula of ep_overlap_exposed): max(comm * sm_share, comm - compute), never below 0."""
     return max(comm * sm_share, comm - compute, 0.0)
+
+
+def host_synced_issue_share(arch: Architecture, seq_len: float, syncs: int) -> float:
+    """Share of a decoder layer's forward compute that hides the next layer's FSDP all-gather where the host
+    waits for the GPU `syncs` times inside each layer's attention (frameworks/runtime.yaml
+    packed_attention_host_syncs_per_layer, after the q/k/v projections are queued). FSDP's forward prefetch is
+    implicit: the next layer's gather is issued by its pre-forward hook when the host reaches it, so after the
+    wait only what the GPU has left of the layer, the attention core, output projection and MLP, runs under the
+    gather; the q/k/v projections (their share of the layer's forward FLOPs) no longer do. 1 where `syncs` is 0
+    (the host runs ahead and the whole layer hides the gather)."""
+    if syncs <= 0:
+        return 1.0
+    qkv = 2.0 * (arch.attn_params_per_layer - arch.v_width * arch.hidden) * arch.layers
+    layer = arch.matmul_flops_per_token - 2.0 * arch.vocab * arch.hidden + arch.attention_flops_per_token(seq_len)
+    return max(0.0, 1.0 - qkv / layer)
+
+
+def host_sync_time(arch: Architecture, dev: Device, lay: TrainLayout, syncs: int) -> float:
+    """Seconds one micro-batch's forward leaves the GPU idle at `syncs` host waits per decoder layer
+    (frameworks/runtime.yaml packed_attention_host_syncs_per_layer): each drains the queue, and the GPU waits
+    for the host to launch the next kernel (hardware_db kernel_launch_us) at each one."""
+    return syncs * math.ceil(arch.layers / lay.pp) * dev.launch_s
 
 
 def fsdp_root_params(arch: Architecture, lay: TrainLayout) -> float:
@@ -1210,16 +1236,20 @@ def fsdp_layer_cast_time(arch: Architecture, dev: Device, lay: TrainLayout, seq_
 def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: int, seq_len: float,
                  st: dict | None = None, logit_bytes_fwd: float | None = None,
                  unfused_elementwise: tuple[float, float, float] | None = None,
-                 fsdp_copy_bytes: tuple[float, float] | None = None, fsdp_cast_bytes: float | None = None) -> float:
+                 fsdp_copy_bytes: tuple[float, float] | None = None, fsdp_cast_bytes: float | None = None,
+                 host_syncs: int = 0) -> float:
     """Forward-only pass (log-probs, reference, reward, value) over `sequences` (`fsdp_cast_bytes`: see
-    fsdp_layer_cast_time, ZeRO-3 layouts only)."""
+    fsdp_layer_cast_time, ZeRO-3 layouts only; `host_syncs`: the host's waits for the GPU per decoder layer,
+    see host_sync_time and host_synced_issue_share)."""
     st = st or stage_times(arch, dev, lay, seq_len)
     m = max(1.0, sequences / (lay.dp * lay.micro_batch))
     per_mb = (st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0) + logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
-              + unfused_elementwise_fwd(arch, dev, lay, seq_len, unfused_elementwise))
+              + unfused_elementwise_fwd(arch, dev, lay, seq_len, unfused_elementwise)
+              + host_sync_time(arch, dev, lay, host_syncs))
     if lay.zero_stage >= 3:  # sharded weights are gathered layer by layer in every pass
         dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
-        per_mb += zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp), (BF16 * dense, BF16 * expert), None)
+        per_mb += zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp), (BF16 * dense, BF16 * expert), None,
+                                issue_share=host_synced_issue_share(arch, seq_len, host_syncs))
         per_mb += fsdp_copy_time(dev, dense + expert, 0.0, fsdp_copy_bytes, backward=False)
         per_mb += fsdp_layer_cast_time(arch, dev, lay, seq_len, fsdp_cast_bytes)
     return (m + lay.pp - 1) * per_mb / dev.logprob_efficiency
