@@ -45,6 +45,26 @@ def test_host_time_per_sequence_grows_the_step_with_the_batch_and_keeps_the_boun
         assert decode_lower_bound(asked, 512, 256, 800, 2048, cap, 512, clip=0.1) <= sim * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("pp", [1, 2, 4, 8])
+def test_pipeline_stages_cost_one_engine_host_pass_per_micro_batch_and_keep_the_bound_below(pp):
+    """vLLM keeps pp micro-batches in flight and its engine core (one host thread) schedules and updates each:
+    a token round takes at least pp host passes plus every sequence's host work, overlapped with the GPUs (a
+    floor, not an added term); with pp = 1 the step is as before. The bound stays below the simulation."""
+    p = resolve(load_spec(SPEC))
+    dev = device(p.pool)
+    step = StepModel(p.policy, dev, GenLayout(tp=1, pp=pp), 2.0, 2.0, host_per_seq=dev.decode_host_per_seq_s)
+    assert (step.host_round == 0.0) == (pp == 1)
+    for b in (1, 8, 64, 512):
+        t = step.scalar_step_time(b, 500)
+        assert t >= (pp * dev.decode_step_overhead_s + b * dev.decode_host_per_seq_s) * (1 - 1e-12)
+        assert step.step_time(np.array([b]), np.array([500.0]))[0] == pytest.approx(t, rel=1e-12)
+    if pp == 8:  # an 8B model over 8 stages: the host passes, not the GPUs, set a small batch's round
+        assert step.scalar_step_time(1, 500) == pytest.approx(8 * dev.decode_step_overhead_s + dev.decode_host_per_seq_s)
+    for cap in (2e4, 3e5):
+        sim = simulate_decode(step, 512, 256, 800, 2048, cap, 1024, 512, clip=0.1).time
+        assert decode_lower_bound(step, 512, 256, 800, 2048, cap, 512, clip=0.1) <= sim * (1 + 1e-9)
+
+
 def test_every_framework_entry_has_a_source_and_any_takes_the_cheapest():
     rt = runtime()
     for name, fw in rt.frameworks.items():

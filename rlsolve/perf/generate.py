@@ -180,6 +180,17 @@ class StepModel:
         self.expert_rate = expert_dev.peak_flops * expert_dev.gemm_fraction if expert_dev is not None else None
         self.expert_flops_tok = 2.0 * arch.moe_layers * arch.experts_per_token * arch.expert_params / n
         self.pp_hops = (lay.pp - 1) * dev.p2p(1.0, lay.tp * lay.pp) if lay.pp > 1 else 0.0
+        # With pp stages the engine keeps pp micro-batches in flight (vLLM V1: batch_queue_size =
+        # max_concurrent_batches = pipeline_parallel_size, vllm-project/vllm@00080ee1 vllm/config/vllm.py) and
+        # its engine core, one host thread, schedules and updates each one (EngineCore.step_with_batch_queue:
+        # one schedule() and one update_from_output() per micro-batch, vllm/v1/engine/core.py; V0: one
+        # engine_step per virtual engine on one asyncio loop, AsyncLLMEngine.run_engine_loop; SGLang:
+        # event_loop_pp schedules each of pp_size micro-batches): a token round costs pp of the per-step host
+        # passes. They overlap the GPUs' work on the other micro-batches (execute_model is
+        # non-blocking), and one of them lies on each micro-batch's loop (the `overhead` above), so a round
+        # takes at least pp host passes plus the per-sequence host work of all the micro-batches: a floor
+        # under the GPU time, not a term added to it. None with pp = 1 (the one pass is in `overhead`).
+        self.host_round = lay.pp * dev.decode_step_overhead_s if lay.pp > 1 else 0.0
         # Inside a server the engine's all-reduce (vLLM's custom one) is affine in the batch:
         # fixed hops + bytes per sequence. Across servers it runs on NCCL, whose cost is the
         # fastest of its protocols (Device.all_reduce): exact per batch in the step time, and an
@@ -233,7 +244,7 @@ class StepModel:
         gemm, ar, host = hit
         bc = b * ctx
         attn = max(bc * self.kv_tok / self.hbm, bc * self.attn_flops_ctx / self.attn_rate)
-        return gemm + attn + ar + self.pp_hops + self.overhead + host
+        return max(gemm + attn + ar + self.pp_hops + self.overhead + host, self.host_round + host)
 
     def step_time(self, batch: np.ndarray, context: np.ndarray) -> np.ndarray:
         batch = np.asarray(batch, dtype=float)
@@ -244,7 +255,9 @@ class StepModel:
             ar = self.ar_fixed + self.ar_per_seq * batch
         else:
             ar = np.array([self.all_reduce(float(b)) for b in batch.ravel()]).reshape(batch.shape)
-        return gemm + attn + ar * self.tp_ar_per_token + self.pp_hops + self.overhead + self.host_per_seq * batch
+        host = self.host_per_seq * batch
+        return np.maximum(gemm + attn + ar * self.tp_ar_per_token + self.pp_hops + self.overhead + host,
+                          self.host_round + host)
 
 
 def prefill_time(arch: Architecture, dev: Device, lay: GenLayout, tokens: float, context: float,
@@ -620,7 +633,10 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     gemm = max(weights_read / step.hbm, step.gemm_compute(tokens))
     attn = kv_reads * max(step.kv_tok / step.hbm, step.attn_flops_ctx / step.attn_rate)
     ar = (steps * step.ar_fixed + tokens * step.ar_per_seq) * step.tp_ar_per_token
-    return gemm + attn + ar + steps * (step.pp_hops + step.overhead) + tokens * step.host_per_seq
+    # a step is the larger of its GPU loop and the engine's host passes (StepModel.host_round): the sum of
+    # the larger is at least the larger of the sums
+    host = tokens * step.host_per_seq
+    return max(gemm + attn + ar + steps * (step.pp_hops + step.overhead) + host, steps * step.host_round + host)
 
 
 def _lone_steps(n_requests: float, prompt_len: float, mean_len: float, max_len: float, n_total: float, g: int,
