@@ -58,10 +58,10 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
     aux_t = est.aux.times if est.aux is not None else {}
     cap_g, cap_t = est.pool_gen.gpu.memory_bytes / GB, est.pool_train.gpu.memory_bytes / GB
     gen_mem = GenMemory(weights=_gb(g.weights), kv_cache=_gb(g.kv_cache), activations=_gb(g.activations),
-                        other=_gb(g.other), colocated_training=_gb(g.reserved), total=_gb(g.total), capacity=cap_g)
+                        other=_gb(g.other), colocated_training=_gb(g.reserved), total=_gb(g.total), capacity=round(cap_g, 2))
     tr_mem = TrainMemory(weights=_gb(t.mem.weights), grads=_gb(t.mem.grads), optimizer=_gb(t.mem.optimizer),
                          activations=_gb(t.mem.activations), other=_gb(t.mem.other), other_models=_gb(t.aux_resident),
-                         total=_gb(t.total), capacity=cap_t)
+                         total=_gb(t.total), capacity=round(cap_t, 2))
     times = TimeSection(step=_r(est.step), prefill=_r(g.prefill), decode=_r(g.decode),
                         reward=_r(t.reward + g.aux_times.get("reward", 0.0) + aux_t.get("reward", 0.0)),
                         reference=_r(t.reference + g.aux_times.get("reference", 0.0) + aux_t.get("reference", 0.0)),
@@ -161,7 +161,7 @@ def explain(problem: Problem, est: StepEstimate, usd_per_mtok: float) -> list[st
     elif est.aux is not None:  # one pool: the group's GPUs are beside the engines' and the trainers'
         out.append(f"auxiliary group: {group} ({est.aux.time:.1f} s, tp={est.aux.tp}) beside the "
                    f"{'colocated' if est.mode == 'colocated' else 'engine and training'} GPUs")
-    out.append(f"training memory {t.total / GB:.1f} of {cap_t:g} GB per GPU "
+    out.append(f"training memory {t.total / GB:.1f} of {cap_t:.1f} GB per GPU "
                f"({head_t:.0%} headroom); generation {g.total / GB:.1f} GB")
     idle_pools = []
     if one_pool(problem):  # the target runs every role on one pool: the others are idle by its rule
