@@ -70,6 +70,22 @@ def test_every_network_is_sourced(name):
     assert 0 < net.busbw_fraction.value < 1
 
 
+def test_rdma_networks_share_nccls_per_nic_efficiency_and_sockets_fall_below():
+    """NCCL drives InfiniBand and RoCE with one IB-verbs transport and one NET hop latency in its
+    cost model, so every RDMA network carries IB-NDR-400's fraction and latency; the socket
+    transport (no RDMA) reaches less of its line rate and pays at least that latency."""
+    ndr = find_network("IB-NDR-400")
+    rdma = [n for n in list_networks() if n.name.startswith(("IB-", "RoCE-"))]
+    assert {n.name for n in rdma} >= {"RoCE-200", "RoCE-400"}
+    for net in rdma:
+        assert net.busbw_fraction.value == ndr.busbw_fraction.value, net.name
+        assert net.latency_us == ndr.latency_us, net.name
+        assert not net.busbw_fraction.source.lstrip().startswith("estimate"), net.name
+    eth = find_network("Eth-100")
+    assert eth.busbw_fraction.value < ndr.busbw_fraction.value and eth.latency_us >= ndr.latency_us
+    assert "nccl#450" in eth.busbw_fraction.source
+
+
 @pytest.mark.parametrize("name", sorted(GPU_NAMES))
 def test_efficiency_fractions_are_strictly_between_0_and_1(name):
     eff = find_gpu(name).efficiency
