@@ -442,6 +442,20 @@ def _train_rows(cands) -> list[tuple]:
              c.switch, c.send, c.pool, c.modes, c.critic, c.critic_gpus, c.hold) for c in cands.train]
 
 
+def _enumeration_problems(seed: int) -> list:
+    """14 random instances (every other one with tight memory; those the resolver refuses left out) and four
+    examples: the inputs of the enumeration's equality tests."""
+    rng = random.Random(seed)
+    problems = []
+    for k in range(14):
+        try:
+            problems.append(resolve(load_spec(random_spec(rng, tight=k % 2 == 1))))
+        except Exception:  # a spec the resolver refuses: not these tests' concern
+            continue
+    return problems + [resolve(load_spec(str(EXAMPLES / f"{name}.yaml"))) for name in
+                       ("grpo-deepseek-v2-256xh100", "grpo-70b-64xh100", "grpo-8b-16xa100", "grpo-hetero-h20-h800")]
+
+
 def test_interleaved_micro_batches_beaten_at_every_recompute_leave_the_candidates_as_they_are(monkeypatch):
     """Skip rule (`_train_candidates`' `_SKIP_BEATEN_MICRO_BATCHES`): an interleaved base skips a
     micro-batch, before its memory, where `_interleaved_beaten` (`every_recompute`) bounds each of its
@@ -451,15 +465,7 @@ def test_interleaved_micro_batches_beaten_at_every_recompute_leave_the_candidate
     already found."""
     from rlsolve.solver import candidates as cand_mod
     from rlsolve.solver.candidates import enumerate_candidates
-    rng = random.Random(47)
-    problems = []
-    for k in range(14):
-        try:
-            problems.append(resolve(load_spec(random_spec(rng, tight=k % 2 == 1))))
-        except Exception:  # a spec the resolver refuses: not this test's concern
-            continue
-    problems += [resolve(load_spec(str(EXAMPLES / f"{name}.yaml"))) for name in
-                 ("grpo-deepseek-v2-256xh100", "grpo-70b-64xh100", "grpo-8b-16xa100", "grpo-hetero-h20-h800")]
+    problems = _enumeration_problems(47)
     skipped = [0]
     beaten = cand_mod._interleaved_beaten
 
@@ -490,15 +496,7 @@ def test_a_micro_batch_beaten_at_one_vp_is_beaten_at_every_larger_one_later(monk
     found; and the memo saves calls."""
     from rlsolve.solver import candidates as cand_mod
     from rlsolve.solver.candidates import enumerate_candidates
-    rng = random.Random(53)
-    problems = []
-    for k in range(14):
-        try:
-            problems.append(resolve(load_spec(random_spec(rng, tight=k % 2 == 1))))
-        except Exception:  # a spec the resolver refuses: not this test's concern
-            continue
-    problems += [resolve(load_spec(str(EXAMPLES / f"{name}.yaml"))) for name in
-                 ("grpo-deepseek-v2-256xh100", "grpo-70b-64xh100", "grpo-8b-16xa100", "grpo-hetero-h20-h800")]
+    problems = _enumeration_problems(53)
     beaten = cand_mod._interleaved_beaten
     verdicts: list[tuple] = []
 
