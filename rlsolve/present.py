@@ -191,8 +191,8 @@ def model_rows() -> list[dict[str, Any]]:
 
 
 # the columns `rlsolve gpus|models` print as a table (every field in json/yaml)
-GPU_COLUMNS = ["name", "bf16_tflops", "fp8_tflops", "memory_gb", "hbm_gbps", "nvlink_gbps_per_dir", "nvlink_domain",
-               "price_per_gpu_hour_usd"]
+GPU_COLUMNS = ["name", "bf16_tflops", "fp8_tflops", "memory_gb", "device_memory_bytes", "hbm_gbps", "nvlink_gbps_per_dir",
+               "nvlink_domain", "price_per_gpu_hour_usd"]
 NETWORK_COLUMNS = ["name", "gbps_per_nic", "latency_us", "busbw_fraction"]
 MODEL_COLUMNS = ["name", "hf_id", "total_params_b", "active_params_b", "layers", "hidden", "kv_kib_per_token"]
 
