@@ -360,8 +360,9 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     fixed = frozenset(m for m in ("colocated", "sync", "async")
                       if all(f.fixed_engine_shares.value.get(m, True) for f in chosen))
 
-    def flag(name: str) -> bool:  # a yes/no fact held by every chosen framework (for the strategy run, if read for one)
-        return all((e := _for_strategy(getattr(f, name), f, strategy)) is not None and e.value for f in chosen)
+    def flag(name: str) -> bool:  # a yes/no fact held by every chosen framework (for the release and strategy run)
+        return all((e := _for_strategy(_holds(getattr(f, name), version), f, strategy)) is not None and e.value
+                   for f in chosen)
     unset = {unset_max_num_seqs(f) for f in chosen}
     return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
                           engine_unset_max_num_seqs=unset.pop() if len(unset) == 1 else None,
@@ -386,9 +387,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           refit_full_broadcast=flag("refit_broadcasts_full_model"),
                           fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant),
                           refit_offloads_trainer=flag("refit_offloads_trainer_states"),
-                          logprob_prep_offloads_optimizer=all(
-                              (e := _holds(f.logprob_prep_offloads_optimizer, version)) is not None and e.value
-                              for f in chosen),
+                          logprob_prep_offloads_optimizer=flag("logprob_prep_offloads_optimizer"),
                           fsdp_pads_packed_to_budget=flag("fsdp_pads_packed_to_budget"),
                           fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"),
                           fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts),
