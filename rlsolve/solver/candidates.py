@@ -413,24 +413,26 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
             for mb in mbs:
                 if not monotone:
                     over = set()
-                if vp > 1 and skip_ok and plain_first.get((ep, zero, mb)) is False:
-                    break  # no recompute fits without interleaving: none fits with it (the same rules of each)
-                if vp > 1 and skip_ok and beaten_from.get((ep, zero, mb), vp + 1) <= vp:
-                    continue  # (see `beaten_from`)
-                if vp > 1 and skip_ok and (hit := plain_first.get((ep, zero, mb))):
-                    # Every candidate of this base at mb, at any recompute, loses to one already found: the least
-                    # recompute that fits it is no lighter than the one without interleaving (the memory never
-                    # falls with vp; the rules of a recompute do not read vp without a target), a heavier one is
-                    # never faster, and interleaving only shrinks the bubble (`_interleaved_beaten`). Skipped
-                    # without its memory: where no recompute fits, none fits at a larger micro-batch either
-                    # (max-length sequences; the rules do not read it), so the micro-batches after it add nothing.
-                    plain_lay = plain[ep, zero, mb, hit[0]]
-                    if _interleaved_beaten(problem, pool, _with_fields(plain_lay[0], vp=vp), hit[1], cap, plain_lay,
-                                           kinds, variants_of, best_disagg, fronts if front else None, modes, apart,
-                                           n, pp, bounds, limit, cache, aux_of, dev, every_recompute=True):
-                        if _MEMO_BEATEN_VP and "vp" not in apart:
-                            beaten_from[ep, zero, mb] = vp
-                        continue
+                if vp > 1 and skip_ok:
+                    hit = plain_first.get((ep, zero, mb))
+                    if hit is False:
+                        break  # no recompute fits without interleaving: none fits with it (the same rules of each)
+                    if beaten_from.get((ep, zero, mb), vp + 1) <= vp:
+                        continue  # (see `beaten_from`)
+                    if hit:
+                        # Every candidate of this base at mb, at any recompute, loses to one already found: the least
+                        # recompute that fits it is no lighter than the one without interleaving (the memory never
+                        # falls with vp; the rules of a recompute do not read vp without a target), a heavier one is
+                        # never faster, and interleaving only shrinks the bubble (`_interleaved_beaten`). Skipped
+                        # without its memory: where no recompute fits, none fits at a larger micro-batch either
+                        # (max-length sequences; the rules do not read it), so the micro-batches after it add nothing.
+                        plain_lay = plain[ep, zero, mb, hit[0]]
+                        if _interleaved_beaten(problem, pool, _with_fields(plain_lay[0], vp=vp), hit[1], cap, plain_lay,
+                                               kinds, variants_of, best_disagg, fronts if front else None, modes, apart,
+                                               n, pp, bounds, limit, cache, aux_of, dev, every_recompute=True):
+                            if _MEMO_BEATEN_VP and "vp" not in apart:
+                                beaten_from[ep, zero, mb] = vp
+                            continue
                 if fits is None:  # (asked at the base's first micro-batch not skipped above)
                     fits = _smallest_fits(problem, tp, pp, cp, dp, ep, vp, zero, mbs[0], top_zero, cap, cache,
                                           smallest, least_mem)
