@@ -21,7 +21,7 @@ from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_blo
                                    warning_lines)
 from rlsolve.perf.train import expert_tp
 from rlsolve.reader import parse_yaml
-from rlsolve.solver.rules import pipeline_split
+from rlsolve.solver.rules import pipeline_ends
 
 PIN = PINS["megatron"]
 
@@ -148,8 +148,8 @@ def sections(job: Job) -> list[Section]:
     s = Section("training parallelism")
     s.add("--tensor-model-parallel-size", t.tp)
     s.add("--pipeline-model-parallel-size", t.pp)
-    if job.policy.layers % t.pp:  # Megatron-Core's uneven split: the two end stages set apart, the middle even
-        first, _, last = pipeline_split(job.policy.layers, t.pp)
+    if ends := pipeline_ends(job.policy.layers, t.pp):  # Megatron-Core's uneven split: the ends set apart
+        first, last = ends
         s.add("--decoder-first-pipeline-num-layers", first,
               f"{job.policy.layers} layers over pp={t.pp}: no stage above {-(-job.policy.layers // t.pp)}")
         s.add("--decoder-last-pipeline-num-layers", last)

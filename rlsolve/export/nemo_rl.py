@@ -18,7 +18,7 @@ from typing import Any
 from rlsolve.export.common import ExportResult, Job, comment_block, dump_yaml, header_lines, nest, warning_lines, Pin
 from rlsolve.frameworks import capabilities
 from rlsolve.frameworks.rules import strategies, strategy_for, training_ok
-from rlsolve.solver.rules import pipeline_split
+from rlsolve.solver.rules import pipeline_ends
 
 PIN = Pin("NeMo-RL", "0.7", "0.7.0", "nemo-rl (git tag v0.7.0; the PyPI name holds a placeholder)")
 BASE = "examples/configs/grpo_math_1B.yaml"
@@ -136,8 +136,8 @@ def _backend(section: str, t, arch, megatron: bool, offload: bool | None = None)
              m + "sequence_parallel": bool(t.sequence_parallel and t.tp > 1),
              m + "activation_checkpointing": t.recompute != "none",
              m + "optimizer.use_distributed_optimizer": t.zero_stage >= 1}
-        if arch.layers % t.pp:  # Megatron-Core's uneven split: the two end stages set apart, the middle even
-            first, _, last = pipeline_split(arch.layers, t.pp)
+        if ends := pipeline_ends(arch.layers, t.pp):  # Megatron-Core's uneven split: the ends set apart
+            first, last = ends
             v.update({m + "num_layers_in_first_pipeline_stage": first, m + "num_layers_in_last_pipeline_stage": last})
         if offload is not None:
             v[m + "optimizer.optimizer_cpu_offload"] = offload

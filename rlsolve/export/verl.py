@@ -17,7 +17,7 @@ from typing import Any
 from rlsolve.frameworks import capabilities
 from rlsolve.frameworks.rules import strategies, strategy_for
 from rlsolve.perf.train import expert_tp
-from rlsolve.solver.rules import pipeline_split
+from rlsolve.solver.rules import pipeline_ends
 from rlsolve.export.common import (PINS, ExportResult, Job, Section, comment_block, dump_yaml, header_lines,
                                    nest, render_array, warning_lines)
 
@@ -43,8 +43,8 @@ def _megatron_layout(job: Job, s: Section, prefix: str, offload: bool, t=None, a
     t, arch = t or job.t, arch or job.policy
     s.add(f"{prefix}.tensor_model_parallel_size", t.tp)
     s.add(f"{prefix}.pipeline_model_parallel_size", t.pp)
-    if arch.layers % t.pp:  # Megatron-Core's uneven split: the two end stages set apart, the middle even
-        first, _, last = pipeline_split(arch.layers, t.pp)
+    if ends := pipeline_ends(arch.layers, t.pp):  # Megatron-Core's uneven split: the ends set apart
+        first, last = ends
         s.add(f"+{prefix}.override_transformer_config.num_layers_in_first_pipeline_stage", first,
               f"{arch.layers} layers over pp={t.pp}: no stage above {-(-arch.layers // t.pp)}")
         s.add(f"+{prefix}.override_transformer_config.num_layers_in_last_pipeline_stage", last)

@@ -333,6 +333,15 @@ def pipeline_split(layers: int, pp: int) -> tuple[int, int, int] | None:
     return None
 
 
+def pipeline_ends(layers: int, pp: int) -> tuple[int, int] | None:
+    """The (first, last) stage layer counts an export sets apart where the layers do not split evenly over pp
+    (`pipeline_split`'s ends; Megatron-Core's num_layers_in_first/last_pipeline_stage); None where they do."""
+    if layers % pp == 0:
+        return None
+    first, _, last = pipeline_split(layers, pp)
+    return first, last
+
+
 def train_bases(problem: Problem, tp: int, pp: int, cp: int, dp: int) -> Iterator[tuple[int, int, int]]:
     """(ep, vp, ZeRO stage) of every training layout with these degrees."""
     for ep in expert_degrees(problem, tp, dp, cp):
