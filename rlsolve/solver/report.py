@@ -56,12 +56,12 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
     rl = problem.spec.rl
     g, t = est.gen, est.train
     aux_t = est.aux.times if est.aux is not None else {}
-    cap_g, cap_t = est.pool_gen.gpu.memory_bytes / GB, est.pool_train.gpu.memory_bytes / GB
+    cap_g, cap_t = est.pool_gen.gpu.memory_bytes, est.pool_train.gpu.memory_bytes  # bytes
     gen_mem = GenMemory(weights=_gb(g.weights), kv_cache=_gb(g.kv_cache), activations=_gb(g.activations),
-                        other=_gb(g.other), colocated_training=_gb(g.reserved), total=_gb(g.total), capacity=round(cap_g, 2))
+                        other=_gb(g.other), colocated_training=_gb(g.reserved), total=_gb(g.total), capacity=_gb(cap_g))
     tr_mem = TrainMemory(weights=_gb(t.mem.weights), grads=_gb(t.mem.grads), optimizer=_gb(t.mem.optimizer),
                          activations=_gb(t.mem.activations), other=_gb(t.mem.other), other_models=_gb(t.aux_resident),
-                         total=_gb(t.total), capacity=round(cap_t, 2))
+                         total=_gb(t.total), capacity=_gb(cap_t))
     times = TimeSection(step=_r(est.step), prefill=_r(g.prefill), decode=_r(g.decode),
                         reward=_r(t.reward + g.aux_times.get("reward", 0.0) + aux_t.get("reward", 0.0)),
                         reference=_r(t.reference + g.aux_times.get("reference", 0.0) + aux_t.get("reference", 0.0)),
@@ -94,7 +94,7 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
         obj = Objective(name="throughput", value=_r(tps, 1), unit="trained tokens/s")
     metrics = Metrics(mfu=_r(mfu, 4), gpu_utilization=_r(busy, 4), gen_train_ratio=_r(g.time / t.time if t.time else 0, 3),
                       comm_fraction=_r(comm / est.step, 4),
-                      memory_utilization=_r(max(g.total / (cap_g * GB), t.total / (cap_t * GB)), 4),
+                      memory_utilization=_r(max(g.total / cap_g, t.total / cap_t), 4),
                       bound_tokens_per_s=_r(bound, 1), efficiency=_r(tps / bound if bound else 0.0, 4))
     plan = Plan(status=status, objective=obj, **lay.model_dump(),
                 memory_gb_per_gpu=MemorySection(generation=gen_mem, training=tr_mem), time_s=times,
