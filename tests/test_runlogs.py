@@ -66,6 +66,34 @@ def test_nemo_rl_nested_refit_timer_is_not_counted_twice():
     assert not t.unplaced
 
 
+def test_nemo_rl_v03_refit_timer_is_the_refit_and_the_rest_is_other():
+    # NeMo-RL v0.2.1-v0.3.1 time the refit as plain "prepare_for_generation" (v0.3.0 nemo_rl/algorithms/grpo.py
+    # line 542, the blog's "Refit" column; "prepare_for_generation/total" from v0.4.0); the step's other timers
+    # there are data_processing (twice, lines 528 and 606), reward_calculation (584), logprob_inference_prep (649)
+    # and training_prep (662); the environment's reward runs inside `generation` (experience/rollouts.py line 399)
+    def block(n: int) -> str:
+        return "\n".join([
+            f"========================= Step {n}/30 =========================",
+            "  \u2022 Mean Generation Length: 795.0000",
+            "\u23f1\ufe0f  Timing:",
+            "  \u2022 Total step time: 112.00s",
+            "  \u2022 generation: 58.00s (51.8%)",
+            "  \u2022 policy_training: 28.00s (25.0%)",
+            "  \u2022 policy_and_reference_logprobs: 18.00s (16.1%)",
+            "  \u2022 prepare_for_generation: 5.00s (4.5%)",
+            "  \u2022 training_prep: 1.20s (1.1%)",
+            "  \u2022 logprob_inference_prep: 0.90s (0.8%)",
+            "  \u2022 data_processing: 0.60s (0.5%)",
+            "  \u2022 reward_calculation: 0.05s (0.0%)"])
+    t = phase_table(parse_log_text("\n\n".join(block(n) for n in (22, 23))))
+    assert not t.unplaced
+    s = t.steps[-1]
+    assert s.phases["refit"] == pytest.approx(5.00)
+    assert s.phases["other"] == pytest.approx(1.20 + 0.90 + 0.60 + 0.05)
+    # every timer of the step is placed, so the phases leave only the untimed remainder of the step
+    assert s.total - sum(s.phases.values()) == pytest.approx(112.00 - 58 - 28 - 18 - 5 - 2.75)
+
+
 def test_a_timer_of_no_known_phase_is_reported_not_folded():
     text = "\n".join(f"step:{i} - timing_s/gen:10.0 - timing_s/update_actor:5.0 - timing_s/mystery:2.0 - "
                      f"timing_s/step:18.0" for i in (1, 2, 3))

@@ -12,8 +12,8 @@
 Format: nemo_rl/algorithms/grpo.py (the "Step {n}/{total}" banner; "  • Total step time:
 {total_time:.2f}s", then every other timer as "  • {k}: {v:.2f}s ({percent:.1f}%)", sorted by
 time; timers from `timer.time(...)`: generation, policy_and_reference_logprobs,
-policy_training, prepare_for_generation/total (refit, engine wake-up) and its nested
-prepare_for_generation/transfer_and_update_weights, data_processing, reward_calculation,
+policy_training, prepare_for_generation/total (refit, engine wake-up; plain prepare_for_generation in
+v0.2.1-v0.3.1) and its nested prepare_for_generation/transfer_and_update_weights, data_processing, reward_calculation,
 advantage_calculation, logprob_inference_prep, training_prep, checkpointing; async GRPO:
 exposed_generation, weight_sync, buffer_sampling, idle/*). A published example of the block:
 NVIDIA-NeMo/RL#1052."""
