@@ -94,6 +94,31 @@ def test_nemo_rl_v03_refit_timer_is_the_refit_and_the_rest_is_other():
     assert s.total - sum(s.phases.values()) == pytest.approx(112.00 - 58 - 28 - 18 - 5 - 2.75)
 
 
+def test_nemo_rl_validation_inside_a_step_is_taken_out_of_it():
+    # validate() runs inside the step's total_step_time and prints its own block before the step's Timing
+    # (v0.3.0 grpo.py lines 675-691 and 913-915; v0.7.0 lines 2758-2787 and 3270-3272); a validation before
+    # the first step (val_at_start) belongs to no step
+    def validation(t: float) -> list[str]:
+        return ["\U0001f4ca Validation Results:", "    \u2022 Accuracy: 0.5000",
+                "  \u23f1\ufe0f  Validation Timing:", f"    \u2022 Total validation time: {t:.2f}s"]
+
+    def block(n: int, total: float, val: float | None = None) -> str:
+        return "\n".join([f"========================= Step {n}/30 =========================",
+                          *(validation(val) if val is not None else []),
+                          "\u23f1\ufe0f  Timing:",
+                          f"  \u2022 Total step time: {total:.2f}s",
+                          "  \u2022 generation: 58.00s (50.0%)",
+                          "  \u2022 policy_training: 28.00s (25.0%)",
+                          "  \u2022 data_processing: 1.00s (1.0%)"])
+    text = "\n\n".join(["\n".join(validation(40.0)), block(9, 90.0), block(10, 125.0, 35.0), block(11, 90.0)])
+    log = parse_log_text(text)
+    t = phase_table(log)
+    assert [s.step for s in t.steps] == [9, 10, 11]
+    assert [s.total for s in t.steps] == pytest.approx([90.0, 90.0, 90.0])  # step 10 less its validation
+    assert t.excluded == {"total_validation_time": pytest.approx(35.0 / 3)}
+    assert "total_validation_time" not in log.steps[0].timers  # val_at_start's 40 s is no step's
+
+
 def test_a_timer_of_no_known_phase_is_reported_not_folded():
     text = "\n".join(f"step:{i} - timing_s/gen:10.0 - timing_s/update_actor:5.0 - timing_s/mystery:2.0 - "
                      f"timing_s/step:18.0" for i in (1, 2, 3))
