@@ -66,6 +66,59 @@ def test_nemo_rl_nested_refit_timer_is_not_counted_twice():
     assert not t.unplaced
 
 
+def test_nemo_rl_v03_refit_timer_is_the_refit_and_the_rest_is_other():
+    # NeMo-RL v0.2.1-v0.3.1 time the refit as plain "prepare_for_generation" (v0.3.0 nemo_rl/algorithms/grpo.py
+    # line 542, the blog's "Refit" column; "prepare_for_generation/total" from v0.4.0); the step's other timers
+    # there are data_processing (twice, lines 528 and 606), reward_calculation (584), logprob_inference_prep (649)
+    # and training_prep (662); the environment's reward runs inside `generation` (experience/rollouts.py line 399)
+    def block(n: int) -> str:
+        return "\n".join([
+            f"========================= Step {n}/30 =========================",
+            "  \u2022 Mean Generation Length: 795.0000",
+            "\u23f1\ufe0f  Timing:",
+            "  \u2022 Total step time: 112.00s",
+            "  \u2022 generation: 58.00s (51.8%)",
+            "  \u2022 policy_training: 28.00s (25.0%)",
+            "  \u2022 policy_and_reference_logprobs: 18.00s (16.1%)",
+            "  \u2022 prepare_for_generation: 5.00s (4.5%)",
+            "  \u2022 training_prep: 1.20s (1.1%)",
+            "  \u2022 logprob_inference_prep: 0.90s (0.8%)",
+            "  \u2022 data_processing: 0.60s (0.5%)",
+            "  \u2022 reward_calculation: 0.05s (0.0%)"])
+    t = phase_table(parse_log_text("\n\n".join(block(n) for n in (22, 23))))
+    assert not t.unplaced
+    s = t.steps[-1]
+    assert s.phases["refit"] == pytest.approx(5.00)
+    assert s.phases["other"] == pytest.approx(1.20 + 0.90 + 0.60 + 0.05)
+    # every timer of the step is placed, so the phases leave only the untimed remainder of the step
+    assert s.total - sum(s.phases.values()) == pytest.approx(112.00 - 58 - 28 - 18 - 5 - 2.75)
+
+
+def test_nemo_rl_validation_inside_a_step_is_taken_out_of_it():
+    # validate() runs inside the step's total_step_time and prints its own block before the step's Timing
+    # (v0.3.0 grpo.py lines 675-691 and 913-915; v0.7.0 lines 2758-2787 and 3270-3272); a validation before
+    # the first step (val_at_start) belongs to no step
+    def validation(t: float) -> list[str]:
+        return ["\U0001f4ca Validation Results:", "    \u2022 Accuracy: 0.5000",
+                "  \u23f1\ufe0f  Validation Timing:", f"    \u2022 Total validation time: {t:.2f}s"]
+
+    def block(n: int, total: float, val: float | None = None) -> str:
+        return "\n".join([f"========================= Step {n}/30 =========================",
+                          *(validation(val) if val is not None else []),
+                          "\u23f1\ufe0f  Timing:",
+                          f"  \u2022 Total step time: {total:.2f}s",
+                          "  \u2022 generation: 58.00s (50.0%)",
+                          "  \u2022 policy_training: 28.00s (25.0%)",
+                          "  \u2022 data_processing: 1.00s (1.0%)"])
+    text = "\n\n".join(["\n".join(validation(40.0)), block(9, 90.0), block(10, 125.0, 35.0), block(11, 90.0)])
+    log = parse_log_text(text)
+    t = phase_table(log)
+    assert [s.step for s in t.steps] == [9, 10, 11]
+    assert [s.total for s in t.steps] == pytest.approx([90.0, 90.0, 90.0])  # step 10 less its validation
+    assert t.excluded == {"total_validation_time": pytest.approx(35.0 / 3)}
+    assert "total_validation_time" not in log.steps[0].timers  # val_at_start's 40 s is no step's
+
+
 def test_a_timer_of_no_known_phase_is_reported_not_folded():
     text = "\n".join(f"step:{i} - timing_s/gen:10.0 - timing_s/update_actor:5.0 - timing_s/mystery:2.0 - "
                      f"timing_s/step:18.0" for i in (1, 2, 3))

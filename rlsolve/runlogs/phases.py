@@ -51,7 +51,9 @@ NEMO_RL = FrameworkTimers(
     step="total_step_time",
     phase_of={"generation": "generation", "exposed_generation": "generation",
               "policy_and_reference_logprobs": "logprob", "policy_training": "train",
-              "prepare_for_generation/total": "refit", "weight_sync": "refit",
+              # the refit: "prepare_for_generation" in v0.2.1-v0.3.1 (v0.3.0 nemo_rl/algorithms/grpo.py line 542),
+              # "prepare_for_generation/total" from v0.4.0 (v0.4.0 line 949), "weight_sync" in async GRPO
+              "prepare_for_generation": "refit", "prepare_for_generation/total": "refit", "weight_sync": "refit",
               "data_processing": "other", "reward_calculation": "other", "advantage_calculation": "other",
               "logprob_inference_prep": "other", "training_prep": "other", "dynamic_sampling": "other",
               "buffer_sampling": "other", "offload_before_refit": "other", "recompute_kv_scales": "other"},
