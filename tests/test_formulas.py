@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import math
+import pathlib
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rlsolve
 from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import find_model, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, length_quantiles, simulate_decode, _decode_all_admitted
@@ -554,3 +557,14 @@ def test_nccl_kernels_beside_compute_hold_their_sms():
     a = find_model("llama-3.1-8b")
     t = train_time(a, h100, TrainLayout(dp=8, zero_stage=1, micro_batch=1), 64, 4096.0)
     assert t.dp_comm > 0.0
+
+
+def test_every_model_constant_is_sourced_and_read():
+    """perf/constants.yaml holds data the model reads: each entry names its source, and a key no code
+    reads is dead data that a reader would take for part of the model."""
+    root = pathlib.Path(rlsolve.__file__).parent
+    entries = yaml.safe_load((root / "perf" / "constants.yaml").read_text())
+    code = "\n".join(p.read_text() for p in root.rglob("*.py"))
+    for key, entry in entries.items():
+        assert str(entry.get("source", "")).strip(), key
+        assert f'"{key}"' in code or f"'{key}'" in code, f"{key} is read by no code"
