@@ -21,8 +21,9 @@ from rlsolve.frameworks.runtime import (FrameworkRuntime, engine_default_max_num
 from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, decode_kv_reads, prefill_time, simulate_decode, \
-    random_weight_experts_reached, trtllm_experts_16bit, weight_bytes_per_gpu, kv_bytes_per_token_per_gpu, gen_other_bytes
-from rlsolve.perf.hw import GB, constants, device
+    random_weight_experts_reached, trtllm_experts_16bit, trtllm_moe_gemm_fraction, weight_bytes_per_gpu, \
+    kv_bytes_per_token_per_gpu, gen_other_bytes
+from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (BF16, BF16_MAIN_GRAD_BYTES, CUDA_GRAPHS, FP32_ADAM_MOMENT_BYTES, FP32_MAIN_GRAD_BYTES,
                                 MOE_DISPATCHERS, OFFLOADS, TrainLayout, model_flops,
                                 RECOMPUTED_MODULES, dynamic_batches, packed_sequences_per_bin, train_memory,
@@ -399,14 +400,29 @@ def _trtllm_contiguous_kv(lay: dict) -> bool:
     return release(str(lay["engine_version"])) < release(runtime().trtllm_paged_kv_cache_default_from.value)
 
 
+def _expert_device(arch: Architecture, pool: PoolHW, dev: Device, engine: str | None, version: str | None, x16: bool,
+                   profile: dict | None) -> Device | None:
+    """The device (precision, GEMM fraction) the routed experts' GEMMs of a TensorRT-LLM row run at, where it is not
+    `dev`: 16-bit in an FP8 engine before the FP8 MoE plugin (`trtllm_experts_16bit`), and at the sm80 kernel's
+    fraction on Hopper before the Hopper grouped GEMM (`trtllm_moe_gemm_fraction`). None: as the rest of the model."""
+    frac = trtllm_moe_gemm_fraction(arch, pool.gpu, engine, version)
+    if frac is None:
+        return device(pool, "bf16", profile) if x16 else None
+    base = device(pool, "bf16", profile) if x16 or dev.precision == "fp8" else dev
+    return Device(pool=pool, precision=base.precision, overrides=(("gemm_fraction", frac),) + base.overrides)
+
+
 def predict_generate(row: dict, profile: dict | None = None) -> CaseResult:
     arch, pool, dev, lay, wb, lay_in = _gen_setup(row, profile)
     gpus = lay.tp * lay.pp
     meas = row.get("measured") or {}
     inp = float(lay_in["input_len"])
     engine, version = lay_in.get("engine"), str(lay_in["engine_version"]) if "engine_version" in lay_in else None
-    # an FP8 TensorRT-LLM engine before its FP8 MoE plugin keeps the routed experts at 16 bits, weights and GEMMs
-    expert_dev = device(pool, "bf16", profile) if trtllm_experts_16bit(arch, _precision(row), engine, version) else None
+    # an FP8 TensorRT-LLM engine before its FP8 MoE plugin keeps the routed experts at 16 bits, weights and GEMMs;
+    # before its Hopper grouped GEMM the experts' GEMMs run the sm80 kernel, at that path's rate on Hopper
+    x16 = trtllm_experts_16bit(arch, _precision(row), engine, version)
+    expert_dev = _expert_device(arch, pool, dev, engine, version, x16, profile)
+    expert_bytes = 2.0 if x16 else None
     if "output_len" not in lay_in:  # case format v2: a prefill-only row, scored on its time to first token
         if "ttft_ms" not in meas:
             raise ValueError("layout.output_len is missing and measured has no ttft_ms to score without it")
@@ -422,13 +438,13 @@ def predict_generate(row: dict, profile: dict | None = None) -> CaseResult:
     # the same experts: TensorRT-LLM's random weights overflow fp16 in the first MoE layer (runtime.yaml trtllm_moe)
     reached = (random_weight_experts_reached(arch, engine) if _layout_flag(lay_in, "random_weights", False)
                else None)
-    step = StepModel(arch, dev, lay, wb, wb, kv_reads=reads, expert_bytes=2.0 if expert_dev else None,
+    step = StepModel(arch, dev, lay, wb, wb, kv_reads=reads, expert_bytes=expert_bytes,
                      expert_dev=expert_dev, experts_reached=reached)
     # engines give the KV cache a fraction of what the weights leave (TensorRT-LLM's
     # kv_cache_free_gpu_mem_fraction default 0.9); a TensorRT-LLM engine without a paged cache allocates the
     # run's cache whole, in what the weights leave (runtime.yaml trtllm_paged_kv_cache_default_from)
     share = 1.0 if _trtllm_contiguous_kv(lay_in) else KV_FREE_FRACTION
-    cap = share * (pool.gpu.memory_bytes - weight_bytes_per_gpu(arch, lay, wb, 2.0 if expert_dev else None)
+    cap = share * (pool.gpu.memory_bytes - weight_bytes_per_gpu(arch, lay, wb, expert_bytes)
                    - gen_other_bytes(arch, lay, DEFAULT_MAX_NUM_SEQS))
     kv_tokens = cap / kv_bytes_per_token_per_gpu(arch, lay, wb)
     if batch == "auto":  # in-flight batching at maximum load: as many requests as memory allows

@@ -190,8 +190,11 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # compute side of v0.9.0's MoE path on Hopper is not modelled), none by 2x but H200 batch 1024 (+107%).
 # verl's remove-padding forward waits for the GPU 3 times per layer (runtime.yaml packed_attention_host_syncs_per_layer),
 # so FSDP's next gather hides under less of each layer: phase reference 32.8% -> 32.6%.
+# generate 0.1346 -> 0.1282 once v0.9.0's MoE grouped GEMM runs on Hopper at the rate of its sm80 (mma.sync) kernel
+# there (runtime.yaml trtllm_moe.sm90_moe_gemm_from, catalog sm80_kernel_fraction): the 8 H100/H200 Mixtral rows
+# +20.6..+107.4% -> +8.1..+30.3%, none off by 2x (4 L40S Mistral-7B rows left, -57%), max 107.4% -> 78.8%.
 PINNED_EXTRA = {"train": 0.091, "phase train": 0.242, "phase reference": 0.327, "phase generation": 0.195,
-                "generate": 0.135}
+                "generate": 0.129}
 
 
 @pytest.fixture(scope="module")
@@ -475,6 +478,57 @@ def test_trtllm_fp8_engines_before_the_fp8_moe_plugin_run_16bit_experts():
     assert not trtllm_experts_16bit(mixtral, "fp8", "vllm", "0.9.0")
     assert not trtllm_experts_16bit(mixtral, "fp8", "tensorrt-llm", None)
     assert not trtllm_experts_16bit(dense, "fp8", "tensorrt-llm", "0.9.0")
+
+
+def test_trtllm_moe_before_the_hopper_grouped_gemm_runs_at_the_sm80_kernel_rate(monkeypatch):
+    """TensorRT-LLM before v0.10.0 runs its MoE grouped GEMM with the Ampere (sm80, mma.sync) CUTLASS kernel on
+    Hopper too (runtime.yaml trtllm_moe.sm90_moe_gemm_from); that path reaches the catalog's sm80_kernel_fraction of
+    the dense peak there, below the GPU's own GEMM fraction. So the Hopper Mixtral rows of v0.9.0 are predicted
+    slower than with the GPU's GEMM rate, their experts' GEMMs exactly gemm_fraction / sm80_kernel_fraction times
+    longer; A100 and L40S rows (whose sm80 path is their own: no fraction in the catalog), later releases, other
+    engines and dense models are left alone."""
+    import rlsolve.cases as cases_mod
+    from rlsolve.hardware_db import find_gpu, load_catalog
+    from rlsolve.models import resolve_model
+    from rlsolve.perf.generate import StepModel, GenLayout, trtllm_moe_gemm_fraction
+    rows = {r["id"]: r for r in yaml.safe_load(EXTRA.read_text())["cases"]}
+    for gpu in load_catalog().gpus:  # the sm80 path never beats the GPU's own tensor-core instructions
+        frac = gpu.efficiency.sm80_kernel_fraction
+        assert frac is None or 0.0 < frac.value < gpu.efficiency.gemm_fraction.value, gpu.name
+    mixtral, dense = resolve_model("mixtral-8x7b"), resolve_model("llama3-8b")
+    h100, a100 = find_gpu("H100-SXM-80GB"), find_gpu("A100-SXM-80GB")
+    assert trtllm_moe_gemm_fraction(mixtral, h100, "tensorrt-llm", "0.9.0") == \
+        h100.efficiency.sm80_kernel_fraction.value
+    assert trtllm_moe_gemm_fraction(mixtral, h100, "tensorrt-llm", "0.10.0") is None
+    assert trtllm_moe_gemm_fraction(mixtral, h100, "tensorrt-llm", None) is None
+    assert trtllm_moe_gemm_fraction(mixtral, h100, "vllm", "0.9.0") is None
+    assert trtllm_moe_gemm_fraction(dense, h100, "tensorrt-llm", "0.9.0") is None
+    assert trtllm_moe_gemm_fraction(mixtral, a100, "tensorrt-llm", "0.9.0") is None
+
+    hopper = [k for k in rows if k.startswith(("trtllm090-h100-mixtral", "trtllm090-h200-mixtral"))]
+    others = [k for k in rows if k.startswith(("trtllm090-a100-mixtral", "trtllm090-l40s-mixtral"))]
+    assert len(hopper) == 8 and len(others) == 8
+    on = {k: cases_mod.predict_generate(rows[k]).predicted for k in hopper + others}
+    monkeypatch.setattr(cases_mod, "trtllm_moe_gemm_fraction", lambda *a: None)
+    off = {k: cases_mod.predict_generate(rows[k]).predicted for k in hopper + others}
+    for k in hopper:
+        assert on[k] < off[k], k
+    for k in others:
+        assert on[k] == off[k], k
+    monkeypatch.undo()
+    row = rows["trtllm090-h200-mixtral-8x7b-tp2-bs1024-128-128"]
+    arch, pool, dev, lay, wb, _ = cases_mod._gen_setup(row)
+    x16 = cases_mod.trtllm_experts_16bit(arch, "fp8", "tensorrt-llm", "0.9.0")
+    xdev = cases_mod._expert_device(arch, pool, dev, "tensorrt-llm", "0.9.0", x16, None)
+    plain = cases_mod.device(pool, "bf16")
+    assert xdev.peak_flops * xdev.gemm_fraction == pytest.approx(
+        plain.peak_flops * pool.gpu.efficiency.sm80_kernel_fraction.value)
+    slow = StepModel(arch, dev, GenLayout(tp=2), wb, wb, expert_bytes=2.0, expert_dev=xdev)
+    fast = StepModel(arch, dev, GenLayout(tp=2), wb, wb, expert_bytes=2.0, expert_dev=plain)
+    b = 1024.0
+    assert (slow.gemm_compute(b) - b * (slow.flops_tok - slow.expert_flops_tok) / slow.gemm_rate) == pytest.approx(
+        (fast.gemm_compute(b) - b * (fast.flops_tok - fast.expert_flops_tok) / fast.gemm_rate)
+        * plain.gemm_fraction / pool.gpu.efficiency.sm80_kernel_fraction.value)
 
 
 def test_trtllm_random_weight_engines_route_every_token_to_the_same_experts():

@@ -203,9 +203,10 @@ class TrtllmDecodeAttention(_Strict):
 
 
 class TrtllmMoe(_Strict):
-    """What TensorRT-LLM's MoE plugin runs: the experts' precision, and where a built-from-config engine's random
-    weights send the tokens."""
+    """What TensorRT-LLM's MoE plugin runs: the experts' precision, the grouped GEMM's tensor-core path on Hopper,
+    and where a built-from-config engine's random weights send the tokens."""
     fp8_experts_from: _Str
+    sm90_moe_gemm_from: _Str
     random_weights_nan_after_first_moe_layer: _Bool
     nan_rows_gate_to_first_expert: _Bool
 

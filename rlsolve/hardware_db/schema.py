@@ -27,6 +27,10 @@ class Efficiency(_Strict):
         "gemm_fraction; models the lower efficiency of small per-shard GEMMs.")
     attention_fraction: Sourced = Field(description="Fraction of 16-bit peak reached by fused "
                                         "(flash) attention kernels, forward+backward average.")
+    sm80_kernel_fraction: Sourced | None = Field(
+        None, description="Fraction of the dense 16-bit peak that a kernel built on Ampere's (sm80) tensor-core "
+        "path (warp-level mma.sync, cp.async) reaches on this GPU, where that path cannot reach the GPU's own "
+        "tensor-core rate (Hopper: only wgmma can); None where the sm80 path is the GPU's own or none is known.")
     hbm_fraction: Sourced = Field(description="Fraction of HBM bandwidth reached by streaming "
                                   "kernels such as decode GEMV and paged attention.")
     nvlink_busbw_fraction: Sourced = Field(description="NCCL all-reduce bus bandwidth over the "

@@ -85,6 +85,20 @@ def trtllm_experts_16bit(arch: Architecture, precision: str, engine: str | None 
             and release(engine_version) < release(runtime().trtllm_moe.fp8_experts_from.value))
 
 
+def trtllm_moe_gemm_fraction(arch: Architecture, gpu, engine: str | None = None,
+                             engine_version: str | None = None) -> float | None:
+    """Fraction of the dense 16-bit peak the routed experts' grouped GEMMs reach in a TensorRT-LLM release whose
+    MoE plugin runs its Ampere (sm80, mma.sync) CUTLASS kernel on every GPU from sm80 up (before runtime.yaml
+    trtllm_moe.sm90_moe_gemm_from): the GPU's catalog sm80_kernel_fraction, where that path cannot reach the GPU's
+    own tensor-core rate (Hopper). None elsewhere: the experts' GEMMs run at the GPU's GEMM rate."""
+    frac = gpu.efficiency.sm80_kernel_fraction
+    if not (arch.is_moe and engine == "tensorrt-llm" and engine_version is not None and frac is not None):
+        return None
+    if release(engine_version) >= release(runtime().trtllm_moe.sm90_moe_gemm_from.value):
+        return None
+    return frac.value
+
+
 def random_weight_experts_reached(arch: Architecture, engine: str | None = None) -> float | None:
     """Experts each MoE layer reaches per step, averaged over the MoE layers, in a TensorRT-LLM engine built from
     a model config without a checkpoint (layout.random_weights): every token reaches the same top-k experts in the
