@@ -206,8 +206,10 @@ def test_the_log_prob_passes_run_their_own_micro_batches():
     got = train_core(lp4, p.pool, lay)
     assert got[0].total == pytest.approx(base[0].total)
     dev = device(p.pool)
-    seq = p.workload.seq_mean
-    want = forward_time(p.policy, dev, replace(lay, micro_batch=4), p.workload.samples, seq,
+    seq, lp = p.workload.seq_mean, replace(lay, micro_batch=4)
+    # the sequences run attention on their own lengths: the lengths' second moment (Workload.seq_attention)
+    st = stage_times(p.policy, dev, lp, seq, attn_len=p.workload.seq_attention)
+    want = forward_time(p.policy, dev, lp, p.workload.samples, seq, st=st,
                         logit_bytes_fwd=p.workload.framework.logit_fp32_bytes_forward)
     assert got[2] == pytest.approx(want) and got[2] != pytest.approx(base[2])
     ref = train_aux(lp4, p.pool, lay, reference="training", reward="elsewhere", reward_quant="none")[0]
@@ -221,9 +223,12 @@ def test_nemo_rl_dynamic_batches_are_sorted_padded_micro_batches():
     micro-batch's longest (rounded to 64): more tokens than the real ones, and every rank runs the
     same number of micro-batches."""
     from rlsolve.perf.train import dynamic_batches
-    assert dynamic_batches(8, 0, 100, 100, None, 250, 2, 64) == pytest.approx((2.0, 1.0))
-    per_mb, stretch = dynamic_batches(512, 256, 400, 3840, None, 4096, 8, 64)
+    # (every row 100 tokens wide: the attention figure is the width itself)
+    assert dynamic_batches(8, 0, 100, 100, None, 250, 2, 64) == pytest.approx((2.0, 1.0, 100.0))
+    per_mb, stretch, attn = dynamic_batches(512, 256, 400, 3840, None, 4096, 8, 64)
     assert stretch > 1.0 and 1.0 <= per_mb <= 4096 / 256
+    # rows of different widths: sum of count x width^2 over the tokens exceeds the mean row width
+    assert attn > (256 + 400) * stretch
     # a larger budget holds more sequences per micro-batch
     assert dynamic_batches(512, 256, 400, 3840, None, 8192, 8, 64)[0] > per_mb
     assert runtime().frameworks["nemo-rl"].dynamic_batching_round.value == 64
@@ -479,3 +484,66 @@ def test_host_syncs_in_packed_attention_expose_the_next_layers_gather_and_idle_t
     a = forward_time(arch, dev, lay, 512, 1000, host_syncs=3)
     b = forward_time(arch, dev, lay, 512, 1000)
     assert a > b
+
+
+def test_attention_runs_on_the_lengths_second_moment():
+    """Flash attention over sequences of their own lengths costs sum L^2 (causal: / 2), so per computed token
+    the attention-effective length is E[L^2] / E[L] (generate.attention_len): the mean itself where every
+    sequence has one length, more than the mean otherwise, and for an (untruncated) exponential response of
+    mean m after a prompt P: (P^2 + 2 P m + 2 m^2) / (P + m), since E[R^2] = 2 m^2."""
+    from rlsolve.perf.generate import attention_len
+    assert attention_len(256, 4096, 4096, None) == 256 + 4096  # mean == max: one length, exactly
+    assert attention_len(256, 4096, 4096, 1.0) == 256 + 4096   # every response clipped at the cap
+    for prompt in (0, 128, 2048):
+        for mean, cap, clip in ((100, 1000, None), (800, 2048, None), (3000, 8192, 0.2), (500, 600, None)):
+            assert attention_len(prompt, mean, cap, clip) >= prompt + mean
+    # a cap 200 means away truncates nothing that matters (e^-200)
+    assert attention_len(100, 100, 20000, None) == pytest.approx((100 ** 2 + 2 * 100 * 100 + 2 * 100 ** 2) / 200,
+                                                                 rel=1e-2)  # 250
+
+
+def test_packed_attention_counts_each_sequence_and_where_the_padding_goes():
+    """Sequences of 100 tokens (prompt 0, mean = cap) packed into 250-token bins on one rank. Four: two bins of
+    200, each attends 2 x 100^2: 100 per computed token unpadded and padded to the longest bin (no padding),
+    80 padded to the budget with the padding in no sequence (40000 over 2 x 250). Three: bins of 200 and 100;
+    padded to the longest, the second bin's 100 padding tokens join its sequence, (100 + 100)^2 beside the
+    first bin's 2 x 100^2: 60000 over 2 x 200 = 150."""
+    from rlsolve.perf.train import packed_attention_len
+    lengths = (0, 100, 100, None, 250)
+    assert packed_attention_len(4, *lengths, 1, "none") == pytest.approx(100)
+    assert packed_attention_len(4, *lengths, 1, "longest") == pytest.approx(100)
+    assert packed_attention_len(4, *lengths, 1, "budget") == pytest.approx(80)
+    assert packed_attention_len(3, *lengths, 1, "longest") == pytest.approx(150)
+    assert packed_attention_len(3, *lengths, 1, "none") == pytest.approx(100)
+
+
+def test_micro_batches_of_one_length_attend_over_the_tokens_per_sequence():
+    """Every branch of micro_batch_lengths gives the attention figure equal to the sequences' length when
+    every sequence has the cap's length (nothing to pad; the busiest rank's extra bins stretch its tokens, not
+    the length each token attends over), and more than the mean sequence over a spread of lengths."""
+    from rlsolve.perf.train import micro_batch_lengths
+    one = dict(global_batch=64, prompt_len=256, response_mean=1024, response_max=1024, clip=None)
+    spread = {**one, "response_mean": 300}
+    for kw in (dict(packed_tokens=None, pads_packed=False), dict(packed_tokens=4096, pads_packed=False),
+               dict(packed_tokens=4096, pads_packed=False, dynamic_round=64)):
+        seq, attn = micro_batch_lengths(1280, 1, 4, **kw, **one)
+        assert attn == pytest.approx(1280) and seq >= 1280
+        seq, attn = micro_batch_lengths(556, 1, 4, **kw, **spread)
+        assert attn > 556
+
+
+def test_the_attention_figure_moves_the_attention_term_only():
+    """stage_times' attention figure changes the flash-attention time (forward, backward) and nothing else:
+    the GEMMs and elementwise work stay on the tokens; the default is the tokens per sequence."""
+    p = _problem()
+    dev = device(p.pool)
+    lay = TrainLayout(tp=2, dp=4, zero_stage=1, micro_batch=2)
+    base = stage_times(p.policy, dev, lay, 1000)
+    assert stage_times(p.policy, dev, lay, 1000, attn_len=1000) == base
+    longer = stage_times(p.policy, dev, lay, 1000, attn_len=2000)
+    attn_fwd = longer["fwd_compute"] - base["fwd_compute"]
+    assert attn_fwd > 0 and longer["bwd_compute"] > base["bwd_compute"]
+    # attention linear in the figure: doubling it again adds as much again
+    assert stage_times(p.policy, dev, lay, 1000, attn_len=3000)["fwd_compute"] - longer["fwd_compute"] == \
+        pytest.approx(attn_fwd)
+    assert longer["tp"] == base["tp"] and longer["p2p"] == base["p2p"]

@@ -106,9 +106,11 @@ def test_unpadded_zero3_passes_run_at_the_busiest_rank(unpadded):
     from rlsolve.perf.train import TrainLayout
     wl = dict(samples=5120, prompt_len=83, response_mean=133, response_max=1024, clip_ratio=0.0, packed_tokens=None)
     lay = TrainLayout(tp=1, pp=1, dp=8, micro_batch=80, zero_stage=3)
-    assert S._unpadded_busiest(SimpleNamespace(**wl, unpadded=True), lay, 216.0) > 216.0
-    assert S._unpadded_busiest(SimpleNamespace(**wl, unpadded=True), _replace(lay, zero_stage=1), 216.0) == 216.0
-    assert S._unpadded_busiest(SimpleNamespace(**wl, unpadded=False), lay, 216.0) == 216.0
+    seq, attn = S._unpadded_busiest(SimpleNamespace(**wl, unpadded=True), lay, 216.0, 300.0)
+    assert seq > 216.0 and attn / 300.0 == pytest.approx(seq / 216.0)  # its sequences longer, attention with them
+    assert S._unpadded_busiest(SimpleNamespace(**wl, unpadded=True), _replace(lay, zero_stage=1), 216.0, 300.0) == \
+        (216.0, 300.0)
+    assert S._unpadded_busiest(SimpleNamespace(**wl, unpadded=False), lay, 216.0, 300.0) == (216.0, 300.0)
 
 
 def test_fsdp2_copies_are_charged_to_verl_fsdp2_only():

@@ -833,6 +833,18 @@ def _cdf_power(cdf: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+@lru_cache(maxsize=1024)
+def attention_len(prompt_len: float, response_mean: float, response_max: float, clip: float | None) -> float:
+    """Attention-effective tokens per sequence of a batch whose sequences run attention on their own
+    lengths L = prompt + response (flash attention over packed or unpadded sequences, per-sequence
+    cu_seqlens): the causal attention of a sequence costs ~L^2 / 2, so a batch of N sequences costs
+    N E[L^2] / 2, and as a length per token (the figure the attention term multiplies the tokens by)
+    that is E[L^2] / E[L] = E[L] (1 + CV^2), not E[L]. Responses follow `length_quantiles`' distribution;
+    constant lengths (mean at the cap) give the length itself."""
+    x = prompt_len + length_quantiles(response_mean, response_max, (np.arange(4096) + 0.5) / 4096, clip)
+    return float((x * x).mean() / x.mean())
+
+
 @lru_cache(maxsize=4096)
 def _length_std(mean: float, max_len: float, clip: float | None) -> float:
     """Standard deviation of one response's length under `length_quantiles`' distribution."""

@@ -17,7 +17,7 @@ from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, dec
                                    representative_count, resume_decode, simulate_decode, slowest_replica_mean,
                                    weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
-from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_seq_len,
+from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, lora_params, micro_batch_lengths,
                                 params_per_gpu,
                                 unpadded_busiest_share,
                                 model_flops, stage_times, train_memory, train_time)
@@ -73,9 +73,12 @@ class GenSide:
         return self.weights + self.kv_cache + self.activations + self.other + self.reserved
 
 
-def aux_forward_on_gen(arch: Architecture, dev: Device, lay: GenLayout, sequences: float, seq_len: float) -> float:
-    """A reference/reward forward over the rollout batch on the engine's layout: prefill-like."""
-    return _prefill(arch, dev, lay, sequences * seq_len / lay.dp, seq_len / 2)
+def aux_forward_on_gen(arch: Architecture, dev: Device, lay: GenLayout, sequences: float, seq_len: float,
+                       attn_len: float | None = None) -> float:
+    """A reference/reward forward over the rollout batch on the engine's layout: prefill-like, each sequence
+    attending over its own length (mean context per token: half the attention-effective length `attn_len`,
+    Workload.seq_attention; None: `seq_len`, sequences of one length)."""
+    return _prefill(arch, dev, lay, sequences * seq_len / lay.dp, (attn_len or seq_len) / 2)
 
 
 class _IdentityMemo:
@@ -415,7 +418,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     # k steps in flight: this step's share
     prefill = _prefill(arch, dev, lay, prompt_tokens + rep, ctx) / k
     decode = decode / k
-    aux_times = {role: aux_forward_on_gen(a, dev, lay, wl.samples, wl.seq_mean) for role, a, _ in aux_models}
+    aux_times = {role: aux_forward_on_gen(a, dev, lay, wl.samples, wl.seq_mean, wl.seq_attention) for role, a, _ in aux_models}
     return GenSide(layout=lay, gpus=lay.tp * lay.pp * lay.dp, prefill=prefill, decode=decode,
                    aux=sum(aux_times.values()), aux_times=aux_times,
                    weights=weights + aux_bytes, kv_cache=max(kv, 0.0), activations=0.0, other=other,
@@ -455,23 +458,23 @@ class TrainSide:
 
 
 def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float, lora: bool,
-                       cache: dict | None) -> dict:
+                       cache: dict | None, attn_len: float | None = None) -> dict:
     """stage_times memoized by what it depends on: the data-parallel degree enters only
     through the tier the pipeline neighbours talk over, the expert TP it implies, and (ZeRO-2/3)
     the gradient shard each rank accumulates, so layouts that differ in dp alone otherwise
     (the same degrees on more nodes) share one evaluation."""
     if cache is None:
-        return stage_times(arch, dev, lay, seq_len, lora=lora)
+        return stage_times(arch, dev, lay, seq_len, lora=lora, attn_len=attn_len)
     pp_link = dev.link(2 * lay.tp * lay.cp * lay.dp) if lay.pp > 1 else None
     grad_shard = (lay.dp, lay.expert_dp) if lay.zero_stage >= 2 else None
     key = ("stage", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp,
            lay.micro_batch, lay.recompute, lay.recompute_modules, lay.recompute_core_attn,
            lay.sequence_parallel, lay.attention, lay.etp,
            lay.pipeline_split_embedding_loss, lay.moe_dispatcher, lay.cuda_graphs, lay.moe_token_drop, lay.moe_a2a_overlap,
-           grad_shard, pp_link, seq_len, lora)
+           grad_shard, pp_link, seq_len, attn_len, lora)
     hit = cache.get(key)  # (one hash of the key)
     if hit is None:
-        hit = cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora, memo=cache)
+        hit = cache[key] = stage_times(arch, dev, lay, seq_len, lora=lora, memo=cache, attn_len=attn_len)
     return hit
 
 
@@ -484,8 +487,8 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     lora = problem.workload.lora_rank
     gb, steps, logits = wl.global_batch, wl.optimizer_steps, wl.framework.logit_fp32_bytes_forward
     planned, lay = lay, _train_pass_layout(wl, lay)
-    seq = _pass_seq_len(wl, lay)
-    st = cached_stage_times(arch, dev, lay, seq, lora > 0, cache)
+    seq, attn = _pass_seq_len(wl, lay)
+    st = cached_stage_times(arch, dev, lay, seq, lora > 0, cache, attn)
     eager = _fsdp_elementwise(wl, lay)
     # the vocab-parallel log-prob backward runs in Megatron at every TP and in the FSDP path's
     # DTensor logits only with TP (without, the loss takes torch's log_softmax: the model's count)
@@ -501,9 +504,9 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
         t = replace(t, optimizer=max(t.optimizer, steps * single / dev.train_efficiency))
     if not wl.old_logprob_pass:  # the framework forces the ratio to 1 and skips the pass (workload.old_logprob_pass)
         return t, mem or policy_memory(problem, planned), 0.0
-    lp, lp_seq = _logprob_pass(wl, lay)
+    lp, lp_seq, lp_attn = _logprob_pass(wl, lay)
     if lora or lp is not lay:  # the old log-prob pass is a plain forward, on its own micro-batches
-        st = cached_stage_times(arch, dev, lp, lp_seq, False, cache)
+        st = cached_stage_times(arch, dev, lp, lp_seq, False, cache, lp_attn)
     old = forward_time(arch, dev, lp, wl.samples, lp_seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager,
                        fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
                        host_syncs=_packed_host_syncs(wl, lp))
@@ -539,29 +542,30 @@ def _train_pass_layout(wl, lay: TrainLayout) -> TrainLayout:
     return lay if wl.packed_micro_batch is None else replace(lay, micro_batch=wl.packed_micro_batch)
 
 
-def _unpadded_busiest(wl, lay: TrainLayout, seq: float) -> float:
-    """`seq` stretched to the busiest rank's micro-batch where fixed-count micro-batches run on their
-    own tokens (workload.unpadded) and ZeRO-3 / FSDP's per-layer gathers make the ranks wait for the
-    slowest (train.unpadded_busiest_share)."""
+def _unpadded_busiest(wl, lay: TrainLayout, seq: float, attn: float) -> tuple[float, float]:
+    """(`seq`, `attn`) stretched to the busiest rank's micro-batch where fixed-count micro-batches run on
+    their own tokens (workload.unpadded) and ZeRO-3 / FSDP's per-layer gathers make the ranks wait for the
+    slowest (train.unpadded_busiest_share): its sequences run longer, their attention with them."""
     ranks = lay.dp * lay.cp
     if not wl.unpadded or wl.packed_tokens is not None or lay.zero_stage < 3 or ranks <= 1:
-        return seq
-    return seq * unpadded_busiest_share(int(lay.micro_batch), int(wl.samples // ranks), wl.prompt_len,
-                                        wl.response_mean, wl.response_max, wl.clip_ratio, ranks)
+        return seq, attn
+    share = unpadded_busiest_share(int(lay.micro_batch), int(wl.samples // ranks), wl.prompt_len,
+                                   wl.response_mean, wl.response_max, wl.clip_ratio, ranks)
+    return seq * share, attn * share
 
 
-def _pass_seq_len(wl, lay: TrainLayout) -> float:
-    """Tokens per sequence the policy's training micro-batches compute (padded packed
-    micro-batches under pipeline parallelism, or on an FSDP trainer that pads them to the token budget,
-    where the framework pads them; unpadded fixed micro-batches at the busiest rank's tokens,
-    `_unpadded_busiest`)."""
-    return _unpadded_busiest(wl, lay, _packed_seq_len(wl, lay))
+def _pass_seq_len(wl, lay: TrainLayout) -> tuple[float, float]:
+    """(tokens per sequence, attention-effective tokens per sequence) the policy's training micro-batches
+    compute (padded packed micro-batches under pipeline parallelism, or on an FSDP trainer that pads them to
+    the token budget, where the framework pads them; unpadded fixed micro-batches at the busiest rank's
+    tokens, `_unpadded_busiest`; the attention figure: train.micro_batch_lengths)."""
+    return _unpadded_busiest(wl, lay, *_packed_seq_len(wl, lay))
 
 
-def _packed_seq_len(wl, lay: TrainLayout, train: bool = True) -> float:
-    """`train`: the training pass, which an FSDP trainer may pad to the token budget (the log-prob passes
-    keep their bins' own lengths)."""
-    return micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.packed_tokens,
+def _packed_seq_len(wl, lay: TrainLayout, train: bool = True) -> tuple[float, float]:
+    """train.micro_batch_lengths of the workload's training micro-batches. `train`: the training pass, which
+    an FSDP trainer may pad to the token budget (the log-prob passes keep their bins' own lengths)."""
+    return micro_batch_lengths(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.packed_tokens,
                                pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.global_batch,
                                prompt_len=wl.prompt_len, response_mean=wl.response_mean,
                                response_max=wl.response_max, clip=wl.clip_ratio, dynamic_round=wl.dynamic_round,
@@ -569,20 +573,20 @@ def _packed_seq_len(wl, lay: TrainLayout, train: bool = True) -> float:
                                and lay.zero_stage >= 3)
 
 
-def _logprob_pass(wl, lay: TrainLayout) -> tuple[TrainLayout, float]:
-    """(layout, tokens per sequence) of the log-prob passes (old log-probs, reference): the
-    framework's log-prob micro-batches where the workload gives them (NeMo-RL packs the whole
-    rollout batch into logprob_mb_tokens bins: lm_policy.py get_logprobs, shard_by_batch_size with
-    batch_size=None), else the training ones."""
+def _logprob_pass(wl, lay: TrainLayout) -> tuple[TrainLayout, float, float]:
+    """(layout, tokens per sequence, attention-effective tokens per sequence) of the log-prob passes (old
+    log-probs, reference): the framework's log-prob micro-batches where the workload gives them (NeMo-RL
+    packs the whole rollout batch into logprob_mb_tokens bins: lm_policy.py get_logprobs,
+    shard_by_batch_size with batch_size=None), else the training ones."""
     if wl.logprob_micro_batch is None:
         lay = _train_pass_layout(wl, lay)
-        return lay, _unpadded_busiest(wl, lay, _packed_seq_len(wl, lay, train=False))
-    seq = micro_batch_seq_len(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.logprob_packed_tokens,
-                              pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.samples,
-                              prompt_len=wl.prompt_len, response_mean=wl.response_mean,
-                              response_max=wl.response_max, clip=wl.clip_ratio, dynamic_round=wl.dynamic_round)
+        return (lay, *_unpadded_busiest(wl, lay, *_packed_seq_len(wl, lay, train=False)))
+    lengths = micro_batch_lengths(wl.seq_mean, lay.pp, lay.dp, packed_tokens=wl.logprob_packed_tokens,
+                                  pads_packed=wl.framework.pipeline_pads_packed, global_batch=wl.samples,
+                                  prompt_len=wl.prompt_len, response_mean=wl.response_mean,
+                                  response_max=wl.response_max, clip=wl.clip_ratio, dynamic_round=wl.dynamic_round)
     lay = replace(lay, micro_batch=wl.logprob_micro_batch)
-    return lay, _unpadded_busiest(wl, lay, seq)
+    return (lay, *_unpadded_busiest(wl, lay, *lengths))
 
 
 def _fsdp_elementwise(wl, lay: TrainLayout) -> tuple[float, float, float] | None:
@@ -641,8 +645,8 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
         a = problem.value
         eager = _fsdp_elementwise(wl, critic)
         # the forward and the update share one stage_times (both ask for it without LoRA)
-        seq = _unpadded_busiest(wl, critic, wl.seq_mean)
-        st = cached_stage_times(a, dev, critic, seq, False, cache)
+        seq, attn = _unpadded_busiest(wl, critic, wl.seq_mean, wl.seq_attention)
+        st = cached_stage_times(a, dev, critic, seq, False, cache, attn)
         fwd = forward_time(a, dev, critic, wl.samples, seq, st=st, unfused_elementwise=eager,
                            host_syncs=_packed_host_syncs(wl, critic))
         upd = train_time(a, dev, critic, wl.global_batch, seq, optimizer_steps=wl.optimizer_steps, st=st,
@@ -706,13 +710,13 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             al = _aux_layout(a, lay)
             # the reference computes the policy's log-probs on the policy's log-prob micro-batches
             if role == "reference":
-                lp, seq = _logprob_pass(wl, lay)
+                lp, seq, attn = _logprob_pass(wl, lay)
                 al, logits = replace(al, micro_batch=lp.micro_batch), wl.framework.logit_fp32_bytes_forward
                 if in_policy or fsdp_offload:
                     al = replace(al, zero_stage=lay.zero_stage)
             else:
-                seq, logits = seq_mean, None
-            st = cached_stage_times(a, dev, al, seq, False, cache)
+                seq, attn, logits = seq_mean, wl.seq_attention, None
+            st = cached_stage_times(a, dev, al, seq, False, cache, attn)
             cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
                                        unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes,
                                        fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
@@ -752,7 +756,7 @@ def reference_micro_batches(wl, lay: TrainLayout) -> int:
     """Forward micro-batches of the reference pass on one data-parallel rank: its share of the rollout
     batch over the log-prob micro-batch (`_logprob_pass`; the training one where none is given),
     the last one partial (verl dp_actor.py compute_log_prob: batch.split(micro_batch_size))."""
-    lp, _ = _logprob_pass(wl, lay)
+    lp = _logprob_pass(wl, lay)[0]
     per_rank = wl.samples / max(1, lay.dp * lay.cp)
     return max(1, math.ceil(per_rank / max(float(lp.micro_batch), 1.0) - 1e-9))
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from rlsolve.models import Architecture
-from rlsolve.perf.generate import expected_max_std_normal, length_quantiles
+from rlsolve.perf.generate import attention_len, expected_max_std_normal, length_quantiles
 from rlsolve.perf.hw import GB, Device, constants
 
 BF16 = 2.0
@@ -585,12 +585,13 @@ def expert_all_to_all(dev: Device, nbytes: float, k: int, experts: int, n: int, 
 
 
 def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float, seq_len: float,
-               moe: bool) -> tuple[float, float, float, float, float, float, float, float]:
+               moe: bool, attn_len: float | None = None) -> tuple[float, float, float, float, float, float, float, float]:
     """(gemm_s, attention_fwd_s, attention_bwd_s, elementwise_fwd_s, elementwise_bwd_s, ep_comm_s,
     moe_block_s, ep_kernel_s) for one layer on one GPU (the backward's GEMMs are scaled by the
     caller); moe_block_s: the part of gemm_s that is the MoE block (router, routed and shared
     experts); ep_kernel_s: the all-to-all's own transfer time within ep_comm_s (less where the
-    host-bound stack stretches it)."""
+    host-bound stack stretches it). `attn_len`: the tokens each token attends over on average for flash
+    attention (micro_batch_lengths' attention figure; None: `seq_len`, sequences of one length)."""
     h, tp = arch.hidden, lay.tp
     shard = tp if lay.sp else 1
     attn_in = arch.attn_params_per_layer - arch.v_width * h
@@ -659,7 +660,7 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         attention_bwd = 2.0 * attention
     else:
         # flash attention (causal) over the full sequence; cp splits the queries
-        attn_flops = tokens * arch.attention_flops_per_token(seq_len, causal=True) / arch.layers / tp
+        attn_flops = tokens * arch.attention_flops_per_token(attn_len or seq_len, causal=True) / arch.layers / tp
         attention = attn_flops / dev.attention_flops
         attention_bwd = FA_BWD_OVER_FWD * attention
     elems = layer_elementwise_elems(arch, width_elem, shard, tp) + perm
@@ -722,23 +723,59 @@ def logit_extra_bwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: 
 
 
 @lru_cache(maxsize=256)
-def packed_bins(sequences: int, prompt_len: float, response_mean: float, response_max: float,
-                clip: float | None, budget: int) -> tuple[np.ndarray, float]:
-    """(tokens of each bin, real tokens) when a batch of `sequences` is packed first-fit-decreasing
-    into bins of `budget` tokens, as NeMo-RL packs every training and log-prob batch
-    (BatchedDataDict.shard_by_batch_size: bin_packer.pack). Lengths: prompt plus the
-    response-length distribution of the rollout model (generate.length_quantiles)."""
+def _packed_fill(sequences: int, prompt_len: float, response_mean: float, response_max: float,
+                 clip: float | None, budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """`packed_bins` with, for each bin, the sum of its sequences' squared lengths (their attention, which
+    runs per sequence) and the length of the sequence placed in it last (first-fit-decreasing: its shortest)."""
     n = max(1, int(sequences))
     u = (np.arange(n) + 0.5) / n
     lengths = np.minimum(np.ceil(prompt_len + length_quantiles(response_mean, response_max, u, clip)), budget)
-    bins = np.zeros(n)
+    bins, squares, last = np.zeros(n), np.zeros(n), np.zeros(n)
     used = 0
     for x in np.sort(lengths)[::-1]:  # first fit, longest first
         room = np.nonzero(bins[:used] + x <= budget)[0]
         i = int(room[0]) if room.size else used
         used = max(used, i + 1)
         bins[i] += x
-    return bins[:used], float(lengths.sum())
+        squares[i] += x * x
+        last[i] = x
+    return bins[:used], squares[:used], last[:used], float(lengths.sum())
+
+
+def packed_bins(sequences: int, prompt_len: float, response_mean: float, response_max: float,
+                clip: float | None, budget: int) -> tuple[np.ndarray, float]:
+    """(tokens of each bin, real tokens) when a batch of `sequences` is packed first-fit-decreasing
+    into bins of `budget` tokens, as NeMo-RL packs every training and log-prob batch
+    (BatchedDataDict.shard_by_batch_size: bin_packer.pack). Lengths: prompt plus the
+    response-length distribution of the rollout model (generate.length_quantiles)."""
+    bins, _, _, total = _packed_fill(sequences, prompt_len, response_mean, response_max, clip, budget)
+    return bins, total
+
+
+def packed_attention_len(sequences: int, prompt_len: float, response_mean: float, response_max: float,
+                         clip: float | None, budget: int, dp: int, pad: str = "none") -> float:
+    """Attention-effective tokens per sequence (the figure the attention term multiplies the computed tokens
+    by: the pass's attention over its computed tokens) of the busiest rank's packed micro-batches, whose
+    sequences each run attention on their own length (flash attention over cu_seqlens: sum of L^2, not the
+    bin's length squared). The bins are dealt round-robin as the token figures deal them (`packed_pad_factor`,
+    `packed_busiest_share`). `pad`: "none", the bins run unpadded and the rank with the most tokens sets the
+    pace (`packed_busiest_share`); "longest", every bin padded to the longest and the padding joins the bin's
+    last sequence (NeMo-RL v0.3.1 nemo_rl/models/megatron/common.py _pack_sequences_for_megatron: with
+    pad_packed_seq_to, cu_seqlens_padded[-1] = pad_packed_seq_to, so the last segment runs over the padding);
+    "budget", every bin padded to the budget and the padding in no sequence (NeMo-RL v0.3.0
+    dtensor_policy_worker.py train: pack_sequences(min_seq_len=train_mb_tokens) with flash_attn_kwargs from
+    get_flash_attention_kwargs(input_lengths), cu_seqlens over the real lengths only)."""
+    bins, squares, last, _ = _packed_fill(int(sequences), prompt_len, response_mean, response_max, clip,
+                                          int(budget))
+    dp = max(1, int(dp))
+    if pad == "none":
+        r = max(range(min(dp, len(bins))), key=lambda k: float(bins[k::dp].sum()))
+        return float(squares[r::dp].sum() / bins[r::dp].sum())
+    width = float(bins.max()) if pad == "longest" else float(budget)
+    b, sq, tail = bins[0::dp], squares[0::dp], last[0::dp]  # the first rank holds the most bins
+    if pad == "longest":
+        sq = sq - tail * tail + (tail + width - b) ** 2
+    return float(sq.sum() / (len(b) * width))
 
 
 def packed_sequences_per_bin(sequences: int, prompt_len: float, response_mean: float, response_max: float,
@@ -843,8 +880,9 @@ def unfused_elementwise_fwd(arch: Architecture, dev: Device, lay: TrainLayout, s
 
 @lru_cache(maxsize=256)
 def dynamic_batches(sequences: int, prompt_len: float, response_mean: float, response_max: float,
-                    clip: float | None, budget: int, dp: int, round_to: int) -> tuple[float, float]:
-    """(sequences per micro-batch, tokens computed over the real tokens) of NeMo-RL's dynamic
+                    clip: float | None, budget: int, dp: int, round_to: int) -> tuple[float, float, float]:
+    """(sequences per micro-batch, tokens computed over the real tokens, attention-effective tokens per
+    sequence: every row runs its padded length, so sum of count x width^2 over the computed tokens) of NeMo-RL's dynamic
     batching (nemo_rl/distributed/batched_data_dict.py shard_by_batch_size with
     dynamic_batching_args, v0.3.1 lines 343-363 and 526-600): the batch is sorted by length and
     strided over the `dp` ranks; the ranks' i-th sequences share one padded length, the longest
@@ -861,40 +899,57 @@ def dynamic_batches(sequences: int, prompt_len: float, response_mean: float, res
     groups, count, longest = [], 0, 0.0
     for x in padded:
         if count and (count + 1) * max(longest, x) > budget:
-            groups.append(count * longest)
+            groups.append((count, longest))
             count, longest = 0, 0.0
         count, longest = count + 1, max(longest, x)
-    groups.append(count * longest)
-    return per_rank / len(groups), float(sum(groups) * dp / lengths.sum())
+    groups.append((count, longest))
+    tokens = sum(c * w for c, w in groups)
+    return (per_rank / len(groups), float(tokens * dp / lengths.sum()),
+            float(sum(c * w * w for c, w in groups) / tokens))
 
 
-def micro_batch_seq_len(seq_mean: float, pp: int, dp: int, *, packed_tokens: int | None, pads_packed: bool,
+def micro_batch_lengths(seq_mean: float, pp: int, dp: int, *, packed_tokens: int | None, pads_packed: bool,
                         global_batch: int, prompt_len: float, response_mean: float, response_max: float,
-                        clip: float | None, dynamic_round: int | None = None, pads_to_budget: bool = False) -> float:
-    """Tokens per sequence the training and log-prob micro-batches compute: the mean sequence,
-    stretched by the padding of packed micro-batches where the framework pads them (pipeline
-    parallelism: every micro-batch must have one shape; `pads_to_budget`: every bin to the whole
-    token budget, `packed_budget_pad_factor`), or by the padding of NeMo-RL's dynamic
-    batches (`dynamic_round`: its sequence_length_round; `dynamic_batches`); unpadded packed
-    micro-batches by the busiest rank's share of the bins (`packed_busiest_share`)."""
+                        clip: float | None, dynamic_round: int | None = None,
+                        pads_to_budget: bool = False) -> tuple[float, float]:
+    """(tokens per sequence, attention-effective tokens per sequence) the training and log-prob
+    micro-batches compute. Tokens: the mean sequence, stretched by the padding of packed micro-batches
+    where the framework pads them (pipeline parallelism: every micro-batch must have one shape;
+    `pads_to_budget`: every bin to the whole token budget, `packed_budget_pad_factor`), or by the padding of
+    NeMo-RL's dynamic batches (`dynamic_round`: its sequence_length_round; `dynamic_batches`); unpadded packed
+    micro-batches by the busiest rank's share of the bins (`packed_busiest_share`). Attention (the figure the
+    attention term multiplies those tokens by, the GEMMs and elementwise staying on the tokens): each padded
+    row its own width squared (dynamic batches), each packed sequence its own length squared
+    (`packed_attention_len`), and micro-batches of sequences on their own lengths the lengths' second moment
+    (generate.attention_len: E[L^2] / E[L]): fixed micro-batches, which the tokens count at the mean sequence,
+    run flash attention over each sequence's own tokens (verl use_remove_padding: unpad_input and varlen;
+    transformers' flash_attention_2 unpads a padded batch by its attention mask, _upad_input)."""
+    lengths = (prompt_len, response_mean, response_max, clip)
     if dynamic_round and packed_tokens:
-        return seq_mean * dynamic_batches(global_batch, prompt_len, response_mean, response_max, clip,
-                                          int(packed_tokens), dp, int(dynamic_round))[1]
-    if pads_to_budget and packed_tokens:
-        return seq_mean * max(1.0, packed_budget_pad_factor(global_batch, prompt_len, response_mean, response_max,
-                                                            clip, int(packed_tokens), dp))
-    if pads_packed and packed_tokens and pp > 1:
-        return seq_mean * max(1.0, packed_pad_factor(global_batch, prompt_len, response_mean, response_max,
-                                                      clip, int(packed_tokens), dp))
-    if packed_tokens and dp > 1:
-        return seq_mean * max(1.0, packed_busiest_share(global_batch, prompt_len, response_mean, response_max,
-                                                         clip, int(packed_tokens), dp))
-    return seq_mean
+        _, stretch, attn = dynamic_batches(global_batch, *lengths, int(packed_tokens), dp, int(dynamic_round))
+        return seq_mean * stretch, attn
+    if packed_tokens:
+        budget = int(packed_tokens)
+        if pads_to_budget:
+            return (seq_mean * max(1.0, packed_budget_pad_factor(global_batch, *lengths, budget, dp)),
+                    packed_attention_len(global_batch, *lengths, budget, dp, "budget"))
+        if pads_packed and pp > 1:
+            return (seq_mean * max(1.0, packed_pad_factor(global_batch, *lengths, budget, dp)),
+                    packed_attention_len(global_batch, *lengths, budget, dp, "longest"))
+        share = max(1.0, packed_busiest_share(global_batch, *lengths, budget, dp)) if dp > 1 else 1.0
+        return seq_mean * share, packed_attention_len(global_batch, *lengths, budget, dp, "none")
+    return seq_mean, attention_len(*lengths)
+
+
+def micro_batch_seq_len(seq_mean: float, pp: int, dp: int, **kw) -> float:
+    """Tokens per sequence the training and log-prob micro-batches compute (`micro_batch_lengths`'s first)."""
+    return micro_batch_lengths(seq_mean, pp, dp, **kw)[0]
 
 
 def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float, *,
-                lora: bool = False, memo: dict | None = None) -> dict[str, float]:
-    """Forward and backward time of one micro-batch on the busiest stage, split by cause.
+                lora: bool = False, memo: dict | None = None, attn_len: float | None = None) -> dict[str, float]:
+    """Forward and backward time of one micro-batch on the busiest stage, split by cause; `seq_len`
+    tokens per sequence, `attn_len` the attention-effective figure for flash attention (`_layer_fwd`).
     `memo` (optional, the caller's) keeps the per-layer times and the LM head's, which depend
     on neither pp nor recompute, so layouts that differ in those share them."""
     tokens = lay.micro_batch * seq_len / lay.cp
@@ -904,12 +959,13 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     if memo is None:
         memo = {}
     key = ("layer_fwd", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.sp, lay.cp, lay.ep,
-           lay.etp, lay.micro_batch, lay.attention, seq_len, lay.moe_dispatcher, lay.cuda_graphs, lay.moe_token_drop,
-           lay.moe_a2a_overlap)
+           lay.etp, lay.micro_batch, lay.attention, seq_len, attn_len, lay.moe_dispatcher, lay.cuda_graphs,
+           lay.moe_token_drop, lay.moe_a2a_overlap)
     hit = memo.get(key)  # (one hash of the key)
     if hit is None:
-        dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False)
-        moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True) if arch.is_moe else (0.0,) * len(dense)
+        dense = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=False, attn_len=attn_len)
+        moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True, attn_len=attn_len) if arch.is_moe else (
+            (0.0,) * len(dense))
         # the LM head stays in 16-bit under FP8 recipes (Transformer Engine keeps first/last layers in BF16)
         head = replace(dev, precision="bf16").gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
         head_elem = dev.stream_time(tokens * arch.vocab / lay.tp * LOGIT_FP32_BYTES_FWD)  # fp32 log-softmax
