@@ -1,6 +1,7 @@
 """`rlsolve cases`: every row predicted or reported with a reason; medians pinned."""
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -195,8 +196,11 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # generate 0.1346 -> 0.1282 once v0.9.0's MoE grouped GEMM runs on Hopper at the rate of its sm80 (mma.sync) kernel
 # there (runtime.yaml trtllm_moe.sm90_moe_gemm_from, catalog sm80_kernel_fraction): the 8 H100/H200 Mixtral rows
 # +20.6..+107.4% -> +8.1..+30.3%, none off by 2x (4 L40S Mistral-7B rows left, -57%), max 107.4% -> 78.8%.
-PINNED_EXTRA = {"train": 0.091, "phase train": 0.238, "phase reference": 0.326, "phase generation": 0.195,
-                "generate": 0.129}
+# phase reference 0.326 -> 0.218 and the pooled log-prob passes (logprob + old_logprob + reference rows, issue #15's
+# log-prob target) 0.268 -> 0.210 once MI300X's GEMM rate is PyTorch's untuned default at training shapes
+# (gpus.yaml MI300X gemm_fraction 0.511 -> 0.417, ROCm/TransformerEngine#73), as the verl MI300X rows ran.
+PINNED_EXTRA = {"train": 0.091, "phase train": 0.238, "phase reference": 0.218, "phase generation": 0.195,
+                "generate": 0.129, "pooled logprob": 0.210}
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +228,10 @@ def test_the_extra_medians_do_not_regress(extra_report):
     # the step waits for the slowest engine: generation.slowest_replica_mean (median 18.7%;
     # 19.5% with NeMo-RL PR #3461's GB200 Qwen3-30B-A3B row, whose generation the model puts at +68%)
     assert s["rl_phases"]["generation"]["median_abs_error"] <= PINNED_EXTRA["phase generation"], s["rl_phases"]["generation"]
+    # issue #15 scores the three log-prob passes as one phase: every row's logprob, old_logprob and reference errors
+    pooled = [abs(e) for r in extra_report.rows for ph, e in (r.extra.get("phase_errors") or {}).items()
+              if ph in ("logprob", "old_logprob", "reference") and e is not None]
+    assert len(pooled) >= 14 and statistics.median(pooled) <= PINNED_EXTRA["pooled logprob"], sorted(pooled)
 
 
 def test_colocated_rows_run_the_engine_at_the_frameworks_default_share():

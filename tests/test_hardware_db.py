@@ -115,6 +115,21 @@ def test_hopper_700w_gemm_rates_are_the_sustained_ones(name):
     assert fp8 < 1402.6
 
 
+def test_mi300x_bf16_rate_is_pytorchs_untuned_default_at_training_shapes():
+    """PyTorch runs MI300X GEMMs untuned unless PYTORCH_TUNABLEOP_ENABLED is set (verl's v0.3 ROCm image
+    sets none), so MI300X takes the untuned BF16 rate measured at Llama 2 70B training shapes
+    (ROCm/TransformerEngine#73: 493.0 and 546.4 TFLOPS): read back through the catalog's size curve at
+    those shapes it gives their mean, below the TunableOp-tuned best-shape MAMF (668.4)."""
+    gpu = find_gpu("MI300X")
+    eff = gpu.efficiency
+    large = eff.gemm_fraction.value * gpu.bf16_tflops
+    half = eff.gemm_half_size_flops.value
+    at_shapes = [large * f / (f + half) for f in (2 * 16384 * 8192 * 1280, 2 * 16384 * 1024 * 8192)]
+    assert sum(at_shapes) / 2 == pytest.approx((493.0 + 546.4) / 2, rel=0.01)
+    assert large < 668.4
+    assert "TunableOp" in eff.gemm_fraction.source and "TransformerEngine#73" in eff.gemm_fraction.source
+
+
 def test_b200_gemm_rates_are_the_sustained_ones():
     """B200 takes its own sustained GEMM rates as the Hopper GPUs do (ml-engineering mamf-finder
     v4, torch 2.14.0+cu130): BF16 MSMF 1423.8 of 2250 TFLOPS (GPU0 alone, as the H200's 744.8),
