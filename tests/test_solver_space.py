@@ -960,8 +960,10 @@ def test_the_solvers_memos_keep_every_value():
                 wl, a = problem.workload, problem.value
                 critic = replace(lay, ep=1, vp=1) if not a.is_moe else replace(lay, vp=1)
                 mem = train_memory(a, critic, wl.seq_max)
-                plain = (forward_time(a, dev, critic, wl.samples, wl.seq_mean) + train_time(
-                    a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps).total,
+                # its sequences attend over their own lengths (Workload.seq_attention)
+                st = stage_times(a, dev, critic, wl.seq_mean, attn_len=wl.seq_attention)
+                plain = (forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st) + train_time(
+                    a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps, st=st).total,
                     mem.states, mem.total)
                 assert critic_pass(problem, pool, critic, cache) == plain
                 # the solver's split of train_aux: the other models once, then each critic added
