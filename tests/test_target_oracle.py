@@ -97,8 +97,9 @@ def test_the_critics_layout_is_searched_and_equals_the_oracle(target):
     policy's GPUs, with its value backend's own limits (capabilities.yaml critic_training)."""
     spec = _ppo_job(target)
     if target == "verl":  # colocated (the critic shares the trainers' GPUs; async, a 1-GPU trainer is best),
-        spec["constraints"] = {"modes": ["colocated"]}  # 8 layers: the critic's own degrees win here
-        spec["model"]["policy"]["layers"] = 8
+        spec["constraints"] = {"modes": ["colocated"]}  # 8 layers and a 128k vocabulary: the critic (a value
+        spec["model"]["policy"]["layers"] = 8           # head, no LM head) and the trainers want other degrees
+        spec["model"]["policy"]["vocab"] = 128000
     plan = rlsolve.solve(spec)
     problem = resolve(load_spec(spec))
     assert plan.parallelism.critic is not None and not plan_violations(problem, plan)

@@ -318,11 +318,14 @@ def test_timeline_figure_names_every_block(plans, mode, tmp_path):
     assert len(tl.lanes) == (1 if mode == "colocated" else 2)
     phases = {s.phase for lane in tl.lanes for s in lane.segments}
     assert {"decode", "train", "value", "old_logprob"} <= phases
+    # the plan rounds every time to the millisecond, so n phases laid end to end may drift from the
+    # rounded step by up to (n + 1) half-milliseconds (unrounded, they add up to it exactly)
+    drift = 5e-4 * (max(len(lane.segments) for lane in tl.lanes) + 1)
     for lane in tl.lanes:  # lanes are contiguous and end at the step
         assert lane.segments[0].start == 0
         assert all(a.end == pytest.approx(b.start) for a, b in zip(lane.segments, lane.segments[1:]))
-        assert lane.segments[-1].end == pytest.approx(tl.step, abs=2e-3)
-    assert tl.step == pytest.approx(plan.time_s.step, abs=2e-3)
+        assert lane.segments[-1].end == pytest.approx(tl.step, abs=drift)
+    assert tl.step == pytest.approx(plan.time_s.step, abs=drift)
     fig = timeline_figure(plan, gpu_names={"main": "H100-SXM-80GB"})
     ax_time, ax_mem = fig.axes
     legend = [t.get_text() for t in ax_time.get_legend().get_texts()]
