@@ -528,3 +528,44 @@ def test_a_micro_batch_beaten_at_one_vp_is_beaten_at_every_larger_one_later(monk
             assert rows[True] == rows[False]
             compared += bool(rows[True])
     assert compared >= 12 and checked >= 1000 and calls[True] + 1000 <= calls[False], (compared, checked, calls)
+
+
+def test_engine_frames_shared_by_replica_counts_score_as_each_alone():
+    """gen_side reads what does not depend on the replica count (weights, profile-run reserve, KV room, StepModel:
+    `_engine_frame`) from a memo shared by every count of an engine shape and by every later call: engines of
+    random degrees, counts, held memory, hosted models, pinned KV and caps, exact or bounds, scored in a random
+    order, give float for float what each gives with the memo emptied first, and its keys hold each engine shape
+    once, whatever the counts asked."""
+    from dataclasses import astuple
+
+    from rlsolve.perf.generate import GenLayout
+    rng = random.Random(29)
+    compared = 0
+    problems = [resolve(load_spec(random_spec(rng, tight=k % 2 == 1))) for k in range(6)]
+    for problem in problems + [resolve(load_spec(str(EXAMPLES / f"{name}.yaml")))
+                               for name in ("grpo-70b-64xh100", "grpo-deepseek-v2-256xh100", "ppo-7b-8xh100")]:
+        aux = [(role, arch, 2.0) for role, arch in (("reference", problem.reference), ("reward", problem.reward))
+               if arch is not None]
+        asked = []
+        for pool in problem.pools:
+            tps = [tp for tp in (1, 2, 4, 8) if tp <= pool.gpus_per_node and problem.policy.heads % tp == 0]
+            for _ in range(8):
+                tp, pp = rng.choice(tps), rng.choice((1, 2))
+                ep = rng.choice([e for e in (1, tp) if problem.policy.is_moe and problem.policy.experts % e == 0] or [1])
+                kw = dict(reserved=rng.choice((0.0, 0.2, 0.5)) * pool.gpu.memory_gb * 1e9,
+                          aux_models=tuple(rng.sample(aux, rng.randint(0, len(aux)))),
+                          kv_cache_gb=rng.choice((None, None, 0.05 * pool.gpu.memory_gb)),
+                          max_num_seqs=rng.choice((None, None, 64)), lower_bound=rng.random() < 0.5,
+                          in_flight=rng.choice((1, 2)), cap_search=rng.random() < 0.8)
+                for dp in rng.sample(range(1, 65), 3):  # counts of one shape share its frame
+                    asked.append((pool, GenLayout(tp=tp, pp=pp, dp=dp, ep=ep), kw))
+        rng.shuffle(asked)
+        scored = [(pool, lay, kw, gen_side(problem, pool, lay, **kw)) for pool, lay, kw in asked]
+        shapes = {(id(pool), lay.tp, lay.pp, lay.ep, kw["reserved"], tuple((r, id(a), b) for r, a, b in kw["aux_models"]),
+                   kw["kv_cache_gb"], kw["max_num_seqs"], kw["cap_search"]) for pool, lay, kw in asked}
+        assert {k[1:] for k in perf_step._FRAMES.table if k[0] == id(problem)} == shapes
+        for pool, lay, kw, side in scored:
+            perf_step._FRAMES.table.clear()
+            assert astuple(side) == astuple(gen_side(problem, pool, lay, **kw)), (lay, kw)
+            compared += side.fits
+    assert compared > 100, compared

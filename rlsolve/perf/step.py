@@ -95,9 +95,12 @@ class _IdentityMemo:
 
     def get(self, key: tuple, owners: tuple):
         hit = self.table.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], owners)):
-            return hit[1]
-        return self.MISS
+        if hit is None:
+            return self.MISS
+        for a, b in zip(hit[0], owners):  # (a loop, not all() over a generator: the search asks ~100,000 times)
+            if a is not b:
+                return self.MISS
+        return hit[1]
 
     def put(self, key: tuple, owners: tuple, value):
         if len(self.table) > self.limit:
@@ -275,6 +278,74 @@ def _decode_bound(step: StepModel, n_req: float, wl, n_total: float, budget: flo
                                                         max_num_seqs=cap, fixed_shares=fixed_shares))
 
 
+_FRAMES = _IdentityMemo(16384)
+
+
+def _engine_frame(problem: Problem, pool: PoolHW, lay: GenLayout, reserved: float,
+                  aux_models: tuple[tuple[str, Architecture, float], ...], kv_cache_gb: float | None,
+                  max_num_seqs: float | None, cap_search: bool) -> tuple:
+    """What `gen_side` reads of an engine that does not depend on its replica count (dp): its device, bytes per
+    weight, weights per GPU, the cap an unset engine runs at, the profile run's reserve, the hosted models'
+    weights, the capacity, the KV cache and whether it fits, the KV bytes and tokens per replica, the
+    StepModel, and `rooms_of(cap)`: the KV tokens a cap's profile run leaves (memoized per cap). None of it reads
+    dp (the weights, KV and reserve of a GPU follow from tp, pp and ep; `_step_model` is built with dp = 1), and
+    the engine search asks every engine shape at hundreds of counts (16,384 GPUs x 3 pools: ~19,000 bounds), so
+    it is memoized by the identity of the problem, the pool and the hosted architectures (`_IdentityMemo`) and by
+    the degrees and arguments it reads."""
+    key = (id(problem), id(pool), lay.tp, lay.pp, lay.ep, reserved,
+           tuple([(r, id(a), b) for r, a, b in aux_models]) if aux_models else (), kv_cache_gb, max_num_seqs, cap_search)
+    owners = (problem, pool) + tuple([a for _, a, _ in aux_models]) if aux_models else (problem, pool)
+    hit = _FRAMES.get(key, owners)
+    if hit is not _FRAMES.MISS:
+        return hit
+    wl = problem.workload
+    arch = problem.policy
+    dev = device(pool, problem.workload.precision, problem.profile)
+    wb = gen_dtype_bytes(problem)
+    weights = weight_bytes_per_gpu(arch, lay, wb)
+    # vLLM's profile run warms the sampler up over max_num_seqs rows. Without a cap, the engine's own
+    # default (frameworks/runtime.py engine_default_max_num_seqs, which cases.py asks too): a figure independent of
+    # the replica count, as the engine search's count loop needs (whether a layout fits does not depend on
+    # dp); the exporters then write a step's requests per replica, which may differ from it
+    default_seqs = engine_default_max_num_seqs(pool.gpu.memory_bytes, pool.gpu.name)
+    # where the target cannot set the cap, an engine the plan gives none runs at the one its framework builds it
+    # with (OpenRLHF's AsyncLLM: the engine-context default); where it can, the export writes one that never binds
+    unset = math.inf if cap_search else float(wl.framework.engine_unset_max_num_seqs or default_seqs)
+    other = gen_other_bytes(arch, lay, max_num_seqs or (default_seqs if cap_search else unset), wl.engine_version)
+    aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
+    cap = capacity_bytes(pool, problem.workload.headroom)
+    engine_room = min(cap - reserved, engine_cap_bytes(problem, pool)) - weights - aux_bytes
+
+    def kv_room(other_bytes: float) -> float:
+        """KV-cache bytes the engine gets after a profile-run reserve of `other_bytes`."""
+        free_c = engine_room - other_bytes
+        return free_c if kv_cache_gb is None else min(kv_cache_gb * GB, max(free_c, 0.0))
+
+    free = engine_room - other
+    kv = kv_room(other)
+    fits = free > 0 and (kv_cache_gb is None or kv_cache_gb * GB <= free + 1.0)  # 1 byte: float round trip
+    kv_tok_gpu = kv_bytes_per_token_per_gpu(arch, lay, wb)
+    kv_tokens = max(kv, 0.0) / kv_tok_gpu
+    # a replica must hold at least one full-length sequence
+    fits = fits and kv_tokens >= wl.seq_max
+    # the engine returns each sampled token's log-prob when the framework asks for it
+    host_per_seq = dev.decode_host_per_seq_s if wl.framework.rollout_logprobs else 0.0
+    if wl.engine_sync_output:  # a V0 engine without its async output processor (enforce_eager)
+        host_per_seq += constants()["decode_v0_sync_output_us_per_seq"] * dev.host_slowdown * 1e-6
+    step = _step_model(arch, dev, lay, wb, host_per_seq, wl.engine_eager)
+    rooms: dict[float, float] = {}
+
+    def rooms_of(c: float) -> float:
+        """The KV tokens per replica left beside the profile run's reserve for cap `c`."""
+        hit = rooms.get(c)
+        if hit is None:
+            hit = rooms[c] = max(kv_room(gen_other_bytes(arch, lay, c, wl.engine_version)), 0.0) / kv_tok_gpu
+        return hit
+
+    return _FRAMES.put(key, owners, (dev, wb, weights, unset, other, aux_bytes, cap, kv, fits, kv_tok_gpu, kv_tokens,
+                                     step, rooms_of))
+
+
 def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,
              aux_models: tuple[tuple[str, Architecture, float], ...] = (), kv_cache_gb: float | None = None,
              max_num_seqs: float | None = None, lower_bound: bool = False, in_flight: int = 1,
@@ -302,42 +373,11 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     bound is below the best run found, and the time is the least over all the candidates."""
     wl = problem.workload
     arch = problem.policy
-    dev = device(pool, problem.workload.precision, problem.profile)
-    wb = gen_dtype_bytes(problem)
-    weights = weight_bytes_per_gpu(arch, lay, wb)
+    frame = _engine_frame(problem, pool, lay, reserved, aux_models, kv_cache_gb, max_num_seqs, cap_search)
+    dev, wb, weights, unset, other, aux_bytes, cap, kv, fits, kv_tok_gpu, kv_tokens, step, rooms_of = frame
     k = max(1, int(in_flight))
     n_req = k * wl.samples / lay.dp
-    # vLLM's profile run warms the sampler up over max_num_seqs rows. Without a cap, the engine's own
-    # default (frameworks/runtime.py engine_default_max_num_seqs, which cases.py asks too): a figure independent of
-    # the replica count, as the engine search's count loop needs (whether a layout fits does not depend on
-    # dp); the exporters then write a step's requests per replica, which may differ from it
-    default_seqs = engine_default_max_num_seqs(pool.gpu.memory_bytes, pool.gpu.name)
-    # where the target cannot set the cap, an engine the plan gives none runs at the one its framework builds it
-    # with (OpenRLHF's AsyncLLM: the engine-context default); where it can, the export writes one that never binds
-    unset = math.inf if cap_search else float(wl.framework.engine_unset_max_num_seqs or default_seqs)
-    other = gen_other_bytes(arch, lay, max_num_seqs or (default_seqs if cap_search else unset), wl.engine_version)
-    aux_bytes = sum(weight_bytes_per_gpu(a, lay, b) for _, a, b in aux_models)
-    cap = capacity_bytes(pool, problem.workload.headroom)
-    engine_room = min(cap - reserved, engine_cap_bytes(problem, pool)) - weights - aux_bytes
-
-    def kv_room(other_bytes: float) -> float:
-        """KV-cache bytes the engine gets after a profile-run reserve of `other_bytes`."""
-        free_c = engine_room - other_bytes
-        return free_c if kv_cache_gb is None else min(kv_cache_gb * GB, max(free_c, 0.0))
-
-    free = engine_room - other
-    kv = kv_room(other)
-    fits = free > 0 and (kv_cache_gb is None or kv_cache_gb * GB <= free + 1.0)  # 1 byte: float round trip
-    kv_tok_gpu = kv_bytes_per_token_per_gpu(arch, lay, wb)
-    kv_tokens = max(kv, 0.0) / kv_tok_gpu
-    # a replica must hold at least one full-length sequence
-    fits = fits and kv_tokens >= wl.seq_max
     prompts = k * wl.prompts / lay.dp
-    # the engine returns each sampled token's log-prob when the framework asks for it
-    host_per_seq = dev.decode_host_per_seq_s if wl.framework.rollout_logprobs else 0.0
-    if wl.engine_sync_output:  # a V0 engine without its async output processor (enforce_eager)
-        host_per_seq += constants()["decode_v0_sync_output_us_per_seq"] * dev.host_slowdown * 1e-6
-    step = _step_model(arch, dev, lay, wb, host_per_seq, wl.engine_eager)
     chosen_cap = max_num_seqs
     prompt_tokens = prompts * wl.prompt_len
     ctx = wl.prompt_len / 2
@@ -356,14 +396,12 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         # every candidate's KV is within the largest room (the least cap's), and a cap only raises the bound.
         # The profile-run reserve never falls with the cap and the room never grows with the reserve, float for
         # float (a property test), so the largest room of the caps tried is that of the least (engine_caps sorts)
-        top = kv_tokens if len(caps) < 2 else \
-            max(kv_tokens, max(kv_room(gen_other_bytes(arch, lay, caps[1], wl.engine_version)), 0.0) / kv_tok_gpu)
+        top = kv_tokens if len(caps) < 2 else max(kv_tokens, rooms_of(caps[1]))
         decode = bound(float(max_num_seqs or unset), top)
         peak, limited, rep = 0.0, False, 0.0
     elif fits:
         base = float(wl.seq_max)
-        rooms = [kv_tokens] + [max(kv_room(gen_other_bytes(arch, lay, c, wl.engine_version)), 0.0) / kv_tok_gpu
-                               for c in caps[1:]]
+        rooms = [kv_tokens] + [rooms_of(c) for c in caps[1:]]
         floor = _prefill(arch, dev, lay, prompt_tokens, ctx)  # re-prefills only add (a property test)
         room = dict(zip(caps, rooms))  # every run the search takes is of one of these caps
         limit = {c: float(c or unset) for c in caps}  # a cap as the simulation takes it (None: `unset`)
