@@ -617,7 +617,7 @@ def _aux_layout(a: Architecture, lay: TrainLayout) -> TrainLayout:
     """Forward-only models reuse the trainer's degrees (experts split only where they divide)."""
     return TrainLayout(tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp,
                        ep=lay.ep if a.is_moe and a.experts % lay.ep == 0 else 1,
-                       micro_batch=lay.micro_batch, zero_stage=0)
+                       micro_batch=lay.micro_batch, zero_stage=0, strategy=lay.backend)
 
 
 def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict | None = None

@@ -24,6 +24,7 @@ from rlsolve.solver.estimate import evaluate_layout
 from rlsolve.solver.program import Program, run
 from rlsolve.solver.report import build_plan
 from rlsolve.frameworks.rules import strategy_for
+from rlsolve.frameworks.runtime import layout_strategy
 from rlsolve.solver.rules import (aux_group_violations, aux_models, aux_shares_actor_degrees, modes_allowed, one_pool,
                                   target_caps)
 from rlsolve.spec import Spec, load_spec
@@ -37,7 +38,7 @@ def framework_for(problem: Problem, t: TrainCand) -> str:
     """The training engine: FSDP for ZeRO-3 without model parallelism, else Megatron, unless
     the target runs the layout only on another of its strategies."""
     L = t.layout
-    preferred = "fsdp" if L.tp == L.pp == L.cp == L.ep == 1 and L.zero_stage == 3 else "megatron"
+    preferred = layout_strategy(L.tp, L.pp, L.cp, L.ep, L.zero_stage)
     return strategy_for(target_caps(problem), preferred, L.tp, L.pp, L.cp, L.ep, L.vp, L.zero_stage, L.recompute)
 
 

@@ -1311,7 +1311,8 @@ def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: in
     passes, 3 or 2 under LoRA) or a forward (0). Each term is one `train._layer_fwd` and
     `stage_times` add, at its least: GEMMs at the device's fastest rate (16-bit for the LM head
     under FP8 recipes), the routed block's over the default stack's host efficiency; attention
-    at the lesser of the fused causal and the unfused full-square kernels (backward: the lesser
+    at the lesser of the fused causal (at the GPU's fastest attention kernel and pass, whichever
+    backend trains) and the unfused full-square kernels (backward: the lesser
     of FA_BWD_OVER_FWD and the unfused 2x); elementwise bytes at HBM rate (backward moves twice
     the forward's). Norms hold weights but run no GEMM; a stage's layers may all be of the
     cheaper kind, dense or MoE; the busiest stage holds the output layer beside them (without
@@ -1325,7 +1326,7 @@ def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: in
     elem_passes = 1.0 if fwd_only else 3.0
     eff = moe_host_efficiency(TrainLayout())
     h = arch.hidden
-    attention = min(arch.attention_flops_per_token(seq_len, causal=True) / dev.attention_flops,
+    attention = min(arch.attention_flops_per_token(seq_len, causal=True) / dev.fastest_attention_flops,
                     arch.attention_flops_per_token(seq_len, causal=False) / rate) / arch.layers
 
     def layer(mlp_flops: float, width_elem: float, perm: float) -> float:
