@@ -281,3 +281,26 @@ def test_every_strategy_names_a_kernel_with_a_source():
     entry = runtime().train_attention_kernel
     assert set(entry.value) == set(get_args(Strategy))
     assert "fsdp_workers.py" in entry.source and "FusedAttention" in entry.source
+
+
+def test_the_model_times_a_plans_trainer_with_the_kernel_of_the_framework_it_exports_to():
+    """A ZeRO-2 layout without model parallelism is Megatron-Core's for a plan with no target but verl runs it on its
+    FSDP workers (frameworks.rules.plan_strategy, which solver/api.py framework_for names in the plan too): the
+    update of the same layout takes longer for the verl target on H100, at FlashAttention-2's rates."""
+    import yaml
+    from pathlib import Path
+    from rlsolve.frameworks.rules import plan_strategy
+    from rlsolve.perf.step import train_core, trainer_layout
+    from rlsolve.resolve import resolve
+    from rlsolve.spec import load_spec
+    assert plan_strategy("any", None, 1, 1, 2, 1, 1, 2, "none") == "megatron"
+    assert plan_strategy("verl", None, 1, 1, 2, 1, 1, 2, "none") == "fsdp"
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples/ppo-7b-8xh100.yaml").read_text())
+    times = {}
+    for target in ("any", "verl"):
+        problem = resolve(load_spec({**raw, "target": {"framework": target}}))
+        lay = TrainLayout(cp=2, dp=4, zero_stage=2, micro_batch=1)
+        assert trainer_layout(problem, lay).attention_kernel == ("flash_attn_2" if target == "verl" else
+                                                                 "transformer_engine")
+        times[target] = train_core(problem, problem.pools[0], lay)[0].total
+    assert times["verl"] > times["any"]
