@@ -978,7 +978,7 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     if memo is None:
         memo = {}
     key = ("layer_fwd", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.sp, lay.cp, lay.ep,
-           lay.etp, lay.micro_batch, lay.attention, seq_len, attn_len, lay.moe_dispatcher, lay.cuda_graphs,
+           lay.etp, lay.micro_batch, lay.attention, lay.attention_kernel, seq_len, attn_len, lay.moe_dispatcher, lay.cuda_graphs,
            lay.moe_token_drop, lay.moe_a2a_overlap)
     hit = memo.get(key)  # (one hash of the key)
     if hit is None:
