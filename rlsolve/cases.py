@@ -223,7 +223,7 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                              f"tp * cp * dp = {tp * cp * dp} ranks")
     return TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=int(lay_in.get("vp") or 1),
                        expert_tp_size=int(etp or 0),
-                       zero_stage=int(lay_in.get("zero_stage", TRAIN_STRATEGIES[strategy])),
+                       zero_stage=int(lay_in.get("zero_stage", TRAIN_STRATEGIES[strategy])), strategy=strategy,
                        micro_batch=int(lay_in.get("micro_batch") or 1), recompute=recompute,
                        sequence_parallel=_sequence_parallel(row, tp), attention=_attention(row), offload=offload,
                        main_grad_bytes=MAIN_GRAD_DTYPES[grad_dtype],
@@ -726,7 +726,8 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
         assumed.append(f"max_num_seqs = {seqs} (the engine's default)")
     layout = {
         "pipeline": {"mode": mode, "staleness": int(lay.get("staleness", 0))},
-        "resource_allocation": {"generation": {"gpus": g_gpus}, "training": {"gpus": t_gpus}},
+        "resource_allocation": {"generation": {"gpus": g_gpus},
+                                "training": {"gpus": t_gpus, **({"framework": strategy} if strategy else {})}},
         "placement": {"reference": reference, "reward": "cpu",
                       "value": "none" if lay.get("algorithm", "grpo") == "grpo" else "training"},
         "parallelism": {"generation": {"tp": g_tp, "pp": g_pp, "dp": g_gpus // (g_tp * g_pp), "ep": g_ep},

@@ -18,7 +18,7 @@ PUBLIC = ROOT / "tests" / "data" / "reference_cases.yaml"   # copy of ../shared/
 # Medians of |predicted/measured - 1| on the public file when this test was last updated
 # (`rlsolve cases tests/data/reference_cases.yaml`). A change that makes the model worse
 # fails here; one that makes it better should lower these numbers.
-PINNED = {"train": 0.053, "generate": 0.11, "rl_step": 0.17, "overall": 0.06}  # rl_step median 15.9%
+PINNED = {"train": 0.053, "generate": 0.11, "rl_step": 0.17, "overall": 0.06}  # rl_step median 16.1%
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +199,11 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # phase reference 0.326 -> 0.218 and the pooled log-prob passes (logprob + old_logprob + reference rows, issue #15's
 # log-prob target) 0.268 -> 0.210 once MI300X's GEMM rate is PyTorch's untuned default at training shapes
 # (gpus.yaml MI300X gemm_fraction 0.511 -> 0.417, ROCm/TransformerEngine#73), as the verl MI300X rows ran.
-PINNED_EXTRA = {"train": 0.091, "phase train": 0.238, "phase reference": 0.218, "phase generation": 0.195,
+# each trainer's attention kernel at its measured rates (runtime.yaml train_attention_kernel; catalog attention_kernels:
+# Hugging Face trainers FlashAttention-2 0.339/0.325 of H100's peak, Megatron-Core Transformer Engine's cuDNN attention
+# 0.545/0.522, both 0.5 before): phase train 0.2371 -> 0.2315 (NeMo-RL DTensor rows slower, nearer their measured
+# times); train 0.0905 unchanged (H100 Megatron rows 1-2% faster); public rl_step 15.9% -> 16.1%.
+PINNED_EXTRA = {"train": 0.091, "phase train": 0.232, "phase reference": 0.218, "phase generation": 0.195,
                 "generate": 0.129, "pooled logprob": 0.210}
 
 

@@ -208,3 +208,99 @@ def test_an_fp8_gemm_keeps_the_bf16_gemms_fixed_time(name):
         assert fp8.gemm_time(f) == pytest.approx(f / r_fp8 + t0)
     assert bf16.gemm_time(1e9) / fp8.gemm_time(1e9) < 1.15 < r_fp8 / r_bf16
     assert bf16.gemm_time(1e13) / fp8.gemm_time(1e13) == pytest.approx(r_fp8 / r_bf16, rel=0.01)
+
+
+def _pool(name: str, precision: str = "bf16") -> Device:
+    gpu = find_gpu(name)
+    return Device(PoolHW("main", gpu, 1, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd), precision)
+
+
+def _attention_s(dev: Device, lay: TrainLayout) -> tuple[float, float]:
+    """(forward, backward) attention seconds of one layer (train._layer_fwd's attention terms)."""
+    from rlsolve.perf.train import _layer_fwd
+    t = _layer_fwd(find_model("llama-3.1-8b"), dev, lay, 8192.0, 8192.0, moe=False)
+    return t[1], t[2]
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM-80GB", "H200-SXM-141GB", "GB200-NVL72", "A100-SXM-80GB", "H20-96GB"])
+def test_each_backend_runs_its_attention_kernel_at_the_catalogs_rates(gpu):
+    """The Hugging Face trainers (FSDP, FSDP2, DeepSpeed) run FlashAttention-2, Megatron-Core Transformer Engine's
+    attention (frameworks/runtime.yaml train_attention_kernel); each at the catalog's forward and backward rates of
+    that kernel on the GPU (hardware_db attention_kernels), a kernel the catalog gives no figure for at the GPU's
+    attention_fraction. Megatron-FSDP (ZeRO-3 under Megatron-Core) is Transformer Engine's."""
+    from rlsolve.perf.train import FA_BWD_OVER_FWD
+    dev = _pool(gpu)
+    eff = dev.pool.gpu.efficiency
+    peak = dev.pool.gpu.bf16_tflops * 1e12
+    base = _attention_s(dev, TrainLayout(strategy="megatron"))
+    for strategy, kernel in (("fsdp", "flash_attn_2"), ("fsdp2", "flash_attn_2"), ("deepspeed", "flash_attn_2"),
+                             ("megatron", "transformer_engine")):
+        for zero in (1, 3):
+            fwd, bwd = _attention_s(dev, TrainLayout(strategy=strategy, zero_stage=zero))
+            rate = eff.attention_kernels.get(kernel)
+            f_frac, b_frac = ((rate.forward.value, rate.backward.value) if rate is not None
+                              else (eff.attention_fraction.value,) * 2)
+            # the same FLOPs at the kernel's rates: the time ratio to the Megatron run is the rates' inverse ratio
+            assert fwd * f_frac * peak == pytest.approx(base[0] * dev.attention_rates("transformer_engine")[0])
+            assert bwd / fwd == pytest.approx(FA_BWD_OVER_FWD * f_frac / b_frac)
+    if not eff.attention_kernels:  # no kernel figure: every backend at attention_fraction, as before
+        assert _attention_s(dev, TrainLayout(strategy="fsdp")) == pytest.approx(base)
+
+
+def test_hopper_flash_attention_2_runs_below_transformer_engines_cudnn_attention():
+    """On H100 the FA3 paper's figures put FlashAttention-2 at 0.34 / 0.33 of the peak (forward / backward) and
+    cuDNN's fused attention, which Transformer Engine picks on sm90+, at 0.55 / 0.52: an FSDP trainer's attention
+    takes 1.6x a Megatron trainer's; a profile's measured attention_fraction sets both kernels alike."""
+    dev = _pool("H100-SXM-80GB")
+    fa2, te = (sum(_attention_s(dev, TrainLayout(strategy=s))) for s in ("fsdp", "megatron"))
+    assert 1.5 < fa2 / te < 1.7
+    prof = replace(dev, overrides=(("attention_fraction", 0.42),))
+    assert _attention_s(prof, TrainLayout(strategy="fsdp")) == pytest.approx(
+        _attention_s(prof, TrainLayout(strategy="megatron")))
+    assert prof.attention_rates("flash_attn_2") == (prof.attention_flops,) * 2
+
+
+def test_a_layout_without_a_strategy_runs_the_backend_the_plan_exports():
+    """The solver's layouts name no strategy: FSDP for ZeRO-3 without model parallelism, Megatron-Core otherwise
+    (frameworks.runtime.layout_strategy, which solver/api.py framework_for prefers too); the forward-only models
+    beside the trainer (zero_stage 0) run their trainer's backend."""
+    from rlsolve.perf.step import _aux_layout
+    assert TrainLayout(zero_stage=3).backend == "fsdp"
+    assert TrainLayout(zero_stage=3).attention_kernel == "flash_attn_2"
+    for lay in (TrainLayout(zero_stage=3, cp=2), TrainLayout(zero_stage=3, tp=2), TrainLayout(zero_stage=2),
+                TrainLayout(zero_stage=1)):
+        assert lay.backend == "megatron" and lay.attention_kernel == "transformer_engine"
+    arch = find_model("llama-3.1-8b")
+    for lay in (TrainLayout(zero_stage=3), TrainLayout(zero_stage=1, tp=2), TrainLayout(strategy="fsdp2", tp=2)):
+        assert _aux_layout(arch, lay).attention_kernel == lay.attention_kernel
+
+
+def test_every_strategy_names_a_kernel_with_a_source():
+    from typing import get_args
+    from rlsolve.frameworks.runtime import Strategy, runtime
+    entry = runtime().train_attention_kernel
+    assert set(entry.value) == set(get_args(Strategy))
+    assert "fsdp_workers.py" in entry.source and "FusedAttention" in entry.source
+
+
+def test_the_model_times_a_plans_trainer_with_the_kernel_of_the_framework_it_exports_to():
+    """A ZeRO-2 layout without model parallelism is Megatron-Core's for a plan with no target but verl runs it on its
+    FSDP workers (frameworks.rules.plan_strategy, which solver/api.py framework_for names in the plan too): the
+    update of the same layout takes longer for the verl target on H100, at FlashAttention-2's rates."""
+    import yaml
+    from pathlib import Path
+    from rlsolve.frameworks.rules import plan_strategy
+    from rlsolve.perf.step import train_core, trainer_layout
+    from rlsolve.resolve import resolve
+    from rlsolve.spec import load_spec
+    assert plan_strategy("any", None, 1, 1, 2, 1, 1, 2, "none") == "megatron"
+    assert plan_strategy("verl", None, 1, 1, 2, 1, 1, 2, "none") == "fsdp"
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples/ppo-7b-8xh100.yaml").read_text())
+    times = {}
+    for target in ("any", "verl"):
+        problem = resolve(load_spec({**raw, "target": {"framework": target}}))
+        lay = TrainLayout(cp=2, dp=4, zero_stage=2, micro_batch=1)
+        assert trainer_layout(problem, lay).attention_kernel == ("flash_attn_2" if target == "verl" else
+                                                                 "transformer_engine")
+        times[target] = train_core(problem, problem.pools[0], lay)[0].total
+    assert times["verl"] > times["any"]

@@ -5,9 +5,11 @@ everything. Pure functions of their arguments: the solver's enumeration and the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Mapping
 
-from rlsolve.frameworks.catalog import FrameworkCaps
+from rlsolve.frameworks.catalog import FrameworkCaps, capabilities
+from rlsolve.frameworks.runtime import layout_strategy
 
 OK_REASON = "allowed"
 
@@ -112,6 +114,17 @@ def strategy_for(caps: FrameworkCaps | None, preferred: str, tp: int, pp: int, c
     if preferred in found or not found:
         return preferred
     return found[0]
+
+
+@lru_cache(maxsize=4096)
+def plan_strategy(framework: str, version: str | None, tp: int, pp: int, cp: int, ep: int, vp: int, zero_stage: int,
+                  recompute: str) -> str:
+    """The training strategy a plan for the target `framework` (its release `version`) runs a layout on: the layout's
+    own (frameworks.runtime.layout_strategy: FSDP for ZeRO-3 without model parallelism, else Megatron) where the
+    target runs it, else the first of the target's that does (`strategy_for`). The plan's training framework
+    (solver/api.py) and the kernels the model times it with (perf/step.py) both read it here."""
+    return strategy_for(capabilities(framework, version), layout_strategy(tp, pp, cp, ep, zero_stage),
+                        tp, pp, cp, ep, vp, zero_stage, recompute)
 
 
 def placement_ok(caps: FrameworkCaps | None, mode: str, *, reference: str, reward: str, value: str,

@@ -180,6 +180,10 @@ class _ZeroByStrategy(_Sourced):
     value: dict[Strategy, int]
 
 
+class _KernelByStrategy(_Sourced):
+    value: dict[Strategy, Literal["flash_attn_2", "transformer_engine"]]
+
+
 class _EngineCap(_Sourced):
     value: dict[Literal["large", "small"], int]
 
@@ -214,6 +218,7 @@ class TrtllmMoe(_Strict):
 class Runtime(_Strict):
     frameworks: dict[Literal["verl", "openrlhf", "nemo-rl"], FrameworkRuntime]
     zero_stage_by_strategy: _ZeroByStrategy
+    train_attention_kernel: _KernelByStrategy
     engine_max_num_seqs: _EngineCap
     engine_context_max_num_seqs: _Int
     engine_v1_default_from: _Str
@@ -227,6 +232,20 @@ class Runtime(_Strict):
 def runtime() -> Runtime:
     text = resources.files("rlsolve.frameworks").joinpath("runtime.yaml").read_text()
     return Runtime.model_validate(parse_yaml(text, what="rlsolve/frameworks/runtime.yaml"))
+
+
+def layout_strategy(tp: int, pp: int, cp: int, ep: int, zero_stage: int) -> str:
+    """The training strategy a layout runs where it names none (the solver's layouts): FSDP for ZeRO-3 without model
+    parallelism, else Megatron-Core (the plan's training framework: solver/api.py framework_for, before a target
+    that lacks it moves the export to another of its strategies)."""
+    return "fsdp" if tp == pp == cp == ep == 1 and zero_stage == 3 else "megatron"
+
+
+def train_attention_kernel(strategy: str) -> str:
+    """The attention kernel a training strategy's backend runs (`train_attention_kernel`): flash_attn_2 for the
+    Hugging Face modeling code of the FSDP and DeepSpeed trainers, transformer_engine for Megatron-Core (with its
+    distributed optimizer or Megatron-FSDP)."""
+    return runtime().train_attention_kernel.value[strategy]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ marketing NVLink figures are both directions added, so they are halved here.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -17,6 +19,18 @@ class Sourced(_Strict):
     source: str = Field(description="Where the number comes from (paper, datasheet, benchmark).")
 
 
+AttentionKernel = Literal["flash_attn_2", "transformer_engine"]
+
+
+class KernelRate(_Strict):
+    """A training attention kernel's measured rates on one GPU: fractions of the dense 16-bit peak (causal,
+    head dim 128 where the source gives it), the forward's and the backward's (whose FLOPs are
+    perf/train.py FA_BWD_OVER_FWD times the forward's)."""
+
+    forward: Sourced
+    backward: Sourced
+
+
 class Efficiency(_Strict):
     """Achievable fractions of the datasheet peaks, with their sources (never a silent 1.0)."""
 
@@ -26,7 +40,14 @@ class Efficiency(_Strict):
         description="GEMM size (FLOPs of one GEMM) at which the achieved fraction falls to half of "
         "gemm_fraction; models the lower efficiency of small per-shard GEMMs.")
     attention_fraction: Sourced = Field(description="Fraction of 16-bit peak reached by fused "
-                                        "(flash) attention kernels, forward+backward average.")
+                                        "(flash) attention kernels, forward+backward average; the rate of every "
+                                        "attention pass no `attention_kernels` entry gives (prefill, and a training "
+                                        "kernel without a published figure on this GPU).")
+    attention_kernels: dict[AttentionKernel, KernelRate] = Field(
+        default_factory=dict, description="Measured forward and backward rates of the attention kernel each training "
+        "backend runs (frameworks/runtime.yaml train_attention_kernel): flash_attn_2, the flash-attn package's "
+        "FlashAttention-2 (Hugging Face modeling code: FSDP, DeepSpeed); transformer_engine, the backend Transformer "
+        "Engine's DotProductAttention selects (Megatron-Core). A kernel not listed runs at attention_fraction.")
     sm80_kernel_fraction: Sourced | None = Field(
         None, description="Fraction of the dense 16-bit peak that a kernel built on Ampere's (sm80) tensor-core "
         "path (warp-level mma.sync, cp.async) reaches on this GPU, where that path cannot reach the GPU's own "

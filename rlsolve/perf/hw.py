@@ -55,6 +55,23 @@ class Device:
         eff = self.pool.gpu.efficiency
         return self.pool.gpu.bf16_tflops * 1e12 * self._ov("attention_fraction", eff.attention_fraction.value)
 
+    def attention_rates(self, kernel: str) -> tuple[float, float]:
+        """(forward, backward) achieved FLOP/s of the training attention kernel `kernel`
+        (frameworks/runtime.yaml train_attention_kernel): the catalog's measured rates of that kernel on this
+        GPU (attention_kernels), else `attention_flops` for both where the catalog gives none; a profile's
+        attention_fraction (measured on the user's own GPU) sets both."""
+        rate = self.pool.gpu.efficiency.attention_kernels.get(kernel)
+        if rate is None or any(k == "attention_fraction" for k, _ in self.overrides):
+            return self.attention_flops, self.attention_flops
+        peak = self.pool.gpu.bf16_tflops * 1e12
+        return peak * rate.forward.value, peak * rate.backward.value
+
+    @property
+    def fastest_attention_flops(self) -> float:
+        """The fastest attention rate any pass or kernel reaches on this GPU (lower bounds' rate)."""
+        kernels = self.pool.gpu.efficiency.attention_kernels
+        return max([self.attention_flops] + [r for k in kernels for r in self.attention_rates(k)])
+
     @property
     def hbm_bytes_per_s(self) -> float:
         eff = self.pool.gpu.efficiency

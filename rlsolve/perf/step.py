@@ -10,6 +10,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from rlsolve.frameworks.rules import plan_strategy
 from rlsolve.frameworks.runtime import FrameworkCosts, engine_default_max_num_seqs
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_time, decode_trace,
@@ -507,7 +508,7 @@ def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float
     grad_shard = (lay.dp, lay.expert_dp) if lay.zero_stage >= 2 else None
     key = ("stage", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp,
            lay.micro_batch, lay.recompute, lay.recompute_modules, lay.recompute_core_attn,
-           lay.sequence_parallel, lay.attention, lay.etp,
+           lay.sequence_parallel, lay.attention, lay.attention_kernel, lay.etp,
            lay.pipeline_split_embedding_loss, lay.moe_dispatcher, lay.cuda_graphs, lay.moe_token_drop, lay.moe_a2a_overlap,
            grad_shard, pp_link, seq_len, attn_len, lora)
     hit = cache.get(key)  # (one hash of the key)
@@ -519,6 +520,7 @@ def cached_stage_times(arch: Architecture, dev, lay: TrainLayout, seq_len: float
 def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem | None = None,
                cache: dict | None = None) -> tuple[TrainTime, TrainMem, float]:
     """The policy's own work on the training GPUs: (update time, memory, old log-prob pass)."""
+    lay = trainer_layout(problem, lay)
     wl = problem.workload
     arch = problem.policy
     dev = device(pool, problem.workload.precision, problem.profile)
@@ -651,11 +653,26 @@ def policy_memory(problem: Problem, lay: TrainLayout, cache: dict | None = None)
     return train_memory(problem.policy, lay, seq, lora_rank=problem.workload.lora_rank, memo=cache)
 
 
+def trainer_layout(problem: Problem, lay: TrainLayout) -> TrainLayout:
+    """`lay` with the training strategy its backend runs, where it names none (a solver layout): the one the plan's
+    training framework names for the target (frameworks.rules.plan_strategy, e.g. verl runs a ZeRO-2 layout on its
+    FSDP workers), so the model times its attention with that backend's kernel (TrainLayout.attention_kernel)."""
+    return lay if lay.strategy else replace(lay, strategy=trainer_strategy(problem, lay))
+
+
+def trainer_strategy(problem: Problem, lay: TrainLayout) -> str:
+    """The training strategy `trainer_layout` gives `lay` (its own where it names one)."""
+    if lay.strategy:
+        return lay.strategy
+    t = problem.spec.target
+    return plan_strategy(t.framework, t.version, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.recompute)
+
+
 def _aux_layout(a: Architecture, lay: TrainLayout) -> TrainLayout:
     """Forward-only models reuse the trainer's degrees (experts split only where they divide)."""
     return TrainLayout(tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp,
                        ep=lay.ep if a.is_moe and a.experts % lay.ep == 0 else 1,
-                       micro_batch=lay.micro_batch, zero_stage=0)
+                       micro_batch=lay.micro_batch, zero_stage=0, strategy=lay.backend)
 
 
 def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict | None = None
@@ -678,6 +695,7 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
     cache = {} if cache is None else cache
     key = ("critic group", critic)
     if key not in cache:
+        critic = trainer_layout(problem, critic)
         wl = problem.workload
         dev = device(pool, wl.precision, problem.profile)
         a = problem.value
@@ -725,11 +743,13 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     critic's own degrees (None: the policy's); `critic_apart`: the critic trains on GPUs of its own
     (value 0 here, `critic_group_pass` scores it). `cache` memoizes each model's pass by the
     degrees it depends on (the solver scores thousands)."""
+    lay = trainer_layout(problem, lay)
+    critic = None if critic is None else trainer_layout(problem, critic)
     wl = problem.workload
     dev = device(pool, problem.workload.precision, problem.profile)
     seq_mean, seq_max = wl.seq_mean, wl.seq_max
     cache = {} if cache is None else cache
-    dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage)
+    dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage, lay.backend)
     # the reference and reward run the trainer's modeling code (the policy's own model in NeMo-RL)
     eager = _fsdp_elementwise(wl, lay)
     # a framework that swaps the reference's weights into the policy's own model (reference_swap_copies

@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from rlsolve.frameworks.runtime import layout_strategy, train_attention_kernel
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import attention_len, expected_max_std_normal, length_quantiles
 from rlsolve.perf.hw import GB, Device, constants
@@ -109,11 +110,26 @@ class TrainLayout:
     # them in bf16 (OptimizerConfig use_precision_aware_optimizer with exp_avg_dtype = exp_avg_sq_dtype =
     # bfloat16, megatron/core/optimizer/optimizer_config.py); the fp32 master weights stay
     adam_moment_bytes: float = FP32_ADAM_MOMENT_BYTES
+    # the training strategy (megatron | fsdp | fsdp2 | deepspeed) whose backend runs the layout, where known (a
+    # published row's or a plan's; Megatron-FSDP is megatron at ZeRO-3); "": frameworks.runtime.layout_strategy's.
+    # A forward-only model's layout (zero_stage 0) names its trainer's (perf/step.py _aux_layout)
+    strategy: str = ""
 
     @property
     def optimizer_bytes(self) -> float:
         """Optimizer-state bytes per parameter: fp32 master weights and the two Adam moments."""
         return ADAM_BYTES - 2 * (FP32_ADAM_MOMENT_BYTES - self.adam_moment_bytes)
+
+    @property
+    def backend(self) -> str:
+        """The training strategy run: `strategy` where set, else the one the layout's degrees stand for."""
+        return self.strategy or layout_strategy(self.tp, self.pp, self.cp, self.ep, self.zero_stage)
+
+    @property
+    def attention_kernel(self) -> str:
+        """The fused attention kernel this layout's backend runs (frameworks.runtime.train_attention_kernel, the
+        one place of the rule)."""
+        return train_attention_kernel(self.backend)
 
     @property
     def gpus(self) -> int:
@@ -661,8 +677,11 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
     else:
         # flash attention (causal) over the full sequence; cp splits the queries
         attn_flops = tokens * arch.attention_flops_per_token(attn_len or seq_len, causal=True) / arch.layers / tp
-        attention = attn_flops / dev.attention_flops
-        attention_bwd = FA_BWD_OVER_FWD * attention
+        # at the forward and backward rates of the kernel the layout's training backend runs
+        # (frameworks/runtime.yaml train_attention_kernel; hardware_db attention_kernels)
+        fwd_rate, bwd_rate = dev.attention_rates(lay.attention_kernel)
+        attention = attn_flops / fwd_rate
+        attention_bwd = FA_BWD_OVER_FWD * attn_flops / bwd_rate
     elems = layer_elementwise_elems(arch, width_elem, shard, tp) + perm
     fwd_bytes, bwd_bytes = BF16 * elems, 2 * BF16 * elems
     if dev.precision == "fp8":
@@ -959,7 +978,7 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     if memo is None:
         memo = {}
     key = ("layer_fwd", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.sp, lay.cp, lay.ep,
-           lay.etp, lay.micro_batch, lay.attention, seq_len, attn_len, lay.moe_dispatcher, lay.cuda_graphs,
+           lay.etp, lay.micro_batch, lay.attention, lay.attention_kernel, seq_len, attn_len, lay.moe_dispatcher, lay.cuda_graphs,
            lay.moe_token_drop, lay.moe_a2a_overlap)
     hit = memo.get(key)  # (one hash of the key)
     if hit is None:

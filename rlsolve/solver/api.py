@@ -23,9 +23,8 @@ from rlsolve.solver.diagnose import diagnose
 from rlsolve.solver.estimate import evaluate_layout
 from rlsolve.solver.program import Program, run
 from rlsolve.solver.report import build_plan
-from rlsolve.frameworks.rules import strategy_for
-from rlsolve.solver.rules import (aux_group_violations, aux_models, aux_shares_actor_degrees, modes_allowed, one_pool,
-                                  target_caps)
+from rlsolve.frameworks.rules import plan_strategy
+from rlsolve.solver.rules import aux_group_violations, aux_models, aux_shares_actor_degrees, modes_allowed, one_pool
 from rlsolve.spec import Spec, load_spec
 
 SOLVER_KEYS = {"time_limit_s", "workers", "deterministic", "top_k"}
@@ -36,9 +35,8 @@ ALT_DETERMINISTIC_TIME = 1.0
 def framework_for(problem: Problem, t: TrainCand) -> str:
     """The training engine: FSDP for ZeRO-3 without model parallelism, else Megatron, unless
     the target runs the layout only on another of its strategies."""
-    L = t.layout
-    preferred = "fsdp" if L.tp == L.pp == L.cp == L.ep == 1 and L.zero_stage == 3 else "megatron"
-    return strategy_for(target_caps(problem), preferred, L.tp, L.pp, L.cp, L.ep, L.vp, L.zero_stage, L.recompute)
+    L, target = t.layout, problem.spec.target
+    return plan_strategy(target.framework, target.version, L.tp, L.pp, L.cp, L.ep, L.vp, L.zero_stage, L.recompute)
 
 
 def make_program(problem: Problem, cands: Candidates, modes: list[str], objective: str = "throughput",

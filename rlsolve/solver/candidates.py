@@ -53,13 +53,14 @@ from itertools import accumulate, combinations, product
 from typing import Any, Callable
 
 from rlsolve.frameworks.rules import strategies
+from rlsolve.frameworks.runtime import train_attention_kernel
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_side, capacity_bytes, compose_step,
                                critic_fits, critic_group_excess, critic_group_pass, critic_memory, critic_pass,
                                engine_release_time, engine_shares_fixed, gen_side, policy_memory, refit_gather_time,
                                refit_hold, trainer_switch_time, optimizer_prep_time, recv_time,
-                               rollout_steps_in_flight, send_time,
+                               rollout_steps_in_flight, send_time, trainer_strategy,
                                sync_time, train_aux, train_core, with_critic)
 from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, moe_host_efficiency
 from rlsolve.resolve import PoolHW, Problem
@@ -765,9 +766,12 @@ def _aux_dims(problem: Problem, lay: TrainLayout) -> tuple:
     """What the other models' passes (`train_aux`, the critic apart or none) read of the trainer's
     layout: its degrees, micro-batch and whether it shards parameters (ZeRO-3), and its ZeRO stage
     where the framework swaps the reference into the policy's own model (reference_swap_copies > 1:
-    the reference pass then runs on the policy's sharding). Not its recompute (read only for a critic
-    on the policy's degrees, which the callers add themselves). A property test checks the key."""
-    return (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage >= 3) + (
+    the reference pass then runs on the policy's sharding), and the attention kernel of the backend it
+    runs on (perf.step.trainer_strategy: the models beside the trainer run its modeling code). Not its
+    recompute (read only for a critic on the policy's degrees, which the callers add themselves). A
+    property test checks the key."""
+    return (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage >= 3,
+            train_attention_kernel(trainer_strategy(problem, lay))) + (
         (lay.zero_stage,) if problem.workload.framework.reference_swap_copies > 1 else ())
 
 
@@ -1311,7 +1315,8 @@ def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: in
     passes, 3 or 2 under LoRA) or a forward (0). Each term is one `train._layer_fwd` and
     `stage_times` add, at its least: GEMMs at the device's fastest rate (16-bit for the LM head
     under FP8 recipes), the routed block's over the default stack's host efficiency; attention
-    at the lesser of the fused causal and the unfused full-square kernels (backward: the lesser
+    at the lesser of the fused causal (at the GPU's fastest attention kernel and pass, whichever
+    backend trains) and the unfused full-square kernels (backward: the lesser
     of FA_BWD_OVER_FWD and the unfused 2x); elementwise bytes at HBM rate (backward moves twice
     the forward's). Norms hold weights but run no GEMM; a stage's layers may all be of the
     cheaper kind, dense or MoE; the busiest stage holds the output layer beside them (without
@@ -1325,7 +1330,7 @@ def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: in
     elem_passes = 1.0 if fwd_only else 3.0
     eff = moe_host_efficiency(TrainLayout())
     h = arch.hidden
-    attention = min(arch.attention_flops_per_token(seq_len, causal=True) / dev.attention_flops,
+    attention = min(arch.attention_flops_per_token(seq_len, causal=True) / dev.fastest_attention_flops,
                     arch.attention_flops_per_token(seq_len, causal=False) / rate) / arch.layers
 
     def layer(mlp_flops: float, width_elem: float, perm: float) -> float:

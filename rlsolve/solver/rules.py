@@ -25,6 +25,7 @@ from rlsolve.errors import SpecError
 from rlsolve.frameworks import (FrameworkCaps, capabilities, generation_ok, hosting_ok, mode_ok, placement_ok,
                                 training_ok)
 from rlsolve.frameworks.rules import pools_ok, strategies
+from rlsolve.frameworks.runtime import runtime
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
@@ -684,12 +685,18 @@ def pool_named(problem: Problem, name: str, field: str) -> PoolHW:
                     field=field)
 
 
+def known_strategy(name: str | None) -> str:
+    """A layout's named training framework where it is one of the strategies the model knows ("": none)."""
+    return name if name in runtime().train_attention_kernel.value else ""
+
+
 def role_layouts(lay) -> tuple[GenLayout, TrainLayout]:
     """The perf model's layouts of a plan's (or user's) Layout sections."""
     g, t = lay.parallelism.generation, lay.parallelism.training
     return (GenLayout(tp=g.tp, pp=g.pp, dp=g.dp, ep=g.ep),
             TrainLayout(tp=t.tp, pp=t.pp, dp=t.dp, cp=t.cp, ep=t.ep, vp=t.vp, zero_stage=t.zero_stage,
-                        micro_batch=t.micro_batch, recompute=t.recompute, sequence_parallel=t.sequence_parallel))
+                        micro_batch=t.micro_batch, recompute=t.recompute, sequence_parallel=t.sequence_parallel,
+                        strategy=known_strategy(lay.resource_allocation.training.framework)))
 
 
 def layout_violations(problem: Problem, lay, *, user: bool = True) -> list[Violation]:
