@@ -57,15 +57,6 @@ class Workload:
         return self.prompt_len + self.response_mean
 
     @cached_property
-    def seq_attention(self) -> float:
-        """Attention-effective tokens per sequence where sequences run attention on their own lengths
-        (packed or unpadded flash attention): E[L^2] / E[L] over prompt plus response (generate.attention_len);
-        the mean sequence where every response has one length. The GEMMs and elementwise work stay on
-        `seq_mean`."""
-        from rlsolve.perf.generate import attention_len  # (perf imports the workload: resolve.py)
-        return attention_len(self.prompt_len, self.response_mean, self.response_max, self.clip_ratio)
-
-    @cached_property
     def seq_max(self) -> int:
         """Longest sequence: prompt plus the response cap (memory is sized for it)."""
         return self.prompt_len + self.response_max

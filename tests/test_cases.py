@@ -191,7 +191,7 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # compute side of v0.9.0's MoE path on Hopper is not modelled), none by 2x but H200 batch 1024 (+107%).
 # verl's remove-padding forward waits for the GPU 3 times per layer (runtime.yaml packed_attention_host_syncs_per_layer),
 # so FSDP's next gather hides under less of each layer: phase reference 32.8% -> 32.6%.
-# attention at each sequence's own length (E[L^2]/E[L], workload.seq_attention): phase train 0.2407 -> 0.2371,
+# attention at each sequence's own length (E[L^2]/E[L], perf.step.seq_attention): phase train 0.2407 -> 0.2371,
 # phase reference 32.6% -> 32.5%.
 # generate 0.1346 -> 0.1282 once v0.9.0's MoE grouped GEMM runs on Hopper at the rate of its sm80 (mma.sync) kernel
 # there (runtime.yaml trtllm_moe.sm90_moe_gemm_from, catalog sm80_kernel_fraction): the 8 H100/H200 Mixtral rows

@@ -7,7 +7,7 @@ import pytest
 
 from rlsolve.frameworks.runtime import framework_costs, runtime
 from rlsolve.perf.hw import device
-from rlsolve.perf.step import train_aux, train_core
+from rlsolve.perf.step import seq_attention, train_aux, train_core
 from rlsolve.perf.train import (LOGIT_FP32_BYTES_FWD, TrainLayout, forward_time, fsdp_copy_time, logit_extra_bwd,
                                 logit_extra_fwd, micro_batch_seq_len, packed_busiest_share, packed_pad_factor,
                                 stage_times)
@@ -207,8 +207,8 @@ def test_the_log_prob_passes_run_their_own_micro_batches():
     assert got[0].total == pytest.approx(base[0].total)
     dev = device(p.pool)
     seq, lp = p.workload.seq_mean, replace(lay, micro_batch=4)
-    # the sequences run attention on their own lengths: the lengths' second moment (Workload.seq_attention)
-    st = stage_times(p.policy, dev, lp, seq, attn_len=p.workload.seq_attention)
+    # the sequences run attention on their own lengths: the lengths' second moment (perf.step.seq_attention)
+    st = stage_times(p.policy, dev, lp, seq, attn_len=seq_attention(p.workload))
     want = forward_time(p.policy, dev, lp, p.workload.samples, seq, st=st,
                         logit_bytes_fwd=p.workload.framework.logit_fp32_bytes_forward)
     assert got[2] == pytest.approx(want) and got[2] != pytest.approx(base[2])

@@ -16,7 +16,7 @@ from rlsolve.linear import parse_linear
 from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_time, decode_trace,
                                    kv_need_floor, prefill_time, resume_decode, simulate_decode)
 from rlsolve.perf.hw import Device, device
-from rlsolve.perf.step import cached_stage_times, critic_pass, gen_side, policy_memory, train_core
+from rlsolve.perf.step import cached_stage_times, critic_pass, gen_side, policy_memory, seq_attention, train_core
 from rlsolve.perf.train import TrainLayout, forward_time, stage_times, train_memory, train_time
 from rlsolve.resolve import resolve
 from rlsolve.solver import search
@@ -960,8 +960,8 @@ def test_the_solvers_memos_keep_every_value():
                 wl, a = problem.workload, problem.value
                 critic = replace(lay, ep=1, vp=1) if not a.is_moe else replace(lay, vp=1)
                 mem = train_memory(a, critic, wl.seq_max)
-                # its sequences attend over their own lengths (Workload.seq_attention)
-                st = stage_times(a, dev, critic, wl.seq_mean, attn_len=wl.seq_attention)
+                # its sequences attend over their own lengths (perf.step.seq_attention)
+                st = stage_times(a, dev, critic, wl.seq_mean, attn_len=seq_attention(wl))
                 plain = (forward_time(a, dev, critic, wl.samples, wl.seq_mean, st=st) + train_time(
                     a, dev, critic, wl.global_batch, wl.seq_mean, optimizer_steps=wl.optimizer_steps, st=st).total,
                     mem.states, mem.total)

@@ -13,7 +13,7 @@ from functools import lru_cache
 from rlsolve.frameworks.rules import plan_strategy
 from rlsolve.frameworks.runtime import FrameworkCosts, engine_default_max_num_seqs
 from rlsolve.models import Architecture
-from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_time, decode_trace,
+from rlsolve.perf.generate import (GenLayout, StepModel, attention_len, decode_lower_bound, decode_time, decode_trace,
                                    gen_other_bytes, kv_need_floor, kv_bytes_per_token_per_gpu, prefill_time,
                                    representative_count, resume_decode, simulate_decode, slowest_replica_mean,
                                    weight_bytes_per_gpu)
@@ -25,6 +25,14 @@ from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, 
 from rlsolve.resolve import PoolHW, Problem
 
 QUANT_BYTES = {"none": 2.0, "int8": 1.0, "int4": 0.5}
+
+
+def seq_attention(wl) -> float:
+    """Attention-effective tokens per sequence where sequences run attention on their own lengths (packed or
+    unpadded flash attention): E[L^2] / E[L] over the workload's prompt plus response
+    (generate.attention_len, cached per length distribution); the GEMMs and elementwise work stay on
+    `wl.seq_mean`."""
+    return attention_len(wl.prompt_len, wl.response_mean, wl.response_max, wl.clip_ratio)
 
 
 def gen_dtype_bytes(problem: Problem) -> float:
@@ -78,7 +86,7 @@ def aux_forward_on_gen(arch: Architecture, dev: Device, lay: GenLayout, sequence
                        attn_len: float | None = None) -> float:
     """A reference/reward forward over the rollout batch on the engine's layout: prefill-like, each sequence
     attending over its own length (mean context per token: half the attention-effective length `attn_len`,
-    Workload.seq_attention; None: `seq_len`, sequences of one length)."""
+    `seq_attention`; None: `seq_len`, sequences of one length)."""
     return _prefill(arch, dev, lay, sequences * seq_len / lay.dp, (attn_len or seq_len) / 2)
 
 
@@ -457,7 +465,8 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     # k steps in flight: this step's share
     prefill = _prefill(arch, dev, lay, prompt_tokens + rep, ctx) / k
     decode = decode / k
-    aux_times = {role: aux_forward_on_gen(a, dev, lay, wl.samples, wl.seq_mean, wl.seq_attention) for role, a, _ in aux_models}
+    aux_times = {role: aux_forward_on_gen(a, dev, lay, wl.samples, wl.seq_mean, seq_attention(wl))
+                 for role, a, _ in aux_models}
     return GenSide(layout=lay, gpus=lay.tp * lay.pp * lay.dp, prefill=prefill, decode=decode,
                    aux=sum(aux_times.values()), aux_times=aux_times,
                    weights=weights + aux_bytes, kv_cache=max(kv, 0.0), activations=0.0, other=other,
@@ -701,7 +710,7 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
         a = problem.value
         eager = _fsdp_elementwise(wl, critic)
         # the forward and the update share one stage_times (both ask for it without LoRA)
-        seq, attn = _unpadded_busiest(wl, critic, wl.seq_mean, wl.seq_attention)
+        seq, attn = _unpadded_busiest(wl, critic, wl.seq_mean, seq_attention(wl))
         st = cached_stage_times(a, dev, critic, seq, False, cache, attn)
         fwd = forward_time(a, dev, critic, wl.samples, seq, st=st, unfused_elementwise=eager,
                            host_syncs=_packed_host_syncs(wl, critic))
@@ -773,7 +782,7 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
                 if in_policy or fsdp_offload:
                     al = replace(al, zero_stage=lay.zero_stage)
             else:
-                seq, attn, logits = seq_mean, wl.seq_attention, None
+                seq, attn, logits = seq_mean, seq_attention(wl), None
             st = cached_stage_times(a, dev, al, seq, False, cache, attn)
             cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
                                        unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes,
