@@ -215,14 +215,14 @@ def test_fsdp_trainer_bytes_per_framework_by_hand():
     norm, 1,089,994,752 in the embedding and output layer) on 8 GPUs, ZeRO-3. NeMo-RL's DTensor worker and
     verl's FSDP worker (runtime.yaml fsdp_trainer_bytes_per_param): fp32 weights 4, fp32 gradients 4, Adam
     moments 8 per parameter, over 8; in flight 10 x one layer's 233,057,792 parameters + 2 x the root's
-    1,089,994,752 + 2 x the output layer's 544,997,376. OpenRLHF (DeepSpeed ZeRO-3, bf16: no entry) keeps the
-    model's count: 2 + 2 + 12 per parameter over 8, nothing in flight."""
+    (1,089,994,752 + the final norm's 3,584) + 2 x the output layer's 544,997,376. OpenRLHF (DeepSpeed
+    ZeRO-3, bf16: no entry) keeps the model's count: 2 + 2 + 12 per parameter over 8, nothing in flight."""
     from rlsolve.frameworks.runtime import framework_costs
     arch, lay, n = find_model("qwen2.5-7b"), TrainLayout(dp=8, zero_stage=3), 7_615_612_928
     for fw in ("nemo-rl", "verl"):
         m = train_memory(arch, lay, 4096, fsdp=framework_costs(fw).fsdp_trainer_bytes)
         assert (m.weights, m.grads, m.optimizer) == pytest.approx((4 * n / 8, 4 * n / 8, 8 * n / 8))
-        assert m.gathered == pytest.approx(10 * 233_057_792 + 2 * 1_089_994_752 + 2 * 544_997_376)
+        assert m.gathered == pytest.approx(10 * 233_057_792 + 2 * (1_089_994_752 + 3584) + 2 * 544_997_376)
         assert m.states == pytest.approx(16 * n / 8)  # the same sharded total as the model's own count
     assert framework_costs("openrlhf").fsdp_trainer_bytes is None
     m = train_memory(arch, lay, 4096, fsdp=framework_costs("openrlhf").fsdp_trainer_bytes)

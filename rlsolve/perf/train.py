@@ -300,18 +300,19 @@ def fsdp_states(arch: Architecture, lay: TrainLayout, lora_rank: int, fsdp: tupl
     dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp, first_stage_layers(arch, lay))
     shard_dense, shard_expert = lay.dp * lay.cp, lay.expert_dp
     weights = w * (dense / shard_dense + expert / shard_expert)
-    emb = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2) / lay.tp  # the root's (pp = 1 under ZeRO-3)
+    emb = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2) / lay.tp  # in `dense` (pp = 1 under ZeRO-3)
     per_layer = (dense - emb) / math.ceil(arch.layers / lay.pp) + expert / math.ceil(arch.layers / lay.pp)
+    root_params = fsdp_root_params(arch, lay)
     output = arch.vocab * arch.hidden / lay.tp
     if lora_rank > 0:
         adapters = lora_params(arch, lora_rank) / (lay.tp * lay.pp)
         grads = BF16 * adapters / shard_dense
         opt = lay.optimizer_bytes * adapters / shard_dense
-        in_flight = 2 * BF16 * per_layer + root * emb  # gathered parameters only: no base gradients
+        in_flight = 2 * BF16 * per_layer + root * root_params  # gathered parameters only: no base gradients
     else:
         grads = g * (dense / shard_dense + expert / shard_expert)
         opt = o * (dense / shard_dense + expert / shard_expert)
-        in_flight = layer * per_layer + root * emb + out_grad * output
+        in_flight = layer * per_layer + root * root_params + out_grad * output
     return weights, grads, opt, in_flight
 
 
