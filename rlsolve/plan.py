@@ -125,11 +125,13 @@ class GenMemory(_Out):
 
 
 class TrainMemory(_Out):
-    weights: float = Field(description='16-bit weights, GB (sharded by ZeRO-3).')
-    grads: float = Field(description='16-bit gradients, GB (sharded by ZeRO-2/3).')
-    optimizer: float = Field(description='Adam fp32 master weights, m and v, GB (sharded by ZeRO-1/2/3).')
+    weights: float = Field(description="16-bit weights (an FSDP trainer's fp32 shards), GB (sharded by ZeRO-3).")
+    grads: float = Field(description="16-bit gradients (an FSDP trainer's fp32 shards), GB (sharded by ZeRO-2/3).")
+    optimizer: float = Field(description="Adam fp32 master weights, m and v (an FSDP trainer's m and v), GB "
+                                         "(sharded by ZeRO-1/2/3).")
     activations: float = Field(description='Stored activations of the micro-batches in flight plus fp32 logits, GB.')
-    other: float = Field(description="CUDA context, NCCL buffers, allocator fragmentation, GB.")
+    other: float = Field(description="CUDA context, NCCL buffers, allocator fragmentation, and an FSDP trainer's "
+                         "layers gathered and gradients being reduced at the peak, GB.")
     other_models: float = Field(0.0, description="Reference/reward weights and critic state kept here, GB.")
     total: float = Field(description='Sum of the parts, GB.')
     capacity: float = Field(description="The GPU's memory, GB (the plan keeps min_headroom of it free).")

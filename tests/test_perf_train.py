@@ -304,3 +304,38 @@ def test_the_model_times_a_plans_trainer_with_the_kernel_of_the_framework_it_exp
                                                                  "transformer_engine")
         times[target] = train_core(problem, problem.pools[0], lay)[0].total
     assert times["verl"] > times["any"]
+
+
+def test_fsdp_trainer_bytes_per_framework_by_hand():
+    """Qwen2.5-7B (28 layers, hidden 3584, vocab 152064, untied: 7,615,612,928 parameters without the final
+    norm, 1,089,994,752 in the embedding and output layer) on 8 GPUs, ZeRO-3. NeMo-RL's DTensor worker and
+    verl's FSDP worker (runtime.yaml fsdp_trainer_bytes_per_param): fp32 weights 4, fp32 gradients 4, Adam
+    moments 8 per parameter, over 8; in flight 10 x one layer's 233,057,792 parameters + 2 x the root's
+    (1,089,994,752 + the final norm's 3,584) + 2 x the output layer's 544,997,376. OpenRLHF (DeepSpeed
+    ZeRO-3, bf16: no entry) keeps the model's count: 2 + 2 + 12 per parameter over 8, nothing in flight."""
+    from rlsolve.frameworks.runtime import framework_costs
+    arch, lay, n = find_model("qwen2.5-7b"), TrainLayout(dp=8, zero_stage=3), 7_615_612_928
+    for fw in ("nemo-rl", "verl"):
+        m = train_memory(arch, lay, 4096, fsdp=framework_costs(fw).fsdp_trainer_bytes)
+        assert (m.weights, m.grads, m.optimizer) == pytest.approx((4 * n / 8, 4 * n / 8, 8 * n / 8))
+        assert m.gathered == pytest.approx(10 * 233_057_792 + 2 * (1_089_994_752 + 3584) + 2 * 544_997_376)
+        assert m.states == pytest.approx(16 * n / 8)  # the same sharded total as the model's own count
+    assert framework_costs("openrlhf").fsdp_trainer_bytes is None
+    m = train_memory(arch, lay, 4096, fsdp=framework_costs("openrlhf").fsdp_trainer_bytes)
+    assert (m.weights, m.grads, m.optimizer, m.gathered) == pytest.approx((2 * n / 8, 2 * n / 8, 12 * n / 8, 0.0))
+    # a Megatron layout (ZeRO-1) of the same framework keeps the model's count
+    m = train_memory(arch, TrainLayout(dp=8, zero_stage=1), 4096, fsdp=framework_costs("nemo-rl").fsdp_trainer_bytes)
+    assert (m.weights, m.gathered) == pytest.approx((2 * n, 0.0))
+
+
+@pytest.mark.parametrize("model", ["qwen2.5-7b", "qwen3-30b-a3b", "llama-3.1-8b"])
+def test_fsdp_sharded_states_fall_as_one_over_dp_and_the_in_flight_part_does_not(model):
+    from rlsolve.frameworks.runtime import framework_costs
+    arch, fsdp = find_model(model), framework_costs("nemo-rl").fsdp_trainer_bytes
+    ep = 8 if arch.is_moe else 1
+    base = train_memory(arch, TrainLayout(dp=8, ep=ep, zero_stage=3), 4096, fsdp=fsdp)
+    for dp in (16, 32, 64):
+        m = train_memory(arch, TrainLayout(dp=dp, ep=ep, zero_stage=3), 4096, fsdp=fsdp)
+        assert m.states == pytest.approx(base.states * 8 / dp)
+        assert m.gathered == pytest.approx(base.gathered) and m.gathered > 0
+        assert m.total == pytest.approx(m.states + m.gathered + m.activations + m.other)

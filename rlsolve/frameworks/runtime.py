@@ -60,6 +60,18 @@ class _FsdpCopyBytes(_Sourced):
     strategy: Strategy | None = None
 
 
+FSDP_TRAINER_BYTES_KEYS = ("weights", "grads", "optimizer", "gathered_layer", "root", "output_grad")
+
+
+class _FsdpTrainerBytes(_Sourced):
+    # bytes per parameter an FSDP trainer holds: sharded (weights, grads, optimizer, each divided over the
+    # sharding group) and in flight (gathered_layer: per parameter of one decoder layer, the layers gathered and
+    # the gradients being reduced at the peak; root: per parameter of the root unit, embedding and output layer,
+    # kept gathered through a pass; output_grad: per output-layer parameter, its unsharded gradient)
+    value: dict[Literal["weights", "grads", "optimizer", "gathered_layer", "root", "output_grad"], float]
+    strategy: Strategy | None = None
+
+
 class _BoolForStrategy(_Bool):
     # the fact holds for this training strategy of the framework only (None: every one it runs)
     strategy: Strategy | None = None
@@ -132,6 +144,9 @@ class FrameworkRuntime(_Strict):
     logit_fp32_bytes_backward: _FloatUntil | None = None
     loss_per_packed_sequence: _Bool | None = None
     fsdp_copy_bytes_per_param: _FsdpCopyBytes | None = None
+    # what its FSDP trainer holds per parameter, sharded and in flight (None: not read; the model's ZeRO-3 count,
+    # 16-bit weights and gradients and 12 bytes of optimizer, nothing in flight)
+    fsdp_trainer_bytes_per_param: _FsdpTrainerBytes | None = None
     fsdp_model_elementwise_bytes: _ElementwiseBytes | None = None
     # the FSDP trainer pads every packed training micro-batch to the token budget (None: not read; the bins'
     # own lengths)
@@ -291,6 +306,9 @@ class FrameworkCosts:
     logit_fp32_bytes_backward: float | None = None
     loss_per_packed_sequence: bool = False
     fsdp_copy_bytes: tuple[float, float] | None = None
+    # (weights, grads, optimizer, gathered_layer, root, output_grad) bytes per parameter its FSDP trainer holds
+    # (runtime.yaml fsdp_trainer_bytes_per_param; None: the model's ZeRO-3 count)
+    fsdp_trainer_bytes: tuple[float, ...] | None = None
     fsdp_refit_gather_bytes: float | None = None
     megatron_refit_gather_bytes: float | None = None
     fsdp_reference_swap_bytes: float | None = None
@@ -368,6 +386,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     eager = [_holds(f.fsdp_model_elementwise_bytes, version) for f in chosen]
     logit_bwd = [_holds(f.logit_fp32_bytes_backward, version) for f in chosen]
     copies = [_for_strategy(f.fsdp_copy_bytes_per_param, f, strategy) for f in chosen]
+    held = [_for_strategy(f.fsdp_trainer_bytes_per_param, f, strategy) for f in chosen]
     gather = [f.fsdp_refit_gather_bytes_per_param for f in chosen]
     gather_mcore = [_holds(f.megatron_refit_gather_bytes_per_param, version) for f in chosen]
     swap = [_holds(f.fsdp_reference_swap_bytes_per_param, version) for f in chosen]
@@ -400,6 +419,8 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           loss_per_packed_sequence=flag("loss_per_packed_sequence"),
                           fsdp_copy_bytes=None if None in copies else tuple(
                               min(x.value[k] for x in copies) for k in ("forward", "backward")),
+                          fsdp_trainer_bytes=None if None in held else tuple(
+                              min(x.value[k] for x in held) for k in FSDP_TRAINER_BYTES_KEYS),
                           fsdp_refit_gather_bytes=None if None in gather else min(x.value for x in gather),
                           megatron_refit_gather_bytes=None if None in gather_mcore else min(
                               x.value for x in gather_mcore),

@@ -659,7 +659,8 @@ def policy_memory(problem: Problem, lay: TrainLayout, cache: dict | None = None)
     seq = wl.seq_max if wl.packed_tokens is None else max(1.0, wl.packed_tokens / lay.micro_batch)
     if wl.packed_tokens is None and wl.unpadded:
         seq = wl.seq_mean  # the micro-batch holds its sequences' own tokens (workload.unpadded)
-    return train_memory(problem.policy, lay, seq, lora_rank=problem.workload.lora_rank, memo=cache)
+    return train_memory(problem.policy, lay, seq, lora_rank=problem.workload.lora_rank, memo=cache,
+                        fsdp=wl.framework.fsdp_trainer_bytes)
 
 
 def trainer_layout(problem: Problem, lay: TrainLayout) -> TrainLayout:
@@ -734,7 +735,8 @@ def critic_memory(problem: Problem, critic: TrainLayout, cache: dict | None = No
     """Peak training memory of the critic with its own degrees (max-length sequences);
     `cache` memoizes its states as `policy_memory`'s does."""
     wl = problem.workload
-    return train_memory(problem.value, critic, wl.seq_mean if wl.unpadded else wl.seq_max, memo=cache)
+    return train_memory(problem.value, critic, wl.seq_mean if wl.unpadded else wl.seq_max, memo=cache,
+                        fsdp=wl.framework.fsdp_trainer_bytes)
 
 
 def critic_fits(mem: TrainMem, resident: float, critic_states: float, critic_peak: float, cap: float) -> bool:
@@ -1113,7 +1115,12 @@ def trainer_offload_time(problem: Problem, dev: Device, mem, resident: float, ze
         return 0.0, 2 * pcie
     fresh = constants()["engine_sleep_offload_gbps_per_gpu"] * GB
     if zero_stage >= 3:
-        out = (mem.weights + mem.optimizer) / fresh + dev.pcie_time(resident)
+        # the FSDP worker's model.to('cpu') carries the gradients too (nn.Module._apply moves each parameter's
+        # .grad; NeMo-RL v0.3.0 dtensor_policy_worker.py offload_after_refit -> move_to_cpu, lines 1287-1335, and
+        # the gradients of the last update are still set: optimizer.zero_grad() runs at the start of train, line
+        # 561), where the framework's FSDP trainer bytes were read (runtime.yaml fsdp_trainer_bytes_per_param)
+        grads = mem.grads if problem.workload.framework.fsdp_trainer_bytes is not None else 0.0
+        out = (mem.weights + grads + mem.optimizer) / fresh + dev.pcie_time(resident)
     else:
         out = dev.pcie_time(mem.weights + resident) + mem.optimizer / fresh
     return max(out, pcie), pcie

@@ -221,10 +221,13 @@ class TrainMem:
     optimizer: float
     activations: float
     other: float
+    # bytes in flight at the peak that are no state: an FSDP trainer's gathered layers and the gradients
+    # being reduced (`fsdp_in_flight`)
+    gathered: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.weights + self.grads + self.optimizer + self.activations + self.other
+        return self.weights + self.grads + self.optimizer + self.activations + self.other + self.gathered
 
     @property
     def states(self) -> float:
@@ -234,9 +237,12 @@ class TrainMem:
 
 def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, trainable: bool = True,
                  lora_rank: int = 0, weight_bytes: float = BF16, fp8: bool = False,
-                 memo: dict | None = None) -> TrainMem:
+                 memo: dict | None = None, fsdp: tuple[float, ...] | None = None) -> TrainMem:
     """Peak bytes per GPU on the busiest pipeline stage (`fp8`: Transformer Engine FP8
-    training, whose linear layers keep their inputs for the backward in FP8). `memo`
+    training, whose linear layers keep their inputs for the backward in FP8). `fsdp`: the bytes
+    per parameter the framework's FSDP trainer holds (FrameworkCosts.fsdp_trainer_bytes: weights,
+    grads, optimizer sharded; gathered_layer, root, output_grad in flight), which replace the
+    model's own count of a trainable ZeRO-3 layout without offload (`fsdp_states`). `memo`
     (optional, the caller's) keeps the states of a trainable model, which depend on neither
     the micro-batch nor recompute, and the activations, which depend on neither dp, ep nor
     ZeRO, so layouts differing in those share them."""
@@ -245,18 +251,18 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True),
                         _other(weights, lay.gpus))
     if memo is None:
-        weights, grads, opt = _states(arch, lay, lora_rank, weight_bytes)
+        weights, grads, opt, gathered = _states(arch, lay, lora_rank, weight_bytes, fsdp)
     else:
         # (the fields the expert TP and sequence parallelism are read from, not those properties: the same
         # keys, asked ~50k times a solve)
         key = ("states", id(arch), lay.tp, lay.pp, lay.ep, lay.expert_tp_size, lay.dp, lay.cp, lay.zero_stage,
-               lay.offload, lay.main_grad_bytes, lora_rank, weight_bytes,
+               lay.offload, lay.main_grad_bytes, lora_rank, weight_bytes, fsdp,
                # with the embedding and loss slots the first stage's layers depend on vp (first_stage_layers)
                lay.pipeline_split_embedding_loss and lay.vp, lay.adam_moment_bytes)
         hit = memo.get(key)  # (one hash of the key)
         if hit is None:
-            hit = memo[key] = _states(arch, lay, lora_rank, weight_bytes)
-        weights, grads, opt = hit
+            hit = memo[key] = _states(arch, lay, lora_rank, weight_bytes, fsdp)
+        weights, grads, opt, gathered = hit
     if memo is None:
         act = _activations(arch, lay, seq_len, fp8=fp8)
     else:  # the activations depend on neither dp, ep nor ZeRO: layouts differing in those share them
@@ -266,7 +272,7 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         act = memo.get(key)
         if act is None:
             act = memo[key] = _activations(arch, lay, seq_len, fp8=fp8)
-    return TrainMem(weights, grads, opt, act, _other(weights + grads + opt + act, lay.gpus))
+    return TrainMem(weights, grads, opt, act, _other(weights + grads + opt + act + gathered, lay.gpus), gathered)
 
 
 def pipeline_chunk_slots(arch: Architecture, lay: TrainLayout) -> int | None:
@@ -294,8 +300,45 @@ def _weights(arch: Architecture, lay: TrainLayout, weight_bytes: float, trainabl
     return weights
 
 
-def _states(arch: Architecture, lay: TrainLayout, lora_rank: int, weight_bytes: float) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per GPU of a trainable model."""
+def fsdp_states(arch: Architecture, lay: TrainLayout, lora_rank: int, fsdp: tuple[float, ...]
+                ) -> tuple[float, float, float, float]:
+    """(weights, gradients, optimizer, in flight) bytes per GPU of an FSDP trainer holding `fsdp`
+    bytes per parameter (FrameworkCosts.fsdp_trainer_bytes): weights, gradients and optimizer
+    states sharded over the data- and context-parallel ranks (the routed experts over their own
+    data-parallel ranks), and, in flight at the peak, gathered_layer bytes per parameter of one
+    decoder layer (the layer and its prefetched neighbour gathered, its gradients being reduced),
+    root bytes per parameter of the embedding and output layer the root unit keeps gathered
+    through a pass and output_grad bytes per output-layer parameter for its unsharded gradient.
+    With LoRA only the adapters have gradients and optimizer states (the model's count of them);
+    the frozen base keeps the trainer's weight bytes, and in flight only the gathered 16-bit
+    parameters count (the layer's and its prefetched neighbour's, and the root's)."""
+    w, g, o, layer, root, out_grad = fsdp
+    dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp, first_stage_layers(arch, lay))
+    shard_dense, shard_expert = lay.dp * lay.cp, lay.expert_dp
+    weights = w * (dense / shard_dense + expert / shard_expert)
+    emb = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2) / lay.tp  # in `dense` (pp = 1 under ZeRO-3)
+    per_layer = (dense - emb) / math.ceil(arch.layers / lay.pp) + expert / math.ceil(arch.layers / lay.pp)
+    root_params = fsdp_root_params(arch, lay)
+    output = arch.vocab * arch.hidden / lay.tp
+    if lora_rank > 0:
+        adapters = lora_params(arch, lora_rank) / (lay.tp * lay.pp)
+        grads = BF16 * adapters / shard_dense
+        opt = lay.optimizer_bytes * adapters / shard_dense
+        in_flight = 2 * BF16 * per_layer + root * root_params  # gathered parameters only: no base gradients
+    else:
+        grads = g * (dense / shard_dense + expert / shard_expert)
+        opt = o * (dense / shard_dense + expert / shard_expert)
+        in_flight = layer * per_layer + root * root_params + out_grad * output
+    return weights, grads, opt, in_flight
+
+
+def _states(arch: Architecture, lay: TrainLayout, lora_rank: int, weight_bytes: float,
+            fsdp: tuple[float, ...] | None = None) -> tuple[float, float, float, float]:
+    """(weights, gradients, optimizer, in flight) bytes per GPU of a trainable model: the framework's
+    FSDP count (`fsdp_states`) for a ZeRO-3 layout without offload where `fsdp` gives one, else the
+    model's (nothing in flight)."""
+    if fsdp is not None and lay.zero_stage >= 3 and lay.offload == "none":
+        return fsdp_states(arch, lay, lora_rank, fsdp)
     weights = _weights(arch, lay, weight_bytes, trainable=True)
     dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp, first_stage_layers(arch, lay))
     shard_dense = lay.dp * lay.cp
@@ -312,7 +355,7 @@ def _states(arch: Architecture, lay: TrainLayout, lora_rank: int, weight_bytes: 
         opt = lay.optimizer_bytes * (dense / oshard[0] + expert / oshard[1])
     if lay.offload != "none":
         opt = 0.0  # fp32 master weights and moments live in host memory
-    return weights, grads, opt
+    return weights, grads, opt, 0.0
 
 
 def _other(tracked: float, gpus: int) -> float:
