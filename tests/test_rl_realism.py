@@ -162,7 +162,7 @@ def test_nemo_rl_refit_holds_the_trainers_offload():
     """NeMo-RL's colocated refit moves the trainer's states to host memory inside its refit timer
     (runtime.yaml refit_offloads_trainer_states): a Megatron trainer's parameters into their pinned
     host copy (PCIe), its optimizer state by .to('cpu') into fresh host memory (the measured
-    host-offload rate); the way back stays PCIe in the switch. Frameworks without the fact keep the
+    host-offload rate; an FSDP trainer its weights, gradients and optimizer state that way); the way back stays PCIe in the switch. Frameworks without the fact keep the
     PCIe round trip in the switch. The step is the same sum either way, never below 2 x PCIe."""
     from rlsolve.perf.hw import GB, constants, device
     from rlsolve.perf.step import trainer_offload_time
@@ -180,8 +180,11 @@ def test_nemo_rl_refit_holds_the_trainers_offload():
                 assert out == 0.0
                 continue
             fresh = constants()["engine_sleep_offload_gbps_per_gpu"] * GB
+            # an FSDP trainer's model.to('cpu') carries its gradients too where the framework's FSDP bytes
+            # were read (runtime.yaml fsdp_trainer_bytes_per_param: NeMo-RL's DTensor worker)
+            grads = mem.grads if p.workload.framework.fsdp_trainer_bytes is not None else 0.0
             moved = (dev.pcie_time(mem.weights) + mem.optimizer / fresh if lay.zero_stage < 3
-                     else (mem.weights + mem.optimizer) / fresh)
+                     else (mem.weights + grads + mem.optimizer) / fresh)
             assert out == pytest.approx(max(moved, pcie))
     p = problem(target={"framework": "nemo-rl"})
     g = gen_side(p, p.pool, GenLayout(tp=1, dp=8))
