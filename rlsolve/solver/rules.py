@@ -508,7 +508,8 @@ def critic_pair_violations(problem: Problem, policy: TrainLayout, critic: TrainL
     like = critic_like_policy(problem, policy)
     if group:
         like = replace(like, dp=critic.dp)
-    if not caps.shapes.value.critic_own_layout and critic != like:
+    # degrees only: which backend runs each (TrainLayout.strategy) is the engine check's below
+    if not caps.shapes.value.critic_own_layout and replace(critic, strategy=like.strategy) != like:
         return [Violation("target", f, f"{problem.spec.target.framework} trains the critic with the actor's degrees "
                           f"(source: {caps.shapes.source})")]
     if caps.critic_training is not None and caps.critic_training.own_engine:
