@@ -9,7 +9,7 @@ from rlsolve.frameworks.runtime import framework_costs, runtime
 from rlsolve.perf.hw import device
 from rlsolve.perf.step import seq_attention, train_aux, train_core
 from rlsolve.perf.train import (LOGIT_FP32_BYTES_FWD, TrainLayout, forward_time, fsdp_copy_time, logit_extra_bwd,
-                                logit_extra_fwd, micro_batch_seq_len, packed_busiest_share, packed_pad_factor,
+                                logit_extra_fwd, micro_batch_lengths, packed_busiest_share, packed_pad_factor,
                                 stage_times)
 from rlsolve.resolve import resolve
 from rlsolve.spec import load_spec
@@ -20,6 +20,10 @@ SPEC = {"cluster": {"gpu": "H100-SXM-80GB", "nodes": 1, "gpus_per_node": 8},
                "response_len": {"max": 2048, "mean": 800}},
         "solver": {"top_k": 0}}
 
+
+def micro_batch_seq_len(seq_mean: float, pp: int, dp: int, **kw) -> float:
+    """Tokens per sequence of the micro-batches (`micro_batch_lengths`' first figure)."""
+    return micro_batch_lengths(seq_mean, pp, dp, **kw)[0]
 
 
 def _with_costs(problem, **costs):

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,7 +60,8 @@ class _FsdpCopyBytes(_Sourced):
     strategy: Strategy | None = None
 
 
-FSDP_TRAINER_BYTES_KEYS = ("weights", "grads", "optimizer", "gathered_layer", "root", "output_grad")
+FsdpTrainerKey = Literal["weights", "grads", "optimizer", "gathered_layer", "root", "output_grad"]
+FSDP_TRAINER_BYTES_KEYS = get_args(FsdpTrainerKey)
 
 
 class _FsdpTrainerBytes(_Sourced):
@@ -68,7 +69,7 @@ class _FsdpTrainerBytes(_Sourced):
     # sharding group) and in flight (gathered_layer: per parameter of one decoder layer, the layers gathered and
     # the gradients being reduced at the peak; root: per parameter of the root unit, embedding and output layer,
     # kept gathered through a pass; output_grad: per output-layer parameter, its unsharded gradient)
-    value: dict[Literal["weights", "grads", "optimizer", "gathered_layer", "root", "output_grad"], float]
+    value: dict[FsdpTrainerKey, float]
     strategy: Strategy | None = None
 
 

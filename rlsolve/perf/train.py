@@ -1003,10 +1003,6 @@ def micro_batch_lengths(seq_mean: float, pp: int, dp: int, *, packed_tokens: int
     return seq_mean, attention_len(*lengths)
 
 
-def micro_batch_seq_len(seq_mean: float, pp: int, dp: int, **kw) -> float:
-    """Tokens per sequence the training and log-prob micro-batches compute (`micro_batch_lengths`'s first)."""
-    return micro_batch_lengths(seq_mean, pp, dp, **kw)[0]
-
 
 def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float, *,
                 lora: bool = False, memo: dict | None = None, attn_len: float | None = None) -> dict[str, float]:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, get_args
 
 from rlsolve.errors import SpecError
 from rlsolve.frameworks import (FrameworkCaps, capabilities, generation_ok, hosting_ok, mode_ok, placement_ok,
                                 training_ok)
 from rlsolve.frameworks.rules import pools_ok, strategies
-from rlsolve.frameworks.runtime import runtime
+from rlsolve.frameworks.runtime import Strategy
 from rlsolve.perf.generate import GenLayout
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
@@ -688,7 +688,7 @@ def pool_named(problem: Problem, name: str, field: str) -> PoolHW:
 
 def known_strategy(name: str | None) -> str:
     """A layout's named training framework where it is one of the strategies the model knows ("": none)."""
-    return name if name in runtime().train_attention_kernel.value else ""
+    return name if name in get_args(Strategy) else ""
 
 
 def role_layouts(lay) -> tuple[GenLayout, TrainLayout]:
