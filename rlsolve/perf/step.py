@@ -707,10 +707,11 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
     on the training GPUs with the degrees `critic` (its own, or the policy's)."""
     cache = {} if cache is None else cache
     key = ("critic", critic)
-    if key not in cache:
+    hit = cache.get(key)  # (one hash of the key: a layout's hashes all its fields)
+    if hit is None:
         fwd, upd, peak = critic_group_pass(problem, pool, critic, cache)
-        cache[key] = (fwd + upd, critic_memory(problem, critic, cache).states, peak)
-    return cache[key]
+        hit = cache[key] = (fwd + upd, critic_memory(problem, critic, cache).states, peak)
+    return hit
 
 
 def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict | None = None
@@ -720,7 +721,8 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
     phase of the actor's (`critic_group_excess`); on the trainers `critic_pass` adds them."""
     cache = {} if cache is None else cache
     key = ("critic group", critic)
-    if key not in cache:
+    hit = cache.get(key)  # (one hash of the key)
+    if hit is None:
         critic = trainer_layout(problem, critic)
         wl = problem.workload
         dev = device(pool, wl.precision, problem.profile)
@@ -734,8 +736,8 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
         upd = train_time(a, dev, critic, wl.global_batch, seq, optimizer_steps=wl.optimizer_steps, st=st,
                          memo=cache, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
                          unfused_elementwise=eager).total
-        cache[key] = (fwd, upd, critic_memory(problem, critic, cache).total)
-    return cache[key]
+        hit = cache[key] = (fwd, upd, critic_memory(problem, critic, cache).total)
+    return hit
 
 
 def critic_group_excess(forwards: float, update: float, critic_fwd: float, critic_upd: float) -> float:
@@ -791,7 +793,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
 
     def forward(role: str, a: Architecture, wbytes_per_param: float) -> tuple[float, float]:
         key = (role, dims, wbytes_per_param, eager, in_policy, fsdp_offload)
-        if key not in cache:
+        hit = cache.get(key)
+        if hit is None:
             al = _aux_layout(a, lay)
             # the reference computes the policy's log-probs on the policy's log-prob micro-batches
             if role == "reference":
@@ -802,12 +805,12 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             else:
                 seq, attn, logits = seq_mean, seq_attention(wl), None
             st = cached_stage_times(a, dev, al, seq, False, cache, attn)
-            cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
-                                       unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes,
-                                       fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
-                                       host_syncs=_packed_host_syncs(wl, lay)),
-                          train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
-        return cache[key]
+            hit = cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
+                                             unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes,
+                                             fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
+                                             host_syncs=_packed_host_syncs(wl, lay)),
+                                train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
+        return hit
 
     ref_t = rew_t = val_t = resident = 0.0
     if problem.reference is not None and reference in ("training", "cpu_offload"):
