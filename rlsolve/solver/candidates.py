@@ -62,6 +62,7 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
                                refit_hold, trainer_switch_time, optimizer_prep_time, recv_time,
                                rollout_steps_in_flight, send_time, trainer_strategy,
                                sync_time, train_aux, train_core, with_critic)
+from rlsolve.perf.step import layout_with as _with_fields
 from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, moe_host_efficiency
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
@@ -1148,20 +1149,6 @@ def _shape_layout(tp: int, pp: int, cp: int, dp: int, mb: int) -> TrainLayout:
     return TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb, sequence_parallel=tp > 1)
 
 
-def _with_fields(base: TrainLayout, **fields) -> TrainLayout:
-    """`replace(base, **fields)` without re-running the dataclass's __init__ (a plain frozen dataclass with no
-    __post_init__: its fields are its __dict__), which the training enumeration would pay ~100k times a solve
-    (2.35 us against 0.6 us; a property test checks it equals `replace`). The base's __dict__ is copied whole
-    and set as the new one's (object.__setattr__: the frozen class's own refuses): 0.7 us against 1.0 us for
-    filling the new instance's empty __dict__ key by key."""
-    lay = _new_object(TrainLayout)
-    fresh = base.__dict__.copy()
-    fresh.update(fields)
-    _set_attr(lay, "__dict__", fresh)
-    return lay
-
-
-_new_object, _set_attr = object.__new__, object.__setattr__
 _SKIP_BEATEN_MICRO_BATCHES = True  # (a switch for the property test that compares the candidates without it)
 _MEMO_BEATEN_VP = True  # (likewise: `beaten_from` in `_train_candidates`)
 

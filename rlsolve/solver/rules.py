@@ -27,6 +27,7 @@ from rlsolve.frameworks import (FrameworkCaps, capabilities, generation_ok, host
 from rlsolve.frameworks.rules import pools_ok, strategies
 from rlsolve.frameworks.runtime import Strategy
 from rlsolve.perf.generate import GenLayout
+from rlsolve.perf.step import layout_with
 from rlsolve.perf.train import TrainLayout
 from rlsolve.resolve import PoolHW, Problem
 
@@ -526,7 +527,7 @@ def critic_like_policy(problem: Problem, policy: TrainLayout) -> TrainLayout:
     """The critic with the policy's degrees (what a framework without a critic layout of its own runs)."""
     a = problem.value
     ep = policy.ep if a is not None and a.is_moe and a.experts % policy.ep == 0 else 1
-    return replace(policy, ep=ep, vp=1)
+    return layout_with(policy, ep=ep, vp=1)
 
 
 def _strategy_args(lay: TrainLayout) -> tuple:
