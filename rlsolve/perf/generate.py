@@ -141,7 +141,8 @@ def gen_other_bytes(arch: Architecture, lay: GenLayout, max_num_seqs: float,
 
 def decode_gemms_per_step(arch: Architecture) -> float:
     """Weight GEMMs one decode step runs on a GPU, each paying Device.gemm_fill_s: 4 a layer (the attention's
-    QKV and output projections, the MLP's fused up/gate and down projections, the count prefill_time and the
+    QKV and output projections, the MLP's fused up/gate and down projections: the four GEMMs of vLLM's
+    LlamaDecoderLayer that constants.yaml decode_eager_kernels_per_layer counts, and the count prefill_time and the
     training layer (perf/train.py _layer_fwd) charge; an MoE layer's routed experts run as one grouped GEMM per
     projection) and the LM head. Over pp stages a GPU runs L/pp layers for each of pp micro-batches: the same."""
     return 4.0 * arch.layers + 1.0
