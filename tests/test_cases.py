@@ -18,7 +18,7 @@ PUBLIC = ROOT / "tests" / "data" / "reference_cases.yaml"   # copy of ../shared/
 # Medians of |predicted/measured - 1| on the public file when this test was last updated
 # (`rlsolve cases tests/data/reference_cases.yaml`). A change that makes the model worse
 # fails here; one that makes it better should lower these numbers.
-PINNED = {"train": 0.053, "generate": 0.11, "rl_step": 0.17, "overall": 0.06}  # rl_step median 16.1%
+PINNED = {"train": 0.053, "generate": 0.09, "rl_step": 0.16, "overall": 0.06}  # generate 8.1%, rl_step 15.3%
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +208,7 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # train 0.0868 -> 0.0998 with 20 MosaicML llm-foundry MPT rows (Composer + PyTorch FSDP, 8 H100, BF16; data, no model
 # change; 143 -> 163 train rows): median +35.0% (tokens/s, +: the model too fast), +15.1..+66.9%.
 PINNED_EXTRA = {"train": 0.100, "phase train": 0.232, "phase reference": 0.218, "phase generation": 0.195,
-                "generate": 0.129, "pooled logprob": 0.210}
+                "generate": 0.110, "pooled logprob": 0.210}
 
 
 @pytest.fixture(scope="module")

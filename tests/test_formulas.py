@@ -571,3 +571,30 @@ def test_every_model_constant_is_sourced_and_read():
     for key, entry in entries.items():
         assert str(entry.get("source", "")).strip(), key
         assert f'"{key}"' in code or f"'{key}'" in code, f"{key} is read by no code"
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+@pytest.mark.parametrize("model,tp", [("llama-3.1-8b", 1), ("llama-3.1-70b", 4)])
+def test_decode_gemms_pay_the_gemm_size_curve(precision, model, tp):
+    """A decode step's weight GEMMs cost what Device.gemm_time charges for its decode_gemms_per_step GEMMs of the
+    step's FLOPs (the catalog's size curve: F/R + F_half/R each, whatever their split, the curve being affine),
+    unless the weight bytes take longer: at batch 1 the step reads its weights, at a large batch it pays the curve."""
+    from rlsolve.perf.generate import decode_gemms_per_step
+    dev = Device(h100_pool(), precision)
+    a = find_model(model)
+    wb = 1.0 if precision == "fp8" else 2.0
+    step = StepModel(a, dev, GenLayout(tp=tp), wb, wb)
+    n = decode_gemms_per_step(a)
+    fixed = step.scalar_step_time(1e-9, 0.0) - step.weight_bytes(0.0) / step.hbm  # all-reduce latency and overheads
+    for b in (1.0, 64.0, 512.0, 4096.0):
+        curve = dev.gemm_time(b * step.flops_tok / n, n)
+        gemm = step.scalar_step_time(b, 0.0) - fixed - step.all_reduce(b) * step.tp_ar_per_token \
+            + step.all_reduce(1e-9) * step.tp_ar_per_token
+        assert gemm == pytest.approx(max(step.weight_bytes(b) / step.hbm, curve), rel=1e-9), b
+        assert float(step.step_time(np.array([b]), np.array([0.0]))[0]) == pytest.approx(
+            step.scalar_step_time(b, 0.0), rel=1e-12)
+    assert step.weight_bytes(1.0) / step.hbm > dev.gemm_time(step.flops_tok / n, n)  # batch 1 reads its weights
+    assert step.weight_bytes(4096.0) / step.hbm < dev.gemm_time(4096.0 * step.flops_tok / n, n)  # 4096 pays the curve
+    # past the knee the fill is what the curve adds to the large-GEMM rate's time: n x F_half / R
+    b = 4096.0
+    assert dev.gemm_time(b * step.flops_tok / n, n) - step.gemm_compute(b) == pytest.approx(n * dev.gemm_fill_s, rel=1e-9)

@@ -139,6 +139,15 @@ def gen_other_bytes(arch: Architecture, lay: GenLayout, max_num_seqs: float,
     return (c["cuda_context_gb"] + nccl) * GB + max(act, sampler)
 
 
+def decode_gemms_per_step(arch: Architecture) -> float:
+    """Weight GEMMs one decode step runs on a GPU, each paying Device.gemm_fill_s: 4 a layer (the attention's
+    QKV and output projections, the MLP's fused up/gate and down projections: the four GEMMs of vLLM's
+    LlamaDecoderLayer that constants.yaml decode_eager_kernels_per_layer counts, and the count prefill_time and the
+    training layer (perf/train.py _layer_fwd) charge; an MoE layer's routed experts run as one grouped GEMM per
+    projection) and the LM head. Over pp stages a GPU runs L/pp layers for each of pp micro-batches: the same."""
+    return 4.0 * arch.layers + 1.0
+
+
 def eager_launches_per_layer(tp: int) -> float:
     """Kernel launches per layer and decode step that an engine without CUDA graphs (enforce_eager)
     pays beyond the graph's: every kernel of the layer but the small ones already charged a launch
@@ -190,6 +199,9 @@ class StepModel:
         self.host_per_seq = host_per_seq
         self.hbm, self.attn_rate = dev.hbm_bytes_per_s, dev.attention_flops
         self.gemm_rate = dev.peak_flops * dev.gemm_fraction
+        # each GEMM of a step takes the catalog's fixed time t0 beside its FLOPs at the large-GEMM rate
+        # (Device.gemm_time's size curve, which prefill and training already pay): `decode_gemms_per_step` of them
+        self.gemm_fill = decode_gemms_per_step(arch) * dev.gemm_fill_s
         # the routed experts' GEMM FLOPs per token, where they run at another rate than the rest
         self.expert_rate = expert_dev.peak_flops * expert_dev.gemm_fraction if expert_dev is not None else None
         self.expert_flops_tok = 2.0 * arch.moe_layers * arch.experts_per_token * arch.expert_params / n
@@ -250,7 +262,7 @@ class StepModel:
         simulation meets the same batch weights again and again (the same floats as computed afresh)."""
         hit = self._per_batch.get(b)
         if hit is None:
-            gemm = max(self.weight_bytes(b) / self.hbm, self.gemm_compute(b))
+            gemm = max(self.weight_bytes(b) / self.hbm, self.gemm_compute(b) + self.gemm_fill)
             hit = (gemm, self.all_reduce(b) * self.tp_ar_per_token, self.host_per_seq * b)
             if len(self._per_batch) > 8192:
                 self._per_batch.clear()
@@ -263,7 +275,7 @@ class StepModel:
     def step_time(self, batch: np.ndarray, context: np.ndarray) -> np.ndarray:
         batch = np.asarray(batch, dtype=float)
         wbytes = self.dense_w + self.experts_touched(batch) * self.expert_w
-        gemm = np.maximum(wbytes / self.hbm, self.gemm_compute(batch))
+        gemm = np.maximum(wbytes / self.hbm, self.gemm_compute(batch) + self.gemm_fill)
         attn = np.maximum(batch * context * self.kv_tok / self.hbm, batch * context * self.attn_flops_ctx / self.attn_rate)
         if self.ar_affine:
             ar = self.ar_fixed + self.ar_per_seq * batch
@@ -644,7 +656,7 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
                            + max(rest, 0.0) * slope_next, steps * step.weight_bytes(0.0)
                            + (_expert_bytes_at_least(step, n_requests, mean_len, max_len, g, clip)
                               if g == groups else 0.0))
-    gemm = max(weights_read / step.hbm, step.gemm_compute(tokens))
+    gemm = max(weights_read / step.hbm, step.gemm_compute(tokens) + steps * step.gemm_fill)
     attn = kv_reads * max(step.kv_tok / step.hbm, step.attn_flops_ctx / step.attn_rate)
     ar = (steps * step.ar_fixed + tokens * step.ar_per_seq) * step.tp_ar_per_token
     # a step is the larger of its GPU loop and the engine's host passes (StepModel.host_round): the sum of

@@ -147,11 +147,23 @@ class Device:
         against the BF16 5e9 of the catalog's sm_90 fit: 5e9 x 1377.3 / 744.8 = 9.2e9."""
         if flops <= 0 or count <= 0:
             return 0.0
+        half = self._gemm_half_size_flops
+        rate = self.peak_flops * self.gemm_fraction * flops / (flops + half)
+        return count * flops / rate
+
+    @property
+    def _gemm_half_size_flops(self) -> float:
+        """f_half of gemm_time at this device's precision (the catalog's BF16 one, x fp8_half_size_scale for FP8)."""
         half = self._ov("gemm_half_size_flops", self.pool.gpu.efficiency.gemm_half_size_flops.value)
         if self.precision == "fp8":
             half *= self.fp8_half_size_scale
-        rate = self.peak_flops * self.gemm_fraction * flops / (flops + half)
-        return count * flops / rate
+        return half
+
+    @property
+    def gemm_fill_s(self) -> float:
+        """The fixed time t0 = f_half / R every GEMM takes beside its FLOPs at the large-GEMM rate R
+        (gemm_time's curve: time = f / R + t0): what a GEMM costs beyond its FLOPs at the peak rate."""
+        return self._gemm_half_size_flops / (self.peak_flops * self.gemm_fraction)
 
     @property
     def fp8_half_size_scale(self) -> float:
