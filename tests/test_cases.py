@@ -203,8 +203,11 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # Hugging Face trainers FlashAttention-2 0.339/0.325 of H100's peak, Megatron-Core Transformer Engine's cuDNN attention
 # 0.545/0.522, both 0.5 before): phase train 0.2371 -> 0.2315 (NeMo-RL DTensor rows slower, nearer their measured
 # times); train 0.0905 unchanged (H100 Megatron rows 1-2% faster); public rl_step 15.9% -> 16.1%.
-PINNED_EXTRA = {"train": 0.091, "phase train": 0.232, "phase reference": 0.218, "phase generation": 0.195,
-                "generate": 0.129, "pooled logprob": 0.210}
+# up, a data change: the NeMo-RL v0.3 Llama rows' prompt is 131 tokens (the v0.4/v0.5 Llama-3.1-8B rows' token totals,
+# same prompts), not the assumed 256, so every pass of theirs is shorter and the model's miss on them shows:
+# phase train 0.2315 -> 0.2929, phase generation 0.1948 -> 0.2058, pooled log-prob 0.2094 -> 0.2335.
+PINNED_EXTRA = {"train": 0.091, "phase train": 0.293, "phase reference": 0.218, "phase generation": 0.206,
+                "generate": 0.129, "pooled logprob": 0.234}
 
 
 @pytest.fixture(scope="module")
