@@ -207,8 +207,11 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # v24.11.1; data, no model change): median -3.7% (iteration_s, -: the model too fast), |e| 1.7-10.0%.
 # train 0.0868 -> 0.0998 with 20 MosaicML llm-foundry MPT rows (Composer + PyTorch FSDP, 8 H100, BF16; data, no model
 # change; 143 -> 163 train rows): median +35.0% (tokens/s, +: the model too fast), +15.1..+66.9%.
-PINNED_EXTRA = {"train": 0.100, "phase train": 0.232, "phase reference": 0.218, "phase generation": 0.195,
-                "generate": 0.110, "pooled logprob": 0.210}
+# up, a data change: the NeMo-RL v0.3 Llama rows' prompt is 131 tokens (the v0.4/v0.5 Llama-3.1-8B rows' token totals,
+# same prompts), not the assumed 256, so every pass of theirs is shorter and the model's miss on them shows:
+# phase train 0.2315 -> 0.2929, phase generation 0.1948 -> 0.2058, pooled log-prob 0.2094 -> 0.2335.
+PINNED_EXTRA = {"train": 0.100, "phase train": 0.293, "phase reference": 0.218, "phase generation": 0.206,
+                "generate": 0.110, "pooled logprob": 0.234}
 
 
 @pytest.fixture(scope="module")

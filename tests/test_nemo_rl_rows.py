@@ -114,3 +114,20 @@ def test_the_round_trip_sits_on_the_training_side_outside_every_named_phase(rows
     assert [s.phase for s in training.segments].count("switch") == 1
     work = [s for s in training.segments if s.phase != "idle"]
     assert work[-1].end == pytest.approx(t.step, abs=0.01)
+
+
+def test_the_reference_pass_runs_with_the_policys_sequence_parallelism(rows):
+    """NeMo-RL swaps the reference's weights into the policy's own model (use_reference_model,
+    runtime.yaml reference_swap_copies), so the reference pass is the old log-prob pass plus the weight
+    copies, whatever the trainer's sequence parallelism: v0.3.0's Megatron recipes run TP without it
+    (grpo_math_1B_megatron.yaml sequence_parallel: false) and their reference too."""
+    row = rows["nemorl03-blog-llama3p1-70b-grpo-megatron-64g"]
+    assert row["layout"]["training"]["tp"] > 1 and row["layout"]["training"]["sequence_parallel"] is False
+    with_sp = copy.deepcopy(row)
+    with_sp["layout"]["training"]["sequence_parallel"] = True
+    off, on = (predict_rl_step(r, headroom=False).extra["phases_s"] for r in (row, with_sp))
+    assert off["old_logprob"] > on["old_logprob"]  # the pass itself depends on it (unsharded elementwise work)
+    swap = off["reference"] - off["old_logprob"]
+    assert swap > 0.0
+    # (phases are printed to the millisecond)
+    assert on["reference"] - on["old_logprob"] == pytest.approx(swap, abs=2e-3)

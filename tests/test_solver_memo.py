@@ -112,9 +112,11 @@ def test_the_other_models_passes_read_of_the_trainer_only_what_aux_dims_keys():
             shapes = list(train_shapes(problem, pool))
             for n, tp, pp, cp, dp in rng.sample(shapes, min(4, len(shapes))):
                 for mb in micro_batches(problem, dp)[:2]:
+                    # (a recipe's trainer may run TP without sequence parallelism: NeMo-RL v0.3.0's Megatron ones)
                     lays = [TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
-                                        recompute=rec, sequence_parallel=tp > 1)
-                            for (ep, vp, zero), rec in product(train_bases(problem, tp, pp, cp, dp), RECOMPUTE)]
+                                        recompute=rec, sequence_parallel=sp)
+                            for (ep, vp, zero), rec, sp in product(train_bases(problem, tp, pp, cp, dp), RECOMPUTE,
+                                                                   {tp > 1, False})]
                     for hosts, ref, quant in _aux_variants(problem):
                         reward = "training" if "reward" in hosts else "elsewhere"
                         seen: dict[tuple, tuple] = {}

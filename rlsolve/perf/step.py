@@ -695,10 +695,15 @@ def trainer_strategy(problem: Problem, lay: TrainLayout) -> str:
 
 
 def _aux_layout(a: Architecture, lay: TrainLayout) -> TrainLayout:
-    """Forward-only models reuse the trainer's degrees (experts split only where they divide)."""
+    """Forward-only models reuse the trainer's degrees (experts split only where they divide) and its
+    sequence parallelism: NeMo-RL runs the reference in the policy's own model (use_reference_model,
+    frameworks/runtime.yaml reference_swap_copies), so a trainer without sequence parallelism (NeMo-RL
+    v0.3.0 grpo_math_1B_megatron.yaml megatron_cfg.sequence_parallel: false) runs its reference pass
+    without it too."""
     return TrainLayout(tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp,
                        ep=lay.ep if a.is_moe and a.experts % lay.ep == 0 else 1,
-                       micro_batch=lay.micro_batch, zero_stage=0, strategy=lay.backend)
+                       micro_batch=lay.micro_batch, zero_stage=0, strategy=lay.backend,
+                       sequence_parallel=lay.sequence_parallel)
 
 
 def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict | None = None
@@ -778,7 +783,7 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     dev = device(pool, problem.workload.precision, problem.profile)
     seq_mean, seq_max = wl.seq_mean, wl.seq_max
     cache = {} if cache is None else cache
-    dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage, lay.backend)
+    dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage, lay.backend, lay.sp)
     # the reference and reward run the trainer's modeling code (the policy's own model in NeMo-RL)
     eager = _fsdp_elementwise(wl, lay)
     # a framework that swaps the reference's weights into the policy's own model (reference_swap_copies

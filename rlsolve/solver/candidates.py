@@ -768,11 +768,11 @@ def _aux_dims(problem: Problem, lay: TrainLayout) -> tuple:
     layout: its degrees, micro-batch and whether it shards parameters (ZeRO-3), and its ZeRO stage
     where the framework swaps the reference into the policy's own model (reference_swap_copies > 1:
     the reference pass then runs on the policy's sharding), and the attention kernel of the backend it
-    runs on (perf.step.trainer_strategy: the models beside the trainer run its modeling code). Not its
-    recompute (read only for a critic on the policy's degrees, which the callers add themselves). A
-    property test checks the key."""
+    runs on (perf.step.trainer_strategy: the models beside the trainer run its modeling code), and its
+    sequence parallelism (perf.step._aux_layout). Not its recompute (read only for a critic on the policy's
+    degrees, which the callers add themselves). A property test checks the key."""
     return (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage >= 3,
-            train_attention_kernel(trainer_strategy(problem, lay))) + (
+            train_attention_kernel(trainer_strategy(problem, lay)), lay.sp) + (
         (lay.zero_stage,) if problem.workload.framework.reference_swap_copies > 1 else ())
 
 
