@@ -207,7 +207,7 @@ EXTRA = ROOT / "benchmarks" / "data" / "extra_cases.yaml"
 # v24.11.1; data, no model change): median -3.7% (iteration_s, -: the model too fast), |e| 1.7-10.0%.
 # train 0.0868 -> 0.0998 with 20 MosaicML llm-foundry MPT rows (Composer + PyTorch FSDP, 8 H100, BF16; data, no model
 # change; 143 -> 163 train rows): median +35.0% (tokens/s, +: the model too fast), +15.1..+66.9%.
-PINNED_EXTRA = {"train": 0.100, "phase train": 0.232, "phase reference": 0.218, "phase generation": 0.195,
+PINNED_EXTRA = {"train": 0.094, "phase train": 0.232, "phase reference": 0.218, "phase generation": 0.195,
                 "generate": 0.110, "pooled logprob": 0.210}
 
 
@@ -580,3 +580,28 @@ def test_trtllm_random_weight_engines_route_every_token_to_the_same_experts():
     assert at(dense, random_weights=True) == at(dense)
     bad = score_cases({"cases": [{**rows[dense], "layout": {**rows[dense]["layout"], "random_weights": "yes"}}]})
     assert not bad.rows[0].modelled and "layout.random_weights" in bad.rows[0].note
+
+
+def test_a_rows_attention_kernel_and_fsdp_reduce_dtype_are_read_and_checked():
+    """layout.attention_kernel names the fused attention a row's stack runs where it is not its backend's
+    (MosaicML llm-foundry's attn_impl triton: flash_attn_triton, below FlashAttention-2 on H100), so the row's
+    step gets slower, the more so the longer the sequence (attention weighs more); layout.fsdp_reduce_dtype fp32
+    (Composer's FSDP mixed_precision DEFAULT) reduce-scatters 4-byte gradients, never faster than bf16. Names
+    outside the catalog's kernels or dtypes, and a kernel on unfused attention, are reported with the field."""
+    def row(seq, **layout):
+        return _train_row(train_strategy="fsdp", recompute="full", seq_len=seq, **layout)
+    fa2_s, tri_s, fa2_l, tri_l, fp32, bf16 = score_cases({"cases": [
+        row(1024), row(1024, attention_kernel="flash_attn_triton"), row(8192),
+        row(8192, attention_kernel="flash_attn_triton"), row(2048, fsdp_reduce_dtype="fp32"),
+        row(2048, fsdp_reduce_dtype="bf16")]}).rows
+    assert all(r.modelled for r in (fa2_s, tri_s, fa2_l, tri_l, fp32, bf16))
+    assert tri_s.predicted < fa2_s.predicted and tri_l.predicted < fa2_l.predicted  # tokens/s: slower
+    assert tri_l.predicted / fa2_l.predicted < tri_s.predicted / fa2_s.predicted
+    assert fp32.predicted <= bf16.predicted
+    assert bf16.predicted == pytest.approx(score_cases({"cases": [row(2048)]}).rows[0].predicted)
+    bad = score_cases({"cases": [row(2048, attention_kernel="xformers"),
+                                 row(2048, attention_kernel="flash_attn_triton", attention="unfused"),
+                                 row(2048, fsdp_reduce_dtype="fp16")]}).rows
+    assert [r.modelled for r in bad] == [False] * 3
+    assert "layout.attention_kernel" in bad[0].note and "layout.attention_kernel" in bad[1].note
+    assert "layout.fsdp_reduce_dtype" in bad[2].note
