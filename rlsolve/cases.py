@@ -10,7 +10,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 from pydantic import ValidationError
@@ -19,6 +19,7 @@ from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
 from rlsolve.frameworks.runtime import (FrameworkRuntime, engine_default_max_num_seqs, framework_costs, release,
                                        runtime)
 from rlsolve.hardware_db import find_gpu, find_network
+from rlsolve.hardware_db.schema import AttentionKernel
 from rlsolve.models import Architecture, resolve_model
 from rlsolve.perf.generate import GenLayout, StepModel, decode_kv_reads, prefill_time, simulate_decode, \
     random_weight_experts_reached, trtllm_experts_16bit, trtllm_moe_gemm_fraction, weight_bytes_per_gpu, \
@@ -139,6 +140,20 @@ def _attention(row: dict) -> str:
     return "unfused" if _predates(row, "flash_attention") else "flash"
 
 
+def _attention_kernel(row: dict) -> str:
+    """`layout.attention_kernel` of a train row: the fused attention kernel its stack runs where that is not its
+    backend's (frameworks/runtime.yaml train_attention_kernel), one of hardware_db's AttentionKernel names, with
+    flash attention; absent: "" (the backend's)."""
+    given = (row.get("layout") or {}).get("attention_kernel")
+    if given is None:
+        return ""
+    if given not in get_args(AttentionKernel):
+        raise ValueError(f"layout.attention_kernel must be one of {', '.join(get_args(AttentionKernel))}, got {given!r}")
+    if _attention(row) != "flash":
+        raise ValueError("layout.attention_kernel names a fused kernel: it needs layout.attention flash")
+    return str(given)
+
+
 def _sequence_parallel(row: dict, tp: int) -> bool:
     given = (row.get("layout") or {}).get("sequence_parallel")
     if given is not None:
@@ -162,6 +177,10 @@ TRAIN_STRATEGIES = {"megatron": 1, "fsdp": 3, "fsdp2": 3, "deepspeed": 1}
 DEFAULT_MAIN_GRAD_DTYPE = "fp32"
 MAIN_GRAD_DTYPES = {"fp32": FP32_MAIN_GRAD_BYTES, "bf16": BF16_MAIN_GRAD_BYTES}
 ADAM_MOMENT_DTYPES = {"fp32": FP32_ADAM_MOMENT_BYTES, "bf16": BF16}
+# `layout.fsdp_reduce_dtype` of a ZeRO-3 train row: the dtype its FSDP mixed-precision policy reduce-scatters
+# gradients in (torch MixedPrecision reduce_dtype); bytes per parameter for perf/train.py train_time's
+# fsdp_reduce_bytes. Absent: the parameters' bf16 (None).
+FSDP_REDUCE_DTYPES = {"fp32": 4.0, "bf16": None}
 
 
 def _train_layout(row: dict, gpus: int) -> TrainLayout:
@@ -179,7 +198,8 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     Megatron-Core's precision-aware optimizer exp_avg_dtype / exp_avg_sq_dtype), `etp` (Megatron-Core
     expert_tensor_parallel_size where the recipe sets it; absent: Megatron's default, perf/train.py
     expert_tp); `recompute_modules` and `activation_offload_layers` are read in _fit_recompute,
-    `overlap_grad_reduce` in predict_train."""
+    `overlap_grad_reduce` and `fsdp_reduce_dtype` (fp32 | bf16: the FSDP policy's reduce_dtype, ZeRO-3) in
+    predict_train; `attention_kernel` (_attention_kernel)."""
     lay_in = row.get("layout") or {}
     tp, pp, cp = int(lay_in.get("tp", 1)), int(lay_in.get("pp", 1)), int(lay_in.get("cp", 1))
     strategy = str(lay_in.get("train_strategy", "megatron"))
@@ -225,7 +245,8 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                        expert_tp_size=int(etp or 0),
                        zero_stage=int(lay_in.get("zero_stage", TRAIN_STRATEGIES[strategy])), strategy=strategy,
                        micro_batch=int(lay_in.get("micro_batch") or 1), recompute=recompute,
-                       sequence_parallel=_sequence_parallel(row, tp), attention=_attention(row), offload=offload,
+                       sequence_parallel=_sequence_parallel(row, tp), attention=_attention(row),
+                       attn_kernel=_attention_kernel(row), offload=offload,
                        main_grad_bytes=MAIN_GRAD_DTYPES[grad_dtype],
                        recompute_layers=int(lay_in.get("recompute_layers") or 0) if recompute == "full" else 0,
                        recompute_modules=tuple(m for m in modules if m in RECOMPUTED_MODULES),
@@ -337,7 +358,11 @@ def predict_train(row: dict, profile: dict | None = None) -> CaseResult:
     lora_rank = int(lay_in.get("lora_rank") or 0)
     lay, mem, note = _fit_recompute(row, arch, lay, seq, pool.gpu.memory_bytes, lora_rank,
                                     _precision(row) == "fp8")
-    t = train_time(arch, dev, lay, gb, seq, lora_rank=lora_rank, overlap_grad_reduce=_overlap_grad_reduce(lay_in)).total
+    reduce_dtype = str(lay_in.get("fsdp_reduce_dtype", "bf16"))
+    if reduce_dtype not in FSDP_REDUCE_DTYPES:
+        raise ValueError(f"layout.fsdp_reduce_dtype must be fp32 or bf16, got {reduce_dtype!r}")
+    t = train_time(arch, dev, lay, gb, seq, lora_rank=lora_rank, overlap_grad_reduce=_overlap_grad_reduce(lay_in),
+                   fsdp_reduce_bytes=FSDP_REDUCE_DTYPES[reduce_dtype]).total
     meas = row.get("measured") or {}
     r = _train_metric(row, meas, lay, arch, dev, tokens, seq, t, gpus)
     if r.error is not None:

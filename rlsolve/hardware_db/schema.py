@@ -19,7 +19,7 @@ class Sourced(_Strict):
     source: str = Field(description="Where the number comes from (paper, datasheet, benchmark).")
 
 
-AttentionKernel = Literal["flash_attn_2", "transformer_engine"]
+AttentionKernel = Literal["flash_attn_2", "transformer_engine", "flash_attn_triton"]
 
 
 class KernelRate(_Strict):
@@ -47,7 +47,9 @@ class Efficiency(_Strict):
         default_factory=dict, description="Measured forward and backward rates of the attention kernel each training "
         "backend runs (frameworks/runtime.yaml train_attention_kernel): flash_attn_2, the flash-attn package's "
         "FlashAttention-2 (Hugging Face modeling code: FSDP, DeepSpeed); transformer_engine, the backend Transformer "
-        "Engine's DotProductAttention selects (Megatron-Core). A kernel not listed runs at attention_fraction.")
+        "Engine's DotProductAttention selects (Megatron-Core); flash_attn_triton, the Triton FlashAttention a published "
+        "row's stack names (cases.py layout.attention_kernel: MosaicML llm-foundry's attn_impl triton). A kernel not "
+        "listed runs at attention_fraction.")
     sm80_kernel_fraction: Sourced | None = Field(
         None, description="Fraction of the dense 16-bit peak that a kernel built on Ampere's (sm80) tensor-core "
         "path (warp-level mma.sync, cp.async) reaches on this GPU, where that path cannot reach the GPU's own "

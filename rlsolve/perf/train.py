@@ -114,6 +114,10 @@ class TrainLayout:
     # published row's or a plan's; Megatron-FSDP is megatron at ZeRO-3); "": frameworks.runtime.layout_strategy's.
     # A forward-only model's layout (zero_stage 0) names its trainer's (perf/step.py _aux_layout)
     strategy: str = ""
+    # the fused attention kernel a published row names (hardware_db AttentionKernel) where its stack runs another
+    # than its backend's (frameworks/runtime.yaml train_attention_kernel), e.g. MosaicML llm-foundry's attn_impl
+    # triton (flash_attn_triton); "": the backend's
+    attn_kernel: str = ""
 
     @property
     def optimizer_bytes(self) -> float:
@@ -128,8 +132,8 @@ class TrainLayout:
     @property
     def attention_kernel(self) -> str:
         """The fused attention kernel this layout's backend runs (frameworks.runtime.train_attention_kernel, the
-        one place of the rule)."""
-        return train_attention_kernel(self.backend)
+        one place of the rule), unless the layout names its own (`attn_kernel`, a published row's stack)."""
+        return self.attn_kernel or train_attention_kernel(self.backend)
 
     @property
     def gpus(self) -> int:
