@@ -26,6 +26,7 @@ from rlsolve.perf.generate import GenLayout, StepModel, decode_kv_reads, prefill
     kv_bytes_per_token_per_gpu, gen_other_bytes
 from rlsolve.perf.hw import GB, Device, constants, device
 from rlsolve.perf.train import (BF16, BF16_MAIN_GRAD_BYTES, CUDA_GRAPHS, FP32_ADAM_MOMENT_BYTES, FP32_MAIN_GRAD_BYTES,
+                                FP32_MASTER_BYTES, MASTER_REMAINDER_BYTES,
                                 MOE_DISPATCHERS, OFFLOADS, TrainLayout, model_flops,
                                 RECOMPUTED_MODULES, dynamic_batches, packed_sequences_per_bin, train_memory,
                                 train_time)
@@ -181,6 +182,11 @@ ADAM_MOMENT_DTYPES = {"fp32": FP32_ADAM_MOMENT_BYTES, "bf16": BF16}
 # gradients in (torch MixedPrecision reduce_dtype); bytes per parameter for perf/train.py train_time's
 # fsdp_reduce_bytes. Absent: the parameters' bf16 (None).
 FSDP_REDUCE_DTYPES = {"fp32": 4.0, "bf16": None}
+# `layout.master_param_dtype` of a train row (perf/train.py FP32_MASTER_BYTES): fp32, the default; remainders, the
+# fp32 master weights' low 16 bits kept beside the bf16 parameters (Transformer Engine FusedAdam under Megatron-Core's
+# precision-aware optimizer, Apex DistributedFusedAdam under NeMo 1.x bf16 O2); none, the optimizer steps the
+# 16-bit parameters in place (its own dtype is theirs)
+MASTER_PARAM_DTYPES = {"fp32": FP32_MASTER_BYTES, "remainders": MASTER_REMAINDER_BYTES, "none": 0.0}
 
 
 def _train_layout(row: dict, gpus: int) -> TrainLayout:
@@ -195,7 +201,8 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     full_iteration), the MoE stack of perf/train.py moe_host_efficiency, `moe_a2a_overlap` (true: Megatron-Core
     overlap_moe_expert_parallel_comm, perf/train.py ep_overlap_exposed), `moe_token_drop` (true: Megatron-Core
     drop-and-pad routing, no host sync per MoE layer: perf/train.py TrainLayout.moe_token_drop), `adam_moment_dtype` (fp32 | bf16:
-    Megatron-Core's precision-aware optimizer exp_avg_dtype / exp_avg_sq_dtype), `etp` (Megatron-Core
+    Megatron-Core's precision-aware optimizer exp_avg_dtype / exp_avg_sq_dtype), `master_param_dtype` (fp32 |
+    remainders | none: the optimizer's master weights, MASTER_PARAM_DTYPES), `etp` (Megatron-Core
     expert_tensor_parallel_size where the recipe sets it; absent: Megatron's default, perf/train.py
     expert_tp); `recompute_modules` and `activation_offload_layers` are read in _fit_recompute,
     `overlap_grad_reduce` and `fsdp_reduce_dtype` (fp32 | bf16: the FSDP policy's reduce_dtype, ZeRO-3) in
@@ -219,6 +226,9 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
     moments = str(lay_in.get("adam_moment_dtype", "fp32"))
     if moments not in ADAM_MOMENT_DTYPES:
         raise ValueError(f"layout.adam_moment_dtype must be fp32 or bf16, got {moments!r}")
+    master = str(lay_in.get("master_param_dtype", "fp32"))
+    if master not in MASTER_PARAM_DTYPES:
+        raise ValueError(f"layout.master_param_dtype must be one of {', '.join(MASTER_PARAM_DTYPES)}, got {master!r}")
     split = _layout_flag(lay_in, "pipeline_split_embedding_loss", False)
     recompute = str(lay_in.get("recompute", "none"))
     if recompute not in RECOMPUTE_ORDER:
@@ -254,7 +264,7 @@ def _train_layout(row: dict, gpus: int) -> TrainLayout:
                        recompute_core_attn="core_attn" in modules if "recompute_modules" in lay_in else True,
                        pipeline_split_embedding_loss=split, moe_dispatcher=dispatcher, cuda_graphs=graphs,
                        moe_a2a_overlap=a2a_overlap, moe_token_drop=token_drop,
-                       adam_moment_bytes=ADAM_MOMENT_DTYPES[moments])
+                       adam_moment_bytes=ADAM_MOMENT_DTYPES[moments], master_param_bytes=MASTER_PARAM_DTYPES[master])
 
 
 # Megatron-Core's selective-recompute modules (TransformerConfig.recompute_modules). core_attn: the

@@ -11,7 +11,7 @@ from rlsolve.hardware_db import find_gpu, find_network
 from rlsolve.models import find_model
 from rlsolve.perf.hw import Device
 from rlsolve.perf.train import (TrainLayout, first_stage_in_flight_share, first_stage_layers, stage_times,
-                                train_memory)
+                                train_memory, train_time)
 from rlsolve.resolve import PoolHW
 
 
@@ -134,6 +134,31 @@ def test_bf16_adam_moments_take_8_optimizer_bytes_per_parameter():
     m32, m16 = (train_memory(arch, lay, 4096) for lay in (fp32, bf16))
     assert m16.optimizer == pytest.approx(m32.optimizer * 8 / 12)
     assert m16.weights == m32.weights and m16.grads == m32.grads
+
+
+@pytest.mark.parametrize("moments", [4.0, 2.0])
+@pytest.mark.parametrize("dp", [1, 2, 8, 64])
+def test_master_weights_take_their_stored_bytes_and_only_the_optimizer_changes(moments, dp):
+    """The optimizer's master weights (TrainLayout.master_param_bytes): an fp32 copy 4 bytes a parameter, its
+    low 16 bits beside the bf16 parameter 2 (Transformer Engine FusedAdam / Apex DistributedFusedAdam
+    store_param_remainders), none 0 (the optimizer steps the 16-bit parameters in place). The optimizer state
+    is master + 2 moments, sharded over the distributed optimizer's ranks like the rest; weights, gradients and
+    activations do not move, and the fused step moves fewer bytes the smaller the master."""
+    arch = find_model("llama-3.1-8b")
+    gpu = find_gpu("H100-SXM-80GB")
+    dev = Device(PoolHW("main", gpu, 64, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd), "bf16")
+    mems, steps = [], []
+    for master in (4.0, 2.0, 0.0):
+        lay = TrainLayout(dp=dp, adam_moment_bytes=moments, master_param_bytes=master)
+        assert lay.optimizer_bytes == master + 2 * moments
+        mems.append(train_memory(arch, lay, 4096))
+        steps.append(train_time(arch, dev, lay, 8 * dp, 4096).optimizer)
+    full = mems[0]
+    for master, m in zip((4.0, 2.0, 0.0), mems):
+        assert m.optimizer == pytest.approx(full.optimizer * (master + 2 * moments) / (4.0 + 2 * moments))
+        assert (m.weights, m.grads, m.activations) == (full.weights, full.grads, full.activations)
+    assert mems[0].total > mems[1].total > mems[2].total
+    assert steps[0] > steps[1] > steps[2] > 0
 
 
 def test_mlp_and_shared_experts_checkpoints_free_their_internals_and_rerun_their_gemms():

@@ -20,8 +20,21 @@ from rlsolve.perf.generate import attention_len, expected_max_std_normal, length
 from rlsolve.perf.hw import GB, Device, constants
 
 BF16 = 2.0
-ADAM_BYTES = 12.0  # fp32 master + m + v
 FP32_ADAM_MOMENT_BYTES = 4.0
+# Bytes per parameter of the optimizer's master weights: a full fp32 copy (Megatron-Core's distributed
+# optimizer without the precision-aware option, DeepSpeed, torch FSDP mixed precision); 2 where the optimizer
+# keeps only the 16 low bits of each fp32 master weight, the high 16 being the bf16 parameter itself:
+# Transformer Engine's FusedAdam store_param_remainders (transformer_engine/pytorch/optimizers/fused_adam.py,
+# v2.8, lines 95-99 and 374-375: an int16 state), which Megatron-Core's precision-aware optimizer turns on by
+# default for bf16 (megatron/core/optimizer/optimizer_config.py store_param_remainders = True, commit
+# cba6b0ed line 64; optimizer/__init__.py line 392), and Apex DistributedFusedAdam's store_param_remainders
+# (apex/contrib/optimizers/distributed_fused_adam.py, commit b7a4acc1, lines 462-467), which NeMo 1.x sets
+# for bf16 O2 parameters with an fp32 optimizer (nemo/collections/nlp/models/language_modeling/
+# megatron_base_model.py, tag r2.0.0rc1, lines 797-806); 0 where the optimizer's dtype is the parameters'
+# own and it steps them in place (same NeMo lines: store_params False when the optimizer dtype is the
+# model's, e.g. optim.dtype bf16).
+FP32_MASTER_BYTES = 4.0
+MASTER_REMAINDER_BYTES = 2.0
 # Bytes per parameter of the main-gradient buffers full training accumulates into. Megatron-LM
 # with bf16 parameters accumulates and reduces them in fp32 (arguments.py turns on
 # accumulate_allreduce_grads_in_fp32 for bf16; "bf16 parameters, fp32 gradients: 18 bytes per
@@ -110,6 +123,10 @@ class TrainLayout:
     # them in bf16 (OptimizerConfig use_precision_aware_optimizer with exp_avg_dtype = exp_avg_sq_dtype =
     # bfloat16, megatron/core/optimizer/optimizer_config.py); the fp32 master weights stay
     adam_moment_bytes: float = FP32_ADAM_MOMENT_BYTES
+    # bytes per parameter of the optimizer's master weights: 4 (an fp32 copy), 2 (the fp32 copy's low 16
+    # bits beside the bf16 parameter) or 0 (the optimizer steps the 16-bit parameters themselves); see
+    # FP32_MASTER_BYTES
+    master_param_bytes: float = FP32_MASTER_BYTES
     # the training strategy (megatron | fsdp | fsdp2 | deepspeed) whose backend runs the layout, where known (a
     # published row's or a plan's; Megatron-FSDP is megatron at ZeRO-3); "": frameworks.runtime.layout_strategy's.
     # A forward-only model's layout (zero_stage 0) names its trainer's (perf/step.py _aux_layout)
@@ -121,8 +138,8 @@ class TrainLayout:
 
     @property
     def optimizer_bytes(self) -> float:
-        """Optimizer-state bytes per parameter: fp32 master weights and the two Adam moments."""
-        return ADAM_BYTES - 2 * (FP32_ADAM_MOMENT_BYTES - self.adam_moment_bytes)
+        """Optimizer-state bytes per parameter: the master weights and the two Adam moments."""
+        return self.master_param_bytes + 2 * self.adam_moment_bytes
 
     @property
     def backend(self) -> str:
@@ -262,7 +279,7 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
         key = ("states", id(arch), lay.tp, lay.pp, lay.ep, lay.expert_tp_size, lay.dp, lay.cp, lay.zero_stage,
                lay.offload, lay.main_grad_bytes, lora_rank, weight_bytes, fsdp,
                # with the embedding and loss slots the first stage's layers depend on vp (first_stage_layers)
-               lay.pipeline_split_embedding_loss and lay.vp, lay.adam_moment_bytes)
+               lay.pipeline_split_embedding_loss and lay.vp, lay.adam_moment_bytes, lay.master_param_bytes)
         hit = memo.get(key)  # (one hash of the key)
         if hit is None:
             hit = memo[key] = _states(arch, lay, lora_rank, weight_bytes, fsdp)
@@ -1173,7 +1190,8 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
         comm, opt = _grad_sync_and_step(arch, dev, lay, lora_rank)
     else:
         key = ("grad sync+step", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.pp, lay.ep,
-               lay.etp, lay.dp, lay.cp, lay.zero_stage, lay.offload, lora_rank, lay.adam_moment_bytes)
+               lay.etp, lay.dp, lay.cp, lay.zero_stage, lay.offload, lora_rank, lay.adam_moment_bytes,
+               lay.master_param_bytes)
         hit = memo.get(key)
         comm, opt = hit if hit is not None else memo.setdefault(key, _grad_sync_and_step(arch, dev, lay, lora_rank))
     if lay.zero_stage >= 3:
@@ -1225,8 +1243,10 @@ def _grad_sync_and_step(arch: Architecture, dev: Device, lay: TrainLayout, lora_
         comm = 2 * (dev.reduce_scatter(grad_bytes_d, n_d, span) + dev.reduce_scatter(grad_bytes_e, n_e, span))
     shard_d, shard_e = (n_d, n_e) if lay.zero_stage >= 1 else (1, 1)
     if lay.offload == "none":
-        # the fused Adam step reads and writes each moment: 16-bit moments move 4 x 2 bytes less
-        per_param = constants()["optimizer_bytes_per_param"] - 4 * (FP32_ADAM_MOMENT_BYTES - lay.adam_moment_bytes)
+        # the fused Adam step reads and writes each moment and the master weight: 16-bit moments move 4 x 2
+        # bytes less, a 16-bit master remainder (or none) 2 x 2 (or 2 x 4)
+        per_param = (constants()["optimizer_bytes_per_param"] - 4 * (FP32_ADAM_MOMENT_BYTES - lay.adam_moment_bytes)
+                     - 2 * (FP32_MASTER_BYTES - lay.master_param_bytes))
         opt = dev.stream_time(per_param * (dense / shard_d + expert / shard_e))
     else:
         # the step runs on the host: this rank's gradient shard goes down and its updated
