@@ -13,10 +13,9 @@ from rlsolve.perf import step as perf_step
 from rlsolve.perf.generate import (_cdf_power, _normal_grid, _representatives, representative_count,
                                    slowest_replica_mean)
 from rlsolve.perf.step import capacity_bytes, gen_side
-from rlsolve.perf.train import TrainLayout
+from rlsolve.perf.train import TrainLayout, layout_with
 from rlsolve.resolve import resolve
-from rlsolve.solver.candidates import (_critics_for, _recompute_levels, _shape_layout, _with_critics,
-                                      _with_fields)
+from rlsolve.solver.candidates import _critics_for, _recompute_levels, _shape_layout, _with_critics
 from rlsolve.solver.rules import (RECOMPUTE, critic_like_policy, gen_universe, gen_violations, micro_batches,
                                   role_counts, train_bases, train_shapes)
 from rlsolve.spec import load_spec
@@ -428,7 +427,7 @@ def test_interleaved_bases_seeded_with_the_recomputes_over_without_interleaving_
                             if vp > 1 else set()
                         seeded += bool(seed - over)
                         over |= seed
-                        base = _with_fields(_shape_layout(tp, pp, cp, dp, mb), ep=ep, vp=vp, zero_stage=zero)
+                        base = layout_with(_shape_layout(tp, pp, cp, dp, mb), ep=ep, vp=vp, zero_stage=zero)
                         got = _levels(problem, base, cap, cache, over, rules)
                         assert got == _levels(problem, base, cap, cache, bare, rules)
                         checked += 1

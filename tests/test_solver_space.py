@@ -17,12 +17,11 @@ from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, dec
                                    kv_need_floor, prefill_time, resume_decode, simulate_decode)
 from rlsolve.perf.hw import Device, device
 from rlsolve.perf.step import cached_stage_times, critic_pass, gen_side, policy_memory, seq_attention, train_core
-from rlsolve.perf.train import TrainLayout, forward_time, stage_times, train_memory, train_time
+from rlsolve.perf.train import TrainLayout, forward_time, layout_with, stage_times, train_memory, train_time
 from rlsolve.resolve import resolve
 from rlsolve.solver import search
 from rlsolve.solver.api import _binding_rules
 from rlsolve.solver.budget import Deadline
-from rlsolve.solver.candidates import _with_fields
 from rlsolve.solver.oracle import oracle
 from rlsolve.solver.rules import (RECOMPUTE, divisors, gen_universe, gen_violations, pipeline_split, role_counts,
                                   train_shapes, train_universe, train_violations)
@@ -939,11 +938,11 @@ def test_the_solvers_memos_keep_every_value():
                               cp=rng.choice([1, 2]), ep=ep, micro_batch=rng.choice([1, 2, 4]),
                               zero_stage=rng.choice([0, 1, 3]), recompute=rng.choice(RECOMPUTE))
             for rec in RECOMPUTE:
-                fast = _with_fields(lay, recompute=rec)
+                fast = layout_with(lay, recompute=rec)
                 assert fast == replace(lay, recompute=rec) and hash(fast) == hash(replace(lay, recompute=rec))
             other = {"ep": ep, "vp": rng.choice([1, 2]), "zero_stage": rng.choice([0, 1, 3]),
                      "micro_batch": rng.choice([1, 8]), "recompute": rng.choice(RECOMPUTE)}
-            fast = _with_fields(lay, **other)
+            fast = layout_with(lay, **other)
             assert fast == replace(lay, **other) and hash(fast) == hash(replace(lay, **other))
             # the same attributes and nothing else, in a dict of its own (the base's is left as it was)
             assert vars(fast) == vars(replace(lay, **other)) and vars(fast) is not vars(lay)

@@ -170,6 +170,22 @@ class TrainLayout:
         return max(1, self.tp * self.dp * self.cp // (self.etp * self.ep))
 
 
+def layout_with(base: TrainLayout, **fields) -> TrainLayout:
+    """`replace(base, **fields)` without re-running the dataclass's __init__ (a plain frozen dataclass with no
+    __post_init__: its fields are its __dict__), which the training enumeration would pay ~100k times a solve
+    (2.35 us against 0.6 us; a property test checks it equals `replace`). The base's __dict__ is copied whole
+    and set as the new one's (object.__setattr__: the frozen class's own refuses): 0.7 us against 1.0 us for
+    filling the new instance's empty __dict__ key by key."""
+    lay = _new_object(TrainLayout)
+    fresh = base.__dict__.copy()
+    fresh.update(fields)
+    _set_attr(lay, "__dict__", fresh)
+    return lay
+
+
+_new_object, _set_attr = object.__new__, object.__setattr__
+
+
 def expert_tp(tp: int, dp: int, cp: int, ep: int) -> int:
     """Expert tensor parallelism: Megatron's default (= tp) while ep divides dp*cp; an EP
     group larger than that folds over the TP ranks (MoE parallel folding, arXiv 2504.14960)
@@ -249,6 +265,12 @@ class TrainMem:
     @property
     def total(self) -> float:
         return self.weights + self.grads + self.optimizer + self.activations + self.other + self.gathered
+
+    @property
+    def overhead(self) -> float:
+        """What a plan shows as "other": CUDA context, NCCL buffers and fragmentation, plus an FSDP trainer's
+        bytes in flight (`gathered`)."""
+        return self.other + self.gathered
 
     @property
     def states(self) -> float:

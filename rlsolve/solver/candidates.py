@@ -62,8 +62,8 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
                                refit_hold, trainer_switch_time, optimizer_prep_time, recv_time,
                                rollout_steps_in_flight, send_time, trainer_strategy,
                                sync_time, train_aux, train_core, with_critic)
-from rlsolve.perf.step import layout_with as _with_fields
-from rlsolve.perf.train import BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, moe_host_efficiency
+from rlsolve.perf.train import (BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, layout_with,
+                                moe_host_efficiency)
 from rlsolve.resolve import PoolHW, Problem
 from rlsolve.solver.budget import Deadline
 from rlsolve.solver.rules import (RECOMPUTE, asked, aux_group_pools, aux_models, aux_shares_actor_degrees, count_ok,
@@ -429,7 +429,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         # without its memory: where no recompute fits, none fits at a larger micro-batch either
                         # (max-length sequences; the rules do not read it), so the micro-batches after it add nothing.
                         plain_lay = plain[ep, zero, mb, hit[0]]
-                        if _interleaved_beaten(problem, pool, _with_fields(plain_lay[0], vp=vp), hit[1], cap, plain_lay,
+                        if _interleaved_beaten(problem, pool, layout_with(plain_lay[0], vp=vp), hit[1], cap, plain_lay,
                                                kinds, variants_of, best_disagg, fronts if front else None, modes, apart,
                                                n, pp, bounds, limit, cache, aux_of, dev, every_recompute=True):
                             if _MEMO_BEATEN_VP and "vp" not in apart:
@@ -445,7 +445,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         over.update(plain_over.get((ep, z, mb), ()))
                 # (built here, not per base: an interleaved base may skip every micro-batch above; at its first
                 # micro-batch, its full recompute's memory, which `_smallest_fits` may have asked)
-                levels = _recompute_levels(problem, _with_fields(_shape_layout(tp, pp, cp, dp, mb), ep=ep, vp=vp,
+                levels = _recompute_levels(problem, layout_with(_shape_layout(tp, pp, cp, dp, mb), ep=ep, vp=vp,
                                                                  zero_stage=zero), cap, cache, over, rules,
                                            least_mem.get((ep, vp, zero)) if mb == mbs[0] else None)
                 if vp == 1:
@@ -1109,7 +1109,7 @@ def _interleaving_dominated(problem: Problem, plain: TrainLayout, t: Any, old: f
         return False  # faster (or too close to call in floating point): scored as usual
     if allowed_and_fits:
         return True
-    lay = _with_fields(plain, vp=vp)
+    lay = layout_with(plain, vp=vp)
     return not train_layout_violations(problem, lay) and policy_memory(problem, lay, cache).total <= cap
 
 
@@ -1135,7 +1135,7 @@ def _smallest_fits(problem: Problem, tp: int, pp: int, cp: int, dp: int, ep: int
             if not fits:
                 memo[key] = False
                 return False
-    mem = policy_memory(problem, _with_fields(_shape_layout(tp, pp, cp, dp, mb), ep=ep, vp=vp, zero_stage=zero,
+    mem = policy_memory(problem, layout_with(_shape_layout(tp, pp, cp, dp, mb), ep=ep, vp=vp, zero_stage=zero,
                                               recompute="full"), cache)
     if mems is not None:
         mems[key] = mem
@@ -1145,7 +1145,7 @@ def _smallest_fits(problem: Problem, tp: int, pp: int, cp: int, dp: int, ep: int
 
 @lru_cache(maxsize=4096)
 def _shape_layout(tp: int, pp: int, cp: int, dp: int, mb: int) -> TrainLayout:
-    """The default layout of these degrees and micro-batch, to copy bases from (`_with_fields`)."""
+    """The default layout of these degrees and micro-batch, to copy bases from (`layout_with`)."""
     return TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb, sequence_parallel=tp > 1)
 
 
@@ -1186,7 +1186,7 @@ def _recompute_levels(problem: Problem, base: TrainLayout, cap: float, cache: di
         if rec in over:
             skipped.append(rec)
             continue
-        lay = _with_fields(base, recompute=rec)
+        lay = layout_with(base, recompute=rec)
         if not _layout_allowed(problem, lay, rules):
             continue
         allowed_any = True
@@ -1195,7 +1195,7 @@ def _recompute_levels(problem: Problem, base: TrainLayout, cap: float, cache: di
             return _heavier_levels(problem, base, lay, mem, RECOMPUTE[k + 1:], cap, cache, rules, full)
         over.add(rec)
     if not allowed_any:  # none is allowed unless one known not to fit is
-        allowed_any = any(_layout_allowed(problem, _with_fields(base, recompute=rec), rules) for rec in skipped)
+        allowed_any = any(_layout_allowed(problem, layout_with(base, recompute=rec), rules) for rec in skipped)
     return None if allowed_any else False
 
 
@@ -1203,7 +1203,7 @@ def _heavier_levels(problem: Problem, base: TrainLayout, lay: TrainLayout, mem: 
                     cap: float, cache: dict, rules: dict | None, full: Any = None):
     yield lay, mem
     for rec in heavier:
-        lay = _with_fields(base, recompute=rec)
+        lay = layout_with(base, recompute=rec)
         if _layout_allowed(problem, lay, rules):
             mem = full if rec == "full" and full is not None else policy_memory(problem, lay, cache)
             if mem.total <= cap:

@@ -24,7 +24,7 @@ def train_reason(problem: Problem, t, pool) -> str:
     return (f"training needs {_gb(t.total):,.1f} GB per GPU (weights {_gb(t.mem.weights):.1f}, grads "
             f"{_gb(t.mem.grads):.1f}, optimizer {_gb(t.mem.optimizer):.1f}, activations "
             f"{_gb(t.mem.activations):.1f}, other models {_gb(t.aux_resident):.1f}, overhead "
-            f"{_gb(t.mem.other + t.mem.gathered):.1f}); a {pool.gpu.name} allows {_gb(t.capacity):.1f} GB "
+            f"{_gb(t.mem.overhead):.1f}); a {pool.gpu.name} allows {_gb(t.capacity):.1f} GB "
             f"({1 - head:.0%} of the {pool.gpu.memory_bytes / GB:.1f} GB the device reports)")
 
 
@@ -60,7 +60,7 @@ def build_plan(problem: Problem, lay: Layout, est: StepEstimate, *, status: str,
     gen_mem = GenMemory(weights=_gb(g.weights), kv_cache=_gb(g.kv_cache), activations=_gb(g.activations),
                         other=_gb(g.other), colocated_training=_gb(g.reserved), total=_gb(g.total), capacity=_gb(cap_g))
     tr_mem = TrainMemory(weights=_gb(t.mem.weights), grads=_gb(t.mem.grads), optimizer=_gb(t.mem.optimizer),
-                         activations=_gb(t.mem.activations), other=_gb(t.mem.other + t.mem.gathered), other_models=_gb(t.aux_resident),
+                         activations=_gb(t.mem.activations), other=_gb(t.mem.overhead), other_models=_gb(t.aux_resident),
                          total=_gb(t.total), capacity=_gb(cap_t))
     times = TimeSection(step=_r(est.step), prefill=_r(g.prefill), decode=_r(g.decode),
                         reward=_r(t.reward + g.aux_times.get("reward", 0.0) + aux_t.get("reward", 0.0)),

@@ -27,8 +27,7 @@ from rlsolve.frameworks import (FrameworkCaps, capabilities, generation_ok, host
 from rlsolve.frameworks.rules import pools_ok, strategies
 from rlsolve.frameworks.runtime import Strategy
 from rlsolve.perf.generate import GenLayout
-from rlsolve.perf.step import layout_with
-from rlsolve.perf.train import TrainLayout
+from rlsolve.perf.train import TrainLayout, layout_with
 from rlsolve.resolve import PoolHW, Problem
 
 MODES = ("colocated", "sync", "async")
