@@ -130,11 +130,19 @@ def test_gemm_curve_fit_recovers_the_model_curve():
 
 def test_hbm_fraction_inverts_the_decode_step_model():
     s = {"batch": 32, "hidden": 4096, "cols": 6144, "kv_heads": 1, "group": 4, "d": 128, "ctx": 2048, "layers": 8}
-    peak, gemm, attn = 3.35e12, 700e12, 400e12
-    t = suite.decode_time(s, 2.0, 0.7 * peak, gemm, attn)
-    assert suite.solve_hbm(s, 2.0, t, peak, gemm, attn) == pytest.approx(0.7, rel=1e-6)
+    peak, gemm, attn, fill = 3.35e12, 700e12, 400e12, 5e-6
+    t = suite.decode_time(s, 2.0, 0.7 * peak, gemm, attn, fill)
+    assert suite.solve_hbm(s, 2.0, t, peak, gemm, attn, fill) == pytest.approx(0.7, rel=1e-6)
     # faster than the compute terms allow: bandwidth cannot be read from it
-    assert suite.solve_hbm(s, 2.0, 1e-12, peak, gemm, attn) is None
+    assert suite.solve_hbm(s, 2.0, 1e-12, peak, gemm, attn, fill) is None
+    # each of the step's GEMMs (one a layer) pays the size curve's fill time beside its FLOPs, as
+    # perf/generate.py charges a decode step's GEMMs; attention keeps its own max
+    s2 = dict(s, batch=1024)
+    free = suite.decode_time(s2, 2.0, peak, gemm, attn, 0.0)
+    filled = suite.decode_time(s2, 2.0, peak, gemm, attn, fill)
+    kv = 2.0 * 1024 * 1 * 2048 * 128 * 2.0 * 8 / peak
+    assert filled - kv == pytest.approx(max(4096 * 6144 * 2.0 * 8 / peak, 2.0 * 1024 * 4096 * 6144 * 8 / gemm + 8 * fill))
+    assert filled > free
 
 
 def test_shrink_keeps_small_dimensions():

@@ -73,13 +73,14 @@ def decode_bytes(s: dict, eb: float) -> tuple[float, float]:
             2.0 * s["batch"] * s["kv_heads"] * s["ctx"] * s["d"] * eb * s["layers"])
 
 
-def decode_time(s: dict, eb: float, hbm: float, gemm_rate: float, attn_rate: float) -> float:
-    """The model's decode step (perf/generate.py StepModel) for this work: weight GEMM =
-    max(bytes / HBM, FLOPs / GEMM rate), then attention = max(KV bytes / HBM, FLOPs / rate)."""
+def decode_time(s: dict, eb: float, hbm: float, gemm_rate: float, attn_rate: float, gemm_fill_s: float) -> float:
+    """The model's decode step (perf/generate.py StepModel) for this work: weight GEMMs =
+    max(bytes / HBM, FLOPs / GEMM rate + one fill time t0 per GEMM: the kernel runs one a layer),
+    then attention = max(KV bytes / HBM, FLOPs / rate)."""
     wb, kvb = decode_bytes(s, eb)
     wf = 2.0 * s["batch"] * s["hidden"] * s["cols"] * s["layers"]
     af = 4.0 * s["batch"] * s["kv_heads"] * s["group"] * s["ctx"] * s["d"] * s["layers"]
-    return max(wb / hbm, wf / gemm_rate) + max(kvb / hbm, af / attn_rate)
+    return max(wb / hbm, wf / gemm_rate + s["layers"] * gemm_fill_s) + max(kvb / hbm, af / attn_rate)
 
 
 def plan_items(problem: Any, plan: Any) -> list[Item]:
@@ -203,7 +204,8 @@ def assume(items: list[Item], cat: Device, eb: float) -> None:
         elif it.kind == "attention":
             it.assumed = (1 + FA_BWD_OVER_FWD) * attn_fwd_flops(r) / cat.attention_flops
         elif it.kind == "decode":
-            it.assumed = decode_time(r, eb, cat.hbm_bytes_per_s, cat.peak_flops * cat.gemm_fraction, cat.attention_flops)
+            it.assumed = decode_time(r, eb, cat.hbm_bytes_per_s, cat.peak_flops * cat.gemm_fraction, cat.attention_flops,
+                                     cat.gemm_fill_s)
         elif it.kind == "launch":
             it.assumed = cat.launch_s
         elif it.kind == "allreduce":
@@ -227,11 +229,11 @@ def fit_gemm(points: list[tuple[float, float]], half_default: float) -> tuple[fl
     return r * (f + half_default) / f, half_default
 
 
-def solve_hbm(s: dict, eb: float, seconds: float, peak_hbm: float, gemm_rate: float, attn_rate: float
-              ) -> float | None:
+def solve_hbm(s: dict, eb: float, seconds: float, peak_hbm: float, gemm_rate: float, attn_rate: float,
+              gemm_fill_s: float) -> float | None:
     """The HBM fraction at which the model's decode step takes the measured time (None when
     the step is compute bound, so bandwidth cannot be read from it)."""
-    f = lambda frac: decode_time(s, eb, peak_hbm * frac, gemm_rate, attn_rate)  # noqa: E731 (decreasing)
+    f = lambda frac: decode_time(s, eb, peak_hbm * frac, gemm_rate, attn_rate, gemm_fill_s)  # noqa: E731 (decreasing)
     lo, hi = 1e-7, 10.0
     if f(hi) >= seconds:
         return None
@@ -263,7 +265,8 @@ def profile_from(items: list[Item], gpu: GPU, eb: float) -> tuple[dict[str, floa
     gemm_rate, attn_rate = peak * eff.gemm_fraction.value, peak * eff.attention_fraction.value
     for it in items:
         if it.kind == "decode" and it.seconds:
-            hbm = solve_hbm(it.run, eb, it.seconds, gpu.hbm_gbps * GB, gemm_rate, attn_rate)
+            hbm = solve_hbm(it.run, eb, it.seconds, gpu.hbm_gbps * GB, gemm_rate, attn_rate,
+                            eff.gemm_half_size_flops.value / gemm_rate)
             if hbm is None:
                 notes.append("hbm_fraction not measured: the decode step ran compute bound")
             else:
@@ -325,8 +328,9 @@ def item_rows(items: list[Item], gpu: GPU, eb: float) -> list[dict[str, Any]]:
             meas, assumed = row["tflops"] * 1e12 / peak, eff.attention_fraction.value
         elif it.kind == "decode":
             row["gb_per_s"] = round(sum(decode_bytes(r, eb)) / t / GB, 2)
-            meas = solve_hbm(r, eb, t, gpu.hbm_gbps * GB, peak * eff.gemm_fraction.value,
-                             peak * eff.attention_fraction.value)
+            gemm_rate = peak * eff.gemm_fraction.value
+            meas = solve_hbm(r, eb, t, gpu.hbm_gbps * GB, gemm_rate, peak * eff.attention_fraction.value,
+                             eff.gemm_half_size_flops.value / gemm_rate)
             assumed = eff.hbm_fraction.value
         elif it.kind == "launch":
             meas, assumed = t * 1e6, eff.kernel_launch_us.value
