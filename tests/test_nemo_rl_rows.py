@@ -32,8 +32,8 @@ def test_a_skipped_old_logprob_pass_costs_nothing_and_leaves_the_other_phases(ro
     assert ps["old_logprob"] == 0.0 < pf["old_logprob"]
     for phase in ("generation", "reference", "train", "weight_sync"):
         assert ps[phase] == pytest.approx(pf[phase], rel=1e-9), phase
-    # (the step and each phase are printed to the millisecond: their difference is within two roundings)
-    assert full.predicted - skip.predicted == pytest.approx(pf["old_logprob"], abs=1e-3)
+    # (the steps and the phase are each rounded to the millisecond: three roundings of at most 0.5 ms)
+    assert full.predicted - skip.predicted == pytest.approx(pf["old_logprob"], abs=1.5e-3)
 
 
 def test_rows_that_skip_the_old_logprob_pass_train_once_per_rollout(rows):

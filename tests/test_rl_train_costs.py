@@ -551,3 +551,41 @@ def test_the_attention_figure_moves_the_attention_term_only():
     assert stage_times(p.policy, dev, lay, 1000, attn_len=3000)["fwd_compute"] - longer["fwd_compute"] == \
         pytest.approx(attn_fwd)
     assert longer["tp"] == base["tp"] and longer["p2p"] == base["p2p"]
+
+
+def test_nemo_rl_megatron_adds_each_weight_gradient_into_the_main_gradient_apart_from_its_gemm():
+    """runtime.yaml megatron_wgrad_unfused: NeMo-RL's Megatron worker runs without gradient_accumulation_fusion, so
+    each trained parameter's bf16 gradient is written by its GEMM and read back by the DDP hook (2 + 2 bytes) in every
+    micro-batch's backward, beside the main-gradient read and write the fused GEMM moves too; nothing for a forward,
+    for frameworks not read, or for an FSDP (ZeRO-3) layout."""
+    from rlsolve.perf.train import params_per_gpu, train_time
+    assert framework_costs("nemo-rl", "0.3.0", "megatron").megatron_wgrad_unfused is True
+    assert framework_costs("nemo-rl").megatron_wgrad_unfused is True  # every release read (0.3.0 to 0.7.0)
+    assert framework_costs("verl").megatron_wgrad_unfused is False
+    assert framework_costs("any").megatron_wgrad_unfused is False
+    p = _problem()
+    dev = device(p.pool)
+    lay = TrainLayout(tp=2, pp=2, dp=2, micro_batch=2, strategy="megatron")
+    st = stage_times(p.policy, dev, lay, 1000)
+    fused = train_time(p.policy, dev, lay, 64, 1000, st=st)
+    unfused = train_time(p.policy, dev, lay, 64, 1000, st=st, unfused_wgrad=True)
+    m = 64 / (2 * 2)  # micro-batches per data-parallel rank
+    dense, expert = params_per_gpu(p.policy, 2, 2, 1)
+    extra = m * dev.stream_time(4.0 * (dense + expert)) / dev.train_efficiency
+    assert unfused.total - fused.total == pytest.approx(extra)
+    assert unfused.compute - fused.compute == pytest.approx(extra)
+    # the same 4 bytes per parameter whatever the micro-batch's tokens
+    st2 = stage_times(p.policy, dev, lay, 2000)
+    assert (train_time(p.policy, dev, lay, 64, 2000, st=st2, unfused_wgrad=True).total
+            - train_time(p.policy, dev, lay, 64, 2000, st=st2).total) == pytest.approx(extra)
+    zero3 = TrainLayout(dp=8, zero_stage=3, micro_batch=2, strategy="fsdp2")
+    st3 = stage_times(p.policy, dev, zero3, 1000)
+    assert (train_time(p.policy, dev, zero3, 64, 1000, st=st3, unfused_wgrad=True).total
+            == train_time(p.policy, dev, zero3, 64, 1000, st=st3).total)
+    # through the NeMo-RL problem: a Megatron layout's update pays it, its log-prob pass does not
+    nemo = _problem("nemo-rl")
+    off = _with_costs(nemo, megatron_wgrad_unfused=False)
+    t_on, _, old_on = train_core(nemo, nemo.pool, lay)
+    t_off, _, old_off = train_core(off, off.pool, lay)
+    assert t_on.total > t_off.total
+    assert old_on == pytest.approx(old_off)

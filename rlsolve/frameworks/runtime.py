@@ -190,6 +190,10 @@ class FrameworkRuntime(_Strict):
     # the trainer moves its optimizer states to host memory before the log-prob passes and back before the update,
     # every step (None: not read; they stay on the GPUs unless the colocated rollout needs the memory)
     logprob_prep_offloads_optimizer: _BoolUntil | None = None
+    # its Megatron trainer runs without Megatron-Core's gradient_accumulation_fusion: every weight-gradient GEMM
+    # writes a new 16-bit gradient that the DDP backward hook then adds into the main-gradient buffer (None: not
+    # read; the GEMM accumulates into the buffer itself)
+    megatron_wgrad_unfused: _Bool | None = None
 
 
 class _ZeroByStrategy(_Sourced):
@@ -279,7 +283,9 @@ class FrameworkCosts:
     bytes per parameter its FSDP copies on the compute stream in a forward and a backward (None:
     not read, none charged); whether its disaggregated refit broadcasts the whole model to every
     engine GPU, and whether its colocated refit timer holds the trainer's offload to host memory; whether its
-    trainer sends the optimizer states to host memory and back around the log-prob passes every step; the HBM
+    trainer sends the optimizer states to host memory and back around the log-prob passes every step; whether its
+    Megatron trainer adds each weight gradient into the main gradient apart from the GEMM (no
+    gradient_accumulation_fusion); the HBM
     bytes per parameter its FP8 engines move quantizing each refit; the bytes
     per parameter its FSDP trainer all-gathers into full tensors for every refit, and its Megatron
     trainer over the tensor- and pipeline-parallel groups (None: none charged); the bytes per
@@ -317,6 +323,7 @@ class FrameworkCosts:
     fp8_refit_quantize_bytes: float | None = None
     refit_offloads_trainer: bool = False
     logprob_prep_offloads_optimizer: bool = False
+    megatron_wgrad_unfused: bool = False
     fsdp_pads_packed_to_budget: bool = False
     fsdp_root_embeddings: bool = False
     fsdp_layer_cast_bytes: float | None = None
@@ -430,6 +437,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           fp8_refit_quantize_bytes=None if None in quant else min(x.value for x in quant),
                           refit_offloads_trainer=flag("refit_offloads_trainer_states"),
                           logprob_prep_offloads_optimizer=flag("logprob_prep_offloads_optimizer"),
+                          megatron_wgrad_unfused=flag("megatron_wgrad_unfused"),
                           fsdp_pads_packed_to_budget=flag("fsdp_pads_packed_to_budget"),
                           fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"),
                           fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts),

@@ -546,7 +546,8 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
                    unfused_elementwise=eager, logit_bytes_bwd=logit_bwd,
                    loss_per_packed_sequence=wl.framework.loss_per_packed_sequence and wl.packed_micro_batch is not None,
                    fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_root=wl.framework.fsdp_root_embeddings,
-                   fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes)
+                   fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
+                   unfused_wgrad=wl.framework.megatron_wgrad_unfused and lay.backend == "megatron")
     single = fsdp_single_tensor_adam_time(problem, dev, lay)
     if single is not None:  # the framework's FSDP optimizer steps parameter by parameter (host-bound)
         t = replace(t, optimizer=max(t.optimizer, steps * single / dev.train_efficiency))

@@ -44,6 +44,12 @@ MASTER_REMAINDER_BYTES = 2.0
 # (NVIDIA-NeMo/RL examples/configs/grpo_math_1B_megatron.yaml: grad_reduce_in_fp32: false).
 FP32_MAIN_GRAD_BYTES = 4.0
 BF16_MAIN_GRAD_BYTES = 2.0
+# Bytes per trained parameter and micro-batch a Megatron trainer without gradient_accumulation_fusion moves
+# beyond the fused accumulation: its weight-gradient GEMM writes a new 16-bit gradient (2) that Megatron-Core
+# DDP's backward hook reads back (2) adding it into the main gradient (param.main_grad.add_(param.grad.data);
+# the main gradient's read and write are the fused GEMM's as well, charged in stage_times). See
+# frameworks/runtime.yaml megatron_wgrad_unfused.
+UNFUSED_WGRAD_BYTES = 2 * BF16
 OFFLOADS = ("none", "optimizer", "params_optimizer")
 FA_BWD_OVER_FWD = 2.5  # FlashAttention-2 backward runs 5 matmuls to the forward's 2 (Dao 2023)
 # Unfused (pre-FlashAttention) attention materialises the score matrix. Bytes moved per score
@@ -1188,7 +1194,7 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
                unfused_elementwise: tuple[float, float, float] | None = None,
                logit_bytes_bwd: float | None = None, loss_per_packed_sequence: bool = False,
                fsdp_copy_bytes: tuple[float, float] | None = None, fsdp_root: bool = False,
-               fsdp_cast_bytes: float | None = None) -> TrainTime:
+               fsdp_cast_bytes: float | None = None, unfused_wgrad: bool = False) -> TrainTime:
     """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens.
     `memo` (optional, the caller's) keeps the gradient collectives and the optimizer step,
     which depend on neither the micro-batch, vp nor recompute. `logit_bytes_fwd`: the
@@ -1198,11 +1204,15 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
     forward's bytes as the fused count does; `logit_bytes_bwd`, `loss_per_packed_sequence`: the
     framework's log-prob backward, see logit_extra_bwd; `fsdp_copy_bytes`: see fsdp_copy_time; `fsdp_root`:
     the framework's FSDP root unit holds the embedding and output layer (zero3_exposed's `root`);
-    `fsdp_cast_bytes`: see fsdp_layer_cast_time (forward and backward, ZeRO-3 layouts only)."""
+    `fsdp_cast_bytes`: see fsdp_layer_cast_time (forward and backward, ZeRO-3 layouts only); `unfused_wgrad`: the
+    framework's Megatron trainer adds each weight gradient into the main gradient apart from its GEMM
+    (UNFUSED_WGRAD_BYTES per trained parameter and micro-batch; layouts below ZeRO-3 only)."""
     st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
     logits = logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
     logits += logit_extra_bwd(arch, dev, lay, seq_len, logit_bytes_bwd, loss_per_packed_sequence)
+    if unfused_wgrad and lay.zero_stage < 3:
+        logits += dev.stream_time(UNFUSED_WGRAD_BYTES * sum(_trained_params(arch, lay, lora_rank)))
     eager = unfused_elementwise_fwd(arch, dev, lay, seq_len, unfused_elementwise)
     logits += eager * (3.0 + recomputed_share(lay, math.ceil(arch.layers / lay.pp)))
     per_mb = st["fwd"] + st["bwd"]
