@@ -381,6 +381,10 @@ def test_the_fsdp_root_unit_opens_and_closes_every_pass_exposed():
     # read for NeMo-RL's DTensor workers; charged on ZeRO-3 layouts only
     assert framework_costs("nemo-rl", "0.3.0", "fsdp2").fsdp_root_embeddings
     assert not framework_costs("nemo-rl", "0.3.0", "megatron").fsdp_root_embeddings
+    # and for verl's FSDP1 and FSDP2 actors (decoder layers wrapped, the rest in the root, not resharded after
+    # the forward)
+    assert framework_costs("verl", "0.2.0.dev", "fsdp").fsdp_root_embeddings
+    assert framework_costs("verl", None, "fsdp2").fsdp_root_embeddings
     assert not framework_costs("any").fsdp_root_embeddings
     q = _problem("nemo-rl")
     on, off = (_with_costs(q, fsdp_root_embeddings=v) for v in (True, False))
