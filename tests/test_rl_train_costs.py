@@ -455,6 +455,38 @@ def test_nemo_rl_dtensor_adam_steps_parameter_by_parameter():
     assert on_t.optimizer > off_t.optimizer
 
 
+def test_nemo_rl_dtensor_grad_norm_dispatches_before_the_step():
+    """NeMo-RL before 0.5.0 runs get_grad_norm and clip_grad_by_total_norm_ over the FSDP2 DTensor gradients before
+    every optimizer step, each pass detaching every parameter's gradient (a DTensor op dispatch on the host): 2
+    dispatches per parameter tensor per step, added in full to the single-tensor Adam's step, whatever the shard
+    (host time does not shrink with more GPUs); not on Megatron layouts, not from 0.5.0, not where it was not read."""
+    from rlsolve.perf.hw import constants
+    from rlsolve.perf.step import checkpoint_tensors, fsdp_single_tensor_adam_time
+    assert framework_costs("nemo-rl", "0.3.0", "fsdp2").fsdp_grad_norm_tensor_ops == 2
+    assert framework_costs("nemo-rl", "0.4.0", "fsdp2").fsdp_grad_norm_tensor_ops == 2
+    assert framework_costs("nemo-rl", "0.5.0", "fsdp2").fsdp_grad_norm_tensor_ops is None
+    assert framework_costs("nemo-rl", "0.3.0", "megatron").fsdp_grad_norm_tensor_ops is None
+    assert framework_costs("verl").fsdp_grad_norm_tensor_ops is None
+    assert framework_costs("any").fsdp_grad_norm_tensor_ops is None
+    entry = runtime().frameworks["nemo-rl"].fsdp_grad_norm_tensor_ops
+    assert "parallelize.py" in entry.source and "p.grad.detach()" in entry.source
+    q = _with_costs(_problem("nemo-rl"), fsdp_optimizer_tensor_ops=8, fsdp_grad_norm_tensor_ops=None)
+    n = _with_costs(q, fsdp_grad_norm_tensor_ops=2)
+    dev = device(q.pool)
+    per_op = checkpoint_tensors(q.policy) * constants()["dtensor_op_dispatch_us"] * 1e-6 * dev.host_slowdown
+    for dp in (2, 8, 64):
+        lay = TrainLayout(tp=1, dp=dp, micro_batch=2, zero_stage=3)
+        assert fsdp_single_tensor_adam_time(n, dev, lay) - fsdp_single_tensor_adam_time(q, dev, lay) == pytest.approx(
+            2 * per_op, rel=1e-9)
+    fsdp = TrainLayout(tp=1, dp=8, micro_batch=2, zero_stage=3)
+    steps = q.workload.optimizer_steps
+    assert (train_core(n, n.pool, fsdp)[0].optimizer - train_core(q, q.pool, fsdp)[0].optimizer
+            == pytest.approx(steps * 2 * per_op / dev.train_efficiency, rel=1e-6))
+    # without the single-tensor step's fact (a fused or foreach step) nothing is charged here, nor on ZeRO-1
+    assert fsdp_single_tensor_adam_time(_with_costs(n, fsdp_optimizer_tensor_ops=None), dev, fsdp) is None
+    assert fsdp_single_tensor_adam_time(n, dev, TrainLayout(tp=1, dp=8, micro_batch=2)) is None
+
+
 def test_host_syncs_in_packed_attention_expose_the_next_layers_gather_and_idle_the_gpu():
     """verl's remove-padding forward hands transformers' flash attention one flattened row told apart by
     position ids; deriving the varlen arguments waits for the GPU 3 times per layer, after the q/k/v

@@ -164,6 +164,9 @@ class FrameworkRuntime(_Strict):
     # Adam over DTensor parameters (foreach and fused off), each a DTensor op dispatch on the host (None: not read;
     # the fused step's traffic only)
     fsdp_optimizer_tensor_ops: _IntUntilForStrategy | None = None
+    # DTensor ops per parameter tensor the FSDP trainer dispatches on the host around each optimizer step beyond the
+    # optimizer's own (the gradient-norm and clipping passes over the DTensor gradients) (None: not read; none)
+    fsdp_grad_norm_tensor_ops: _IntUntilForStrategy | None = None
     # host synchronisations per decoder layer in a forward over micro-batches without padding (sequences
     # flattened into one row, told apart by their position ids): the attention derives its varlen arguments
     # from the position ids on the host, so the host waits for the GPU there in every layer (None: not read;
@@ -328,6 +331,7 @@ class FrameworkCosts:
     fsdp_root_embeddings: bool = False
     fsdp_layer_cast_bytes: float | None = None
     fsdp_optimizer_tensor_ops: int | None = None
+    fsdp_grad_norm_tensor_ops: int | None = None
     packed_attention_syncs: int = 0
     fixed_share_modes: frozenset = frozenset({"colocated", "sync", "async"})
 
@@ -401,6 +405,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     quant = [f.fp8_refit_quantize_bytes_per_param for f in chosen]
     casts = [_for_strategy(f.fsdp_layer_output_cast_bytes, f, strategy) for f in chosen]
     adam_ops = [_for_strategy(_holds(f.fsdp_optimizer_tensor_ops, version), f, strategy) for f in chosen]
+    norm_ops = [_for_strategy(_holds(f.fsdp_grad_norm_tensor_ops, version), f, strategy) for f in chosen]
     syncs = [f.packed_attention_host_syncs_per_layer for f in chosen]
 
     # a mode's shares are fixed where every chosen framework that runs the mode fixes them (`any`: the cheaper)
@@ -442,5 +447,6 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           fsdp_root_embeddings=flag("fsdp_root_holds_embeddings"),
                           fsdp_layer_cast_bytes=None if None in casts else min(x.value for x in casts),
                           fsdp_optimizer_tensor_ops=None if None in adam_ops else min(x.value for x in adam_ops),
+                          fsdp_grad_norm_tensor_ops=None if None in norm_ops else min(x.value for x in norm_ops),
                           packed_attention_syncs=0 if None in syncs else min(x.value for x in syncs),
                           fixed_share_modes=fixed)

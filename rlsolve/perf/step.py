@@ -573,15 +573,20 @@ def fsdp_single_tensor_adam_time(problem: Problem, dev, lay: TrainLayout) -> flo
     turn foreach and fused off): parameter tensor after parameter tensor (the model's, `checkpoint_tensors`), that
     many ops each, every one a DTensor dispatch on the host (constants.yaml dtensor_op_dispatch_us, on this
     system's host), their kernels over the rank's shard (SINGLE_TENSOR_ADAM_BYTES a parameter at HBM speed); the
-    longer of the two. None where the fact does not apply (not ZeRO-3, not read, LoRA: the adapters only)."""
-    ops = problem.workload.framework.fsdp_optimizer_tensor_ops
+    longer of the two. Before it, the framework's gradient-norm and clipping passes dispatch
+    workload.framework.fsdp_grad_norm_tensor_ops DTensor ops per parameter tensor on the host with no GPU work of
+    size to hide them (NeMo-RL before 0.5.0: p.grad.detach() in each pass), added in full. None where the fact
+    does not apply (not ZeRO-3, not read, LoRA: the adapters only)."""
+    fw = problem.workload.framework
+    ops = fw.fsdp_optimizer_tensor_ops
     if not ops or lay.zero_stage < 3 or problem.workload.lora_rank:
         return None
     arch = problem.policy
     dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
     local = dense / max(1, lay.dp * lay.cp) + expert / lay.expert_dp
-    host = checkpoint_tensors(arch) / lay.pp * ops * constants()["dtensor_op_dispatch_us"] * 1e-6 * dev.host_slowdown
-    return max(host, dev.stream_time(SINGLE_TENSOR_ADAM_BYTES * local))
+    per_op = checkpoint_tensors(arch) / lay.pp * constants()["dtensor_op_dispatch_us"] * 1e-6 * dev.host_slowdown
+    norm = per_op * (fw.fsdp_grad_norm_tensor_ops or 0)
+    return norm + max(per_op * ops, dev.stream_time(SINGLE_TENSOR_ADAM_BYTES * local))
 
 
 def _train_pass_layout(wl, lay: TrainLayout) -> TrainLayout:
