@@ -298,7 +298,7 @@ def _offloaded_activations(arch: Architecture, lay: TrainLayout, seq: float, act
     if offload_layers <= 0:
         return 0.0
     layers_stage = math.ceil(arch.layers / lay.pp)
-    logits = lay.micro_batch * seq / lay.cp * arch.vocab / lay.tp * 4.0 if lay.pp == 1 else 0.0
+    logits = lay.micro_batch * seq / lay.cp * arch.d_out / lay.tp * 4.0 if lay.pp == 1 else 0.0
     return max(0.0, activations - logits) * min(offload_layers, layers_stage) / layers_stage
 
 

@@ -78,16 +78,40 @@ def _pool(p: Pool, prefix: str) -> PoolHW:
                   price_per_gpu_hour_usd=p.price_per_gpu_hour_usd or gpu.price_per_gpu_hour_usd)
 
 
-def _aux(value: Any, policy: Architecture, field_name: str, allow_rule: bool = False) -> Architecture | None:
+# The critic (PPO value model) and a reward model are the transformer with its LM head replaced by a linear
+# layer of width 1 (one score per token); the input embedding stays, and the new head is a layer of its own
+# (never tied). Each framework builds them so:
+#   verl 0.9.1 (pip wheel) verl/workers/engine/fsdp/transformer_impl.py:296-300 (hf_config.num_labels = 1,
+#     load_valuehead_model -> AutoModelForTokenClassification, verl/utils/model.py:645); Megatron critic
+#     verl/models/mcore/model_initializer.py:89-93 (output_layer = LinearForLastLayer(hidden, output_size=1));
+#     at the verl rows' commits: verl@36c10bff7 verl/workers/fsdp_workers.py:697,715 (critic) and :960,978
+#     (reward model), the same at tag v0.3.0.post1 :694,703 and :953,962.
+#   OpenRLHF 0.11.2 (pip wheel) openrlhf/models/model.py:186 (RewardModel) and :254 (CriticModel):
+#     nn.Linear(config.hidden_size, 1, bias=False) on the bare base model (no lm_head).
+#   NeMo-RL v0.7.0 nemo_rl/models/value/workers/dtensor_value_worker_v2.py:180 (num_labels = 1) and
+#     nemo_rl/models/automodel/setup.py:358-372 (reward models: ForSequenceClassification / ForTokenClassification,
+#     num_labels = 1).
+# (HF's ForTokenClassification head has a bias: one parameter, left out.)
+SCALAR_HEAD_WIDTH = 1
+
+
+def scalar_head(arch: Architecture) -> Architecture:
+    """`arch` as a value or reward model: the output layer 1 wide (SCALAR_HEAD_WIDTH), untied."""
+    return Architecture.model_validate({**arch.model_dump(), "output_width": SCALAR_HEAD_WIDTH,
+                                        "tied_embeddings": False})
+
+
+def _aux(value: Any, policy: Architecture, field_name: str, allow_rule: bool = False,
+         scalar: bool = False) -> Architecture | None:
+    """The reference (an LM, `scalar` False), reward or value model (`scalar`: its head one wide)."""
     if value is None:
         return None
-    if isinstance(value, str) and value.lower() == "policy":
-        return policy
     if isinstance(value, str) and value.lower() == "rule":
         if allow_rule:
             return None
         raise SpecError("'rule' is only valid for model.reward; use policy, a catalog name or null", field=field_name)
-    return resolve_model(value, field=field_name)
+    arch = policy if isinstance(value, str) and value.lower() == "policy" else resolve_model(value, field=field_name)
+    return scalar_head(arch) if scalar else arch
 
 
 def resolve(spec: Spec, profile: dict[str, Any] | None = None) -> Problem:
@@ -99,8 +123,8 @@ def resolve(spec: Spec, profile: dict[str, Any] | None = None) -> Problem:
     return Problem(
         spec=spec, pools=pools, policy=policy,
         reference=_aux(spec.model.reference, policy, "model.reference"),
-        reward=_aux(spec.model.reward, policy, "model.reward", allow_rule=True),
-        value=_aux(spec.model.value, policy, "model.value"),
+        reward=_aux(spec.model.reward, policy, "model.reward", allow_rule=True, scalar=True),
+        value=_aux(spec.model.value, policy, "model.value", scalar=True),
         workload=workload_of(spec),
         profile=dict(profile or {}),
     )

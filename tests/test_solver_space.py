@@ -979,7 +979,8 @@ def test_the_solvers_memos_keep_every_value():
 
 def test_the_engine_and_refit_gather_memos_keep_every_value():
     """`candidates._engine_side` shares one evaluation between engines hosting the same architectures
-    under other roles (a reference and a reward that are both the policy), relabelled, and
+    under other roles (here a reward model given the reference's architecture: resolve gives a reward
+    model its scalar head, so a spec's reference and reward are never one architecture), relabelled, and
     `candidates._refit_terms` memoizes the refit gather by the degrees it reads: both return exactly
     what the uncached functions do, whatever order they are asked in."""
     from rlsolve.perf.step import refit_gather_time, refit_hold
@@ -994,6 +995,7 @@ def test_the_engine_and_refit_gather_memos_keep_every_value():
             problem = resolve(load_spec(spec))
         except SpecError:
             continue
+        problem = replace(problem, reward=problem.reference)
         pool, memo, cache = problem.pools[0], {}, {}
         variants = list(_all_gen_host_variants(problem))
         for n in role_counts(pool):

@@ -34,6 +34,9 @@ class Architecture(BaseModel):
                                    "shape without it takes the type whose parameter count matches params_b, "
                                    "else gelu when ffn = 4*hidden (the GPT convention), else swiglu.")
     tied_embeddings: bool = Field(False, description="Input embedding shared with the LM head.")
+    output_width: int | None = Field(None, gt=0, le=100_000_000, description="Width of the output layer: None "
+                                     "= vocab (an LM head); 1 = a value or reward model's scalar head (set where "
+                                     "the spec's value and reward models are resolved: resolve.scalar_head).")
     qkv_bias: bool = Field(False, description="Biases on the q/k/v projections (Qwen2/2.5).")
     experts: int = Field(0, ge=0, le=1_000_000, description="Routed experts per MoE layer; 0 = dense model.")
     experts_per_token: int = Field(0, ge=0, le=1_000_000, description="Routed experts each token visits (top-k).")
@@ -64,6 +67,9 @@ class Architecture(BaseModel):
             # hidden // heads would silently floor the head width and every attention figure
             raise ValueError(f"hidden ({self.hidden}) is not divisible by heads ({self.heads}); set head_dim "
                              f"(e.g. {max(self.hidden // self.heads, 1)}) or make hidden a multiple of heads")
+        if self.tied_embeddings and self.d_out != self.vocab:
+            raise ValueError(f"an output layer of width {self.d_out} cannot be tied to the {self.vocab}-token "
+                             "input embedding (tied_embeddings needs an LM head)")
         if self.heads % self.n_kv_heads:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.n_kv_heads})")
         return self
@@ -84,6 +90,11 @@ class Architecture(BaseModel):
         if self.activation == "swiglu":
             return int(256 * ((8 * self.hidden / 3 + 255) // 256))
         return 4 * self.hidden
+
+    @property
+    def d_out(self) -> int:
+        """Width of the output layer: the vocabulary for an LM head, 1 for a scalar (value/reward) head."""
+        return self.output_width or self.vocab
 
     @property
     def d_moe_ffn(self) -> int:
@@ -140,8 +151,14 @@ class Architecture(BaseModel):
         return self._mlp_params(self.d_moe_ffn)
 
     @cached_property
+    def output_params(self) -> int:
+        """Weights of the output layer (hidden x d_out; the input embedding's when tied)."""
+        return self.d_out * self.hidden
+
+    @cached_property
     def embedding_params(self) -> int:
-        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        """The input embedding and the output layer (one matrix when tied)."""
+        return self.vocab * self.hidden + (0 if self.tied_embeddings else self.output_params)
 
     @cached_property
     def routed_expert_params_total(self) -> int:
@@ -176,11 +193,11 @@ class Architecture(BaseModel):
     # --- FLOPs ------------------------------------------------------------------------------
     @cached_property
     def matmul_flops_per_token(self) -> float:
-        """Forward FLOPs of the weight GEMMs for one token (2 per active weight, LM head
+        """Forward FLOPs of the weight GEMMs for one token (2 per active weight, output layer
         included, input embedding lookup excluded)."""
         dense, moe = self._layer_params(self.experts_per_token)
         n_dense = self.layers - self.moe_layers
-        weights = n_dense * dense + self.moe_layers * moe + self.vocab * self.hidden
+        weights = n_dense * dense + self.moe_layers * moe + self.output_params
         return 2.0 * weights
 
     def attention_flops_per_token(self, context: float, causal: bool = True) -> float:

@@ -134,7 +134,7 @@ def gen_other_bytes(arch: Architecture, lay: GenLayout, max_num_seqs: float,
     chunk = c["prefill_chunk_tokens"]
     act = chunk * (4 * arch.hidden + 3 * (arch.d_moe_ffn if arch.is_moe else arch.d_ffn) / lay.tp) * 2.0
     rows = max(1.0, min(float(max_num_seqs), chunk))
-    sampler = chunk * arch.hidden * 2.0 + rows * arch.vocab * profile_sampler_bytes_per_logit(engine_version)
+    sampler = chunk * arch.hidden * 2.0 + rows * arch.d_out * profile_sampler_bytes_per_logit(engine_version)
     nccl = c["nccl_buffers_gb"] if lay.tp * lay.pp > 1 else 0.0  # a lone GPU opens no communicator
     return (c["cuda_context_gb"] + nccl) * GB + max(act, sampler)
 

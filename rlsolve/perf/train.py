@@ -248,8 +248,8 @@ def params_per_gpu(arch: Architecture, tp: int, pp: int, ep: int, etp: int | Non
     split by ep and by the expert tensor-parallel degree (= tp, Megatron's default)."""
     layer_params = arch.non_expert_params - arch.embedding_params - arch.hidden
     stage_frac = (math.ceil(arch.layers / pp) if stage_layers is None else stage_layers) / arch.layers
-    emb = arch.vocab * arch.hidden * (1 if (pp > 1 and not arch.tied_embeddings) else
-                                      (1 if arch.tied_embeddings else 2))
+    # pp > 1: the first stage's embedding or the last's output layer, the larger (a tied head's copy included)
+    emb = max(arch.vocab, arch.d_out) * arch.hidden if pp > 1 else arch.embedding_params
     dense = (layer_params * stage_frac + emb) / tp
     expert = arch.routed_expert_params_total * stage_frac / ((tp if etp is None else etp) * ep)
     return dense, expert
@@ -365,10 +365,10 @@ def fsdp_states(arch: Architecture, lay: TrainLayout, lora_rank: int, fsdp: tupl
     dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp, first_stage_layers(arch, lay))
     shard_dense, shard_expert = lay.dp * lay.cp, lay.expert_dp
     weights = w * (dense / shard_dense + expert / shard_expert)
-    emb = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2) / lay.tp  # in `dense` (pp = 1 under ZeRO-3)
+    emb = arch.embedding_params / lay.tp  # in `dense` (pp = 1 under ZeRO-3)
     per_layer = (dense - emb) / math.ceil(arch.layers / lay.pp) + expert / math.ceil(arch.layers / lay.pp)
     root_params = fsdp_root_params(arch, lay)
-    output = arch.vocab * arch.hidden / lay.tp
+    output = arch.output_params / lay.tp
     if lora_rank > 0:
         adapters = lora_params(arch, lora_rank) / (lay.tp * lay.pp)
         grads = BF16 * adapters / shard_dense
@@ -564,7 +564,7 @@ def _activations(arch: Architecture, lay: TrainLayout, seq_len: float, forward_o
         per_tok_layer += UNFUSED_SCORE_BYTES_STORED * arch.heads * seq_len / lay.tp
     slots = pipeline_chunk_slots(arch, lay)
     layers_stage = math.ceil(arch.layers / lay.pp) if slots is None else lay.vp * slots
-    logits = tokens * arch.vocab / lay.tp * 4.0
+    logits = tokens * arch.d_out / lay.tp * 4.0
     if forward_only:  # one layer's working set plus the logits
         return tokens * per_tok_layer + logits
     if lay.recompute == "full":
@@ -809,7 +809,7 @@ def logit_extra_fwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: 
     if logit_bytes_fwd is None or logit_bytes_fwd <= LOGIT_FP32_BYTES_FWD:
         return 0.0
     tokens = lay.micro_batch * seq_len / lay.cp
-    return dev.stream_time(tokens * arch.vocab / lay.tp * (logit_bytes_fwd - LOGIT_FP32_BYTES_FWD))
+    return dev.stream_time(tokens * arch.d_out / lay.tp * (logit_bytes_fwd - LOGIT_FP32_BYTES_FWD))
 
 
 def logit_extra_bwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: float,
@@ -830,7 +830,7 @@ def logit_extra_bwd(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: 
     if per_logit == 0.0:
         return 0.0
     tokens = lay.micro_batch * seq_len / lay.cp
-    return dev.stream_time(tokens * arch.vocab / lay.tp * per_logit)
+    return dev.stream_time(tokens * arch.d_out / lay.tp * per_logit)
 
 
 @lru_cache(maxsize=256)
@@ -1074,8 +1074,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         moe = _layer_fwd(arch, dev, lay, tokens, seq_len, moe=True, attn_len=attn_len) if arch.is_moe else (
             (0.0,) * len(dense))
         # the LM head stays in 16-bit under FP8 recipes (Transformer Engine keeps first/last layers in BF16)
-        head = replace(dev, precision="bf16").gemm_time(2 * tokens * arch.hidden * arch.vocab / lay.tp)
-        head_elem = dev.stream_time(tokens * arch.vocab / lay.tp * LOGIT_FP32_BYTES_FWD)  # fp32 log-softmax
+        head = replace(dev, precision="bf16").gemm_time(2 * tokens * arch.output_params / lay.tp)
+        head_elem = dev.stream_time(tokens * arch.d_out / lay.tp * LOGIT_FP32_BYTES_FWD)  # fp32 log-softmax
         # tensor parallel: 2 all-reduce equivalents per layer forward (AG+RS with SP: same bytes)
         tp_layer = dev.all_reduce(tokens * arch.hidden * BF16, lay.tp, lay.tp)
         # context parallel: ring exchange of this rank's K/V, overlapped with attention
@@ -1357,7 +1357,7 @@ def host_synced_issue_share(arch: Architecture, seq_len: float, syncs: int) -> f
     if syncs <= 0:
         return 1.0
     qkv = 2.0 * (arch.attn_params_per_layer - arch.v_width * arch.hidden) * arch.layers
-    layer = arch.matmul_flops_per_token - 2.0 * arch.vocab * arch.hidden + arch.attention_flops_per_token(seq_len)
+    layer = arch.matmul_flops_per_token - 2.0 * arch.output_params + arch.attention_flops_per_token(seq_len)
     return max(0.0, 1.0 - qkv / layer)
 
 
@@ -1371,7 +1371,7 @@ def host_sync_time(arch: Architecture, dev: Device, lay: TrainLayout, syncs: int
 def fsdp_root_params(arch: Architecture, lay: TrainLayout) -> float:
     """Parameters per GPU of the FSDP root unit where it holds everything outside the decoder layers: the
     input embedding, the output layer (one matrix when tied) and the final norm, sharded by tp."""
-    return (arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2) + arch.hidden) / lay.tp
+    return (arch.embedding_params + arch.hidden) / lay.tp
 
 
 def fsdp_copy_time(dev: Device, params: float, trained: float, copy_bytes: tuple[float, float] | None,
@@ -1429,8 +1429,8 @@ def model_flops(arch: Architecture, tokens: float, seq_len: float, *, recompute:
                 causal: bool = False) -> float:
     """Training FLOPs by the published convention: 3 passes (4 with full recompute, the
     'hardware' count of Narayanan et al. 2021 eq. 3), attention counted non-causal."""
-    layers = arch.matmul_flops_per_token - 2.0 * arch.vocab * arch.hidden
-    head = 2.0 * arch.vocab * arch.hidden
+    layers = arch.matmul_flops_per_token - 2.0 * arch.output_params
+    head = 2.0 * arch.output_params
     attn = arch.attention_flops_per_token(seq_len, causal=causal)
     passes = 4 if recompute else 3
     return tokens * (passes * (layers + attn) + 3 * head)

@@ -1333,7 +1333,7 @@ def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: in
         mlp = 2.0 * (h * arch.experts + (k + arch.shared_experts) * arch.expert_params) / rate / eff
         moe = layer(mlp, (k + arch.shared_experts) * arch.d_moe_ffn, 2 * (k * h + h) / eff)
         kinds.append(moe)
-    head = 2.0 * arch.vocab * h / rate * gemm_passes
+    head = 2.0 * arch.output_params / rate * gemm_passes
     whole = (arch.layers - arch.moe_layers) * dense + arch.moe_layers * moe + head
     # the busiest stage `stage_times` charges: ceil(layers / pp) layers and the output layer (the
     # solver's layouts never give the embedding and the loss a layer's slot: rules.train_universe)
