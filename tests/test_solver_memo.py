@@ -475,6 +475,8 @@ def test_interleaved_micro_batches_beaten_at_every_recompute_leave_the_candidate
         skipped[0] += bool(hit and kwargs.get("every_recompute"))
         return hit
     monkeypatch.setattr(cand_mod, "_interleaved_beaten", counted)
+    # (the floor rule, which skips most of these layouts before the skip rule is asked, has a test of its own)
+    monkeypatch.setattr(cand_mod, "_FLOOR_BEFORE_SCORING", False)
     compared = 0
     for problem in problems:
         for bounded in (True, False):
@@ -508,6 +510,7 @@ def test_a_micro_batch_beaten_at_one_vp_is_beaten_at_every_larger_one_later(monk
                               lay.micro_batch), lay.vp, hit))
         return hit
     monkeypatch.setattr(cand_mod, "_interleaved_beaten", logged)
+    monkeypatch.setattr(cand_mod, "_FLOOR_BEFORE_SCORING", False)  # (as in the test above)
     compared = checked = 0
     calls = {True: 0, False: 0}
     for problem in problems:
@@ -570,3 +573,29 @@ def test_engine_frames_shared_by_replica_counts_score_as_each_alone():
             assert astuple(side) == astuple(gen_side(problem, pool, lay, **kw)), (lay, kw)
             compared += side.fits
     assert compared > 100, compared
+
+
+def test_layouts_whose_floor_loses_every_candidate_leave_the_candidates_as_they_are(monkeypatch):
+    """Skip rule (`_train_candidates`' `_FLOOR_BEFORE_SCORING`): a layout is not scored where its floor
+    (`perf.step.train_core_floor`, at most its update plus old log-prob pass: a property test) already loses each of
+    its candidates, at its recompute and every heavier one, to one found (`_all_beaten`), and an interleaved base
+    then bounds its micro-batch by that floor less its bubble. The training candidates (each field, the order) are
+    those of the enumeration without the rule, on random instances, tight memory among them, the examples and RL
+    rows' targets, with and without the bounds of plans already found; and the rule saves scoring."""
+    from test_solver_space import _framework_problems
+    from rlsolve.solver import candidates as cand_mod
+    from rlsolve.solver.candidates import enumerate_candidates
+    problems = _enumeration_problems(59) + _framework_problems(step=12)
+    compared = 0
+    scored = {True: 0, False: 0}
+    for problem in problems:
+        for bounded in (True, False):
+            rows = {}
+            for rule in (True, False):
+                monkeypatch.setattr(cand_mod, "_FLOOR_BEFORE_SCORING", rule)
+                cands = enumerate_candidates(problem, bounded=bounded)
+                rows[rule] = _train_rows(cands)
+                scored[rule] += cands.evaluated
+            assert rows[True] == rows[False]
+            compared += bool(rows[True])
+    assert compared >= 14 and scored[True] < 0.5 * scored[False], (compared, scored)

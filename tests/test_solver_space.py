@@ -1226,3 +1226,63 @@ def test_pipeline_split_keeps_every_stage_within_the_timed_share():
                 continue
             assert first + last + (pp - 2) * middle == layers, (layers, pp, got)
             assert max(first, middle if pp > 2 else 0, last) <= most and min(first, last) >= 1, (layers, pp, got)
+
+
+def _framework_problems(step: int = 4) -> list:
+    """Problems of the RL step rows (every `step`-th of the public and holdout files): targets that pack
+    micro-batches, run log-probs on micro-batches of their own, train LoRA adapters, shard with FSDP or overlap
+    the expert all-to-alls, each with the row's micro-batch settings (`cases._recipe_layout`) where it has them."""
+    import yaml
+    from dataclasses import replace as dc_replace
+    from rlsolve.cases import _recipe_layout, rl_step_spec
+    root = rlsolve.__file__.rsplit("/", 2)[0]
+    rows = [r for f in ("tests/data/reference_cases.yaml", "benchmarks/data/extra_cases.yaml")
+            for r in yaml.safe_load(open(f"{root}/{f}").read())["cases"] if r.get("kind") == "rl_step"]
+    out = []
+    for row in rows[::step]:
+        try:
+            p = resolve(load_spec(rl_step_spec(row)))
+        except Exception:  # a row the resolver refuses: not this test's concern
+            continue
+        out.append(p)
+        try:
+            micro = _recipe_layout(row, p.workload)[3]
+        except ValueError:
+            continue
+        if micro:
+            out.append(dc_replace(p, workload=dc_replace(p.workload, **micro)))
+    return out
+
+
+def test_the_floor_of_a_training_layout_never_exceeds_its_scored_time():
+    """Bound (`perf.step.train_core_floor`, which `_train_candidates` asks before scoring a layout): the floor
+    is at most the update plus old log-prob pass `train_core` scores, and the floor less its bubble term at
+    most that of the same layout with more virtual stages (interleaving only shrinks the bubble), on random
+    instances, the examples and the RL rows' targets (packed and log-prob micro-batches, LoRA, FSDP, MoE
+    overlap), every recompute and ZeRO stage of sampled shapes."""
+    from rlsolve.perf.step import train_core_floor
+    from rlsolve.solver.rules import micro_batches, train_bases
+    rng = random.Random(31)
+    checked = interleaved = 0
+    tight = []
+    for problem in _random_problems(16, 37) + _framework_problems():
+        for pool in problem.pools:
+            shapes = list(train_shapes(problem, pool))
+            for n, tp, pp, cp, dp in rng.sample(shapes, min(6, len(shapes))):
+                bases = list(train_bases(problem, tp, pp, cp, dp))
+                for ep, vp, zero in rng.sample(bases, min(6, len(bases))):
+                    for mb, rec in product(micro_batches(problem, dp)[:3], RECOMPUTE):
+                        lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=1, zero_stage=zero, micro_batch=mb,
+                                          recompute=rec, sequence_parallel=tp > 1)
+                        cache: dict = {}
+                        floor, bubble = train_core_floor(problem, pool, lay, cache)
+                        t, _, old = train_core(problem, pool, lay, cache=cache)
+                        assert 0.0 <= bubble <= floor <= t.total + old, (lay, floor, t.total + old)
+                        tight.append(floor / (t.total + old))
+                        checked += 1
+                        if vp > 1:
+                            ti, _, oldi = train_core(problem, pool, replace(lay, vp=vp))
+                            assert floor - bubble <= ti.total + oldi, (lay, vp)
+                            interleaved += 1
+    assert checked > 2000 and interleaved > 50, (checked, interleaved)
+    assert sorted(tight)[len(tight) // 2] > 0.9  # (a floor worth asking: within 10% at the median)

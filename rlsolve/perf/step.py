@@ -18,9 +18,9 @@ from rlsolve.perf.generate import (GenLayout, StepModel, attention_len, decode_l
                                    representative_count, resume_decode, simulate_decode, slowest_replica_mean,
                                    weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
-from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, forward_time, layout_with, lora_params,
-                                micro_batch_lengths, model_flops, params_per_gpu, stage_times, train_memory, train_time,
-                                unpadded_busiest_share)
+from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, ep_overlap_paired_share, forward_time, layout_with,
+                                lora_params, micro_batch_lengths, model_flops, params_per_gpu, stage_times, train_memory,
+                                train_time, unpadded_busiest_share)
 from rlsolve.resolve import PoolHW, Problem
 
 QUANT_BYTES = {"none": 2.0, "int8": 1.0, "int4": 0.5}
@@ -560,6 +560,40 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
                        fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
                        host_syncs=_packed_host_syncs(wl, lp))
     return t, mem or policy_memory(problem, planned), old
+
+
+
+def train_core_floor(problem: Problem, pool: PoolHW, lay: TrainLayout, cache: dict | None = None
+                     ) -> tuple[float, float]:
+    """(floor, its bubble term): seconds that `train_core`'s update plus old log-prob pass (t.total + old)
+    never undercut, from its stage times alone (memoized in `cache` as `train_core` memoizes them, so a
+    layout scored after its floor costs no second `stage_times`): `train_time`'s micro-batch passes
+    (m x (fwd + bwd): the compute and the exposed TP, EP and CP terms, less what the EP A2A overlap hides)
+    and its bubble, and `forward_time`'s passes ((m + pp - 1) x fwd), with the rest of either left out:
+    the log-prob and elementwise extras, the pipeline sends, the data-parallel collectives and the
+    optimizer (each >= 0), whatever the model charges for them. The sums come in another order than
+    `train_time`'s: shaded by 1e-9 (a property test checks it on random layouts). The bubble term
+    (`train_time`'s bubble, shaded alike) is the part of the floor that interleaving shrinks: the floor
+    less it bounds the same layout with more virtual stages (a property test)."""
+    lay = _train_pass_layout(problem.workload, trainer_layout(problem, lay))
+    wl = problem.workload
+    arch = problem.policy
+    dev = device(pool, wl.precision, problem.profile)
+    lora = wl.lora_rank
+    seq, attn = _pass_seq_len(wl, lay)
+    st = cached_stage_times(arch, dev, lay, seq, lora > 0, cache, attn)
+    m = max(1.0, wl.global_batch / (lay.dp * lay.micro_batch))
+    per_mb = st["fwd"] + st["bwd"]
+    hidden = m * ep_overlap_paired_share(lay, m) * st.get("ep_hidden", 0.0)
+    scale = wl.optimizer_steps / dev.train_efficiency
+    bubble = (lay.pp - 1) / lay.vp * per_mb * scale
+    floor = (m * per_mb - hidden) * scale + bubble
+    if wl.old_logprob_pass:
+        lp, lp_seq, lp_attn = _logprob_pass(wl, lay)
+        if lora or lp is not lay:
+            st = cached_stage_times(arch, dev, lp, lp_seq, False, cache, lp_attn)
+        floor += (max(1.0, wl.samples / (lp.dp * lp.micro_batch)) + lp.pp - 1) * st["fwd"] / dev.logprob_efficiency
+    return floor * (1 - 1e-9), bubble * (1 - 1e-9)
 
 
 # bytes per fp32 parameter torch's single-tensor Adam moves over its 8 ops (runtime.yaml fsdp_optimizer_tensor_ops:

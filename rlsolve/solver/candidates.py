@@ -61,7 +61,7 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
                                engine_release_time, engine_shares_fixed, gen_side, policy_memory, refit_gather_time,
                                refit_hold, trainer_switch_time, optimizer_prep_time, recv_time,
                                rollout_steps_in_flight, send_time, trainer_strategy,
-                               sync_time, train_aux, train_core, with_critic)
+                               sync_time, train_aux, train_core, train_core_floor, with_critic)
 from rlsolve.perf.train import (BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, layout_with,
                                 moe_host_efficiency)
 from rlsolve.resolve import PoolHW, Problem
@@ -350,6 +350,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     group_modes = [m for m in modes if "auxiliary" in critic_places(problem, m)]
     # an interleaved base may skip a micro-batch beaten at every recompute (below): micro-batches of max-length
     # sequences whose rules read neither it nor (no target) vp with the recompute, the recompute not kept apart
+    # a layout whose floor (`train_core_floor`) already loses every candidate is not scored: without a critic (the
+    # critics' passes and pairings are not bounded there) and without a target that pairs critics by recompute
+    floor_ok = _FLOOR_BEFORE_SCORING and problem.value is None and not critics_vary
     skip_ok = _SKIP_BEATEN_MICRO_BATCHES and problem.workload.packed_tokens is None and caps is None and \
         "micro_batch" not in problem.spec.constraints.training and "recompute" not in apart
     for n, tp, pp, cp, dp in (train_shapes(problem, pool) if shapes is None else shapes):
@@ -400,6 +403,10 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
         # through the simplicity rank, which only grows with it, and through `apart`, where "vp" is not kept apart;
         # the fronts only gain members and the fastest disaggregated trainers only get faster)
         beaten_from: dict[tuple, int] = {}
+        # (ep, ZeRO, micro-batch) -> where the least recompute that fits without interleaving was skipped by its floor
+        # (below) and not scored: that layout, its memory and the floor less its bubble term, a bound on the
+        # update plus old log-prob pass of the same layout with interleaving (which only shrinks the bubble)
+        floored: dict[tuple, tuple] = {}
         for ep, vp, zero in bases:
             if probe and vp > 1:
                 continue
@@ -421,6 +428,16 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         break  # no recompute fits without interleaving: none fits with it (the same rules of each)
                     if beaten_from.get((ep, zero, mb), vp + 1) <= vp:
                         continue  # (see `beaten_from`)
+                    if not hit and (hit := floored.get((ep, zero, mb))) is not None:
+                        # (the same skip where the layout without interleaving was not scored: its floor less the
+                        # bubble term, `floored`, bounds what its scored time less its bubble would have)
+                        if _all_beaten(problem, pool, layout_with(hit[0], vp=vp), hit[1], cap, hit[2],
+                                       kinds, variants_of, best_disagg, fronts if front else None, modes, apart, n, pp,
+                                       bounds, limit, cache, aux_of, dev, every_recompute=True):
+                            if _MEMO_BEATEN_VP and "vp" not in apart:
+                                beaten_from[ep, zero, mb] = vp
+                            continue
+                        hit = None
                     if hit:
                         # Every candidate of this base at mb, at any recompute, loses to one already found: the least
                         # recompute that fits it is no lighter than the one without interleaving (the memory never
@@ -491,6 +508,17 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             variants_of, best_disagg, fronts if front else None, modes, apart, n, pp, bounds, limit,
                             cache, aux_of, dev):
                         break  # every candidate of it, and of a heavier recompute, would be skipped below
+                    if floor_ok and lay.recompute_layers == 0:
+                        floor, bubble = train_core_floor(problem, pool, lay, cache)
+                        if _all_beaten(problem, pool, lay, mem, cap, floor, [k for k in kinds if k not in dead],
+                                       variants_of, best_disagg, fronts if front else None, modes, apart, n, pp,
+                                       bounds, limit, cache, aux_of, dev, every_recompute=True):
+                            # every candidate of it, and of a heavier recompute (never faster, the same states, less
+                            # simple), would be skipped below: its update and old log-prob pass take at least
+                            # `train_core_floor` (which asks the stage times `train_core` would, and no more)
+                            if vp == 1 and not lighter and skip_ok:
+                                floored[ep, zero, mb] = (lay, mem, floor - bubble)
+                            break
                     t, _, old = train_core(problem, pool, lay, mem, cache=cache)
                     out.evaluated += 1
                     # every side of this layout takes at least its update and old log-prob pass (the
@@ -846,35 +874,55 @@ def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: A
     if problem.value is not None or lay1.recompute_layers > 0:
         return False
     lb = (t1.total - t1.bubble + old1) * (1 - 1e-12)  # (the float sums may differ in their last bits)
+    return _all_beaten(problem, pool, lay, mem, cap, lb, kinds, variants_of, best_disagg, fronts, modes, apart, n, pp,
+                       bounds, limit, cache, aux_of, dev, every_recompute)
+
+
+def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: float, lb: float, kinds: list[str],
+                variants_of, best_disagg: dict, fronts: dict | None, modes: list[str], apart: tuple, n: int, pp: int,
+                bounds: dict, limit: dict | None, cache: dict, aux_of: dict, dev: Any,
+                every_recompute: bool = False) -> bool:
+    """Whether every candidate of `lay` (memory `mem`; no critic: the caller's test) whose update plus old
+    log-prob pass takes at least `lb` would be skipped by the tests of `_train_candidates` (see
+    `_interleaved_beaten`, whose verdict this is; `every_recompute` there)."""
     live = kinds if limit is None else _within_limit(kinds, lb, n, pp, bounds, limit)
     gather, _, hold_u = _refit_terms(problem, pool, lay, modes, cache)  # (interleaving does not change it)
     lb += gather
     if "colocated" in live and fronts is None:
         return False
     dims = _aux_dims(problem, lay)
+    apart_of = tuple(getattr(lay, k) for k in apart) + (hold_u,)
+    m_states, m_total = mem.states, mem.total
+    orchestration = problem.workload.framework.orchestration_s
+    simple = (_simplicity_of(lay, False), _simplicity_of(lay, True))
     for kind in live:
         for hosts, ref, quant, _ in variants_of(kind):
             if kind == "disagg":
-                best = best_disagg.get((n, hosts, ref, quant) + tuple(getattr(lay, k) for k in apart) + (hold_u,),
-                                       math.inf)
+                best = best_disagg.get((n, hosts, ref, quant) + apart_of, math.inf)
                 if lb >= best:
                     continue
                 ref_t, rew_t, val_t, _ = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
                 if lb + ref_t + rew_t + val_t < best:
                     return False
                 continue
-            ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
-            states = mem.states + resident
-            if states > cap:
-                continue  # no recompute fits it
-            if mem.total + resident > cap and not every_recompute:
-                return False  # a heavier recompute may fit it
-            side_lb = lb + ref_t + rew_t + val_t + problem.workload.framework.orchestration_s
             group = fronts.get((n, hosts, ref, quant), [])
             offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of)
+            if every_recompute and all(_front_covers(group, (
+                    time_units(lb + orchestration + (2 * dev.pcie_time(m_states) if off else 0.0)),
+                    0 if off else mem_units_up(m_states), simple[off])) for off in offloads):
+                # covered without the other models' passes and bytes: with them (>= 0) the rank is no less in
+                # time nor in memory, and a front member that covers a rank covers every rank above it
+                continue
+            ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
+            states = m_states + resident
+            if states > cap:
+                continue  # no recompute fits it
+            if m_total + resident > cap and not every_recompute:
+                return False  # a heavier recompute may fit it
+            side_lb = lb + ref_t + rew_t + val_t + orchestration
             for off in offloads:
                 rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)),
-                        0 if off else mem_units_up(states), _simplicity_of(lay, off))
+                        0 if off else mem_units_up(states), simple[off])
                 if not _front_covers(group, rank):
                     return False
     return True
@@ -1151,6 +1199,7 @@ def _shape_layout(tp: int, pp: int, cp: int, dp: int, mb: int) -> TrainLayout:
 
 _SKIP_BEATEN_MICRO_BATCHES = True  # (a switch for the property test that compares the candidates without it)
 _MEMO_BEATEN_VP = True  # (likewise: `beaten_from` in `_train_candidates`)
+_FLOOR_BEFORE_SCORING = True  # (likewise: the floor test before `train_core` in `_train_candidates`)
 
 
 def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> bool:
