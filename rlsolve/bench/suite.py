@@ -243,6 +243,16 @@ def solve_hbm(s: dict, eb: float, seconds: float, peak_hbm: float, gemm_rate: fl
     return math.sqrt(lo * hi)
 
 
+def decode_hbm_fraction(s: dict, eb: float, seconds: float, gpu: GPU) -> float | None:
+    """`solve_hbm` for a measured decode step with its compute terms at `gpu`'s catalog rates (GEMM rate, its
+    fill time, attention rate): the step is there to read bandwidth, and a decode-time GEMV/attention runs
+    nothing like the training kernels the suite measures."""
+    peak, eff = gpu.bf16_tflops * 1e12, gpu.efficiency
+    gemm_rate = peak * eff.gemm_fraction.value
+    return solve_hbm(s, eb, seconds, gpu.hbm_gbps * GB, gemm_rate, peak * eff.attention_fraction.value,
+                     eff.gemm_half_size_flops.value / gemm_rate)
+
+
 def profile_from(items: list[Item], gpu: GPU, eb: float) -> tuple[dict[str, float], list[str]]:
     """The measured efficiencies, as fractions of `gpu`'s catalog peaks (so the model applies
     them to that GPU), and notes on the keys that keep their catalog value."""
@@ -260,13 +270,9 @@ def profile_from(items: list[Item], gpu: GPU, eb: float) -> tuple[dict[str, floa
             prof["attention_fraction"] = (1 + FA_BWD_OVER_FWD) * attn_fwd_flops(it.run) / it.seconds / peak
         elif it.kind == "launch":
             prof["kernel_launch_us"] = it.seconds * 1e6
-    # the decode step's compute terms at catalog rates: the step is there to read bandwidth,
-    # and a decode-time GEMV/attention runs nothing like the training kernels measured above
-    gemm_rate, attn_rate = peak * eff.gemm_fraction.value, peak * eff.attention_fraction.value
     for it in items:
         if it.kind == "decode" and it.seconds:
-            hbm = solve_hbm(it.run, eb, it.seconds, gpu.hbm_gbps * GB, gemm_rate, attn_rate,
-                            eff.gemm_half_size_flops.value / gemm_rate)
+            hbm = decode_hbm_fraction(it.run, eb, it.seconds, gpu)
             if hbm is None:
                 notes.append("hbm_fraction not measured: the decode step ran compute bound")
             else:
@@ -328,9 +334,7 @@ def item_rows(items: list[Item], gpu: GPU, eb: float) -> list[dict[str, Any]]:
             meas, assumed = row["tflops"] * 1e12 / peak, eff.attention_fraction.value
         elif it.kind == "decode":
             row["gb_per_s"] = round(sum(decode_bytes(r, eb)) / t / GB, 2)
-            gemm_rate = peak * eff.gemm_fraction.value
-            meas = solve_hbm(r, eb, t, gpu.hbm_gbps * GB, gemm_rate, peak * eff.attention_fraction.value,
-                             eff.gemm_half_size_flops.value / gemm_rate)
+            meas = decode_hbm_fraction(r, eb, t, gpu)
             assumed = eff.hbm_fraction.value
         elif it.kind == "launch":
             meas, assumed = t * 1e6, eff.kernel_launch_us.value

@@ -575,9 +575,8 @@ def train_core_floor(problem: Problem, pool: PoolHW, lay: TrainLayout, cache: di
     `train_time`'s: shaded by 1e-9 (a property test checks it on random layouts). The bubble term
     (`train_time`'s bubble, shaded alike) is the part of the floor that interleaving shrinks: the floor
     less it bounds the same layout with more virtual stages (a property test)."""
-    lay = _train_pass_layout(problem.workload, trainer_layout(problem, lay))
-    wl = problem.workload
-    arch = problem.policy
+    wl, arch = problem.workload, problem.policy
+    lay = _train_pass_layout(wl, trainer_layout(problem, lay))
     dev = device(pool, wl.precision, problem.profile)
     lora = wl.lora_rank
     seq, attn = _pass_seq_len(wl, lay)
