@@ -169,9 +169,10 @@ def test_infeasible_constraint_on_a_large_cluster_is_named_quickly():
     joint diagnosis model (which was millions of clauses at 256 GPUs)."""
     import time
     spec = small_spec(cluster={"nodes": 32}, model={"policy": "qwen3-30b-a3b"},
-                      constraints={"generation": {"tp": 3}})
+                      constraints={"generation": {"tp": 3}},
+                      solver={"time_limit_s": 120})  # room for a loaded CI machine; the naming is what is tested
     t0 = time.perf_counter()
     with pytest.raises(InfeasibleError) as e:
         solve(spec)
     assert "constraints.generation" in " ".join(e.value.reasons)
-    assert time.perf_counter() - t0 < 60  # a hang guard, not a performance target
+    assert time.perf_counter() - t0 < 240  # a hang guard, not a performance target
