@@ -793,21 +793,22 @@ def plan_phases(plan) -> dict[str, float]:
     return named
 
 
-def _score_recipe(row: dict, profile: dict | None):
-    """(plan, how the layout was found, assumptions): estimate on the row's own layout; when the
-    row leaves a decision open that no framework default fills, the solver's best under the
-    row's stated choices, said so in the note."""
-    # the solver (and OR-Tools) loads only when a file has RL rows
-    from rlsolve.solver import solve
+class NoRecipeLayout(ValueError):
+    """The row leaves a layout decision open that no framework default fills."""
+
+
+def recipe_estimate(row: dict, profile: dict | None = None):
+    """(problem, layout, estimate, assumptions) of an rl_step row on its own layout: the row's
+    workload with its packed micro-batches, and the least recompute that fits where the row gives
+    none. Raises NoRecipeLayout where the row leaves a decision open (the caller solves instead)
+    and ValueError where the row's layout breaks a rule."""
     from rlsolve.solver.estimate import evaluate_layout, to_layout
-    from rlsolve.solver.report import build_plan
     spec = load_spec(rl_step_spec(row))
     problem = resolve(spec, profile)
     try:
         layout, assumed, recompute, micro = _recipe_layout(row, problem.workload)
     except ValueError as e:
-        plan = solve(spec, profile=profile)
-        return plan, f"solver's best under the row's choices ({e})", []
+        raise NoRecipeLayout(str(e)) from None
     # packed micro-batches: memory holds the token budget, not mb x max length; the log-prob
     # passes run their own micro-batches
     problem = replace(problem, workload=replace(problem.workload, **micro))
@@ -823,6 +824,22 @@ def _score_recipe(row: dict, profile: dict | None):
             break
     if not recompute:
         assumed.append(f"recompute = {layout['parallelism']['training']['recompute']} (the least that fits)")
+    return problem, lay, est, assumed
+
+
+def _score_recipe(row: dict, profile: dict | None):
+    """(plan, how the layout was found, assumptions): estimate on the row's own layout; when the
+    row leaves a decision open that no framework default fills, the solver's best under the
+    row's stated choices, said so in the note."""
+    # the solver (and OR-Tools) loads only when a file has RL rows
+    from rlsolve.solver import solve
+    from rlsolve.solver.report import build_plan
+    spec = load_spec(rl_step_spec(row))
+    try:
+        problem, lay, est, assumed = recipe_estimate(row, profile)
+    except NoRecipeLayout as e:
+        plan = solve(spec, profile=profile)
+        return plan, f"solver's best under the row's choices ({e})", []
     try:
         plan = build_plan(problem, lay, est, status="estimate", objective=spec.objective)
     except InfeasibleError as e:  # scored all the same, and said so

@@ -625,3 +625,38 @@ def test_nemo_rl_megatron_adds_each_weight_gradient_into_the_main_gradient_apart
     t_off, _, old_off = train_core(off, off.pool, lay)
     assert t_on.total > t_off.total
     assert old_on == pytest.approx(old_off)
+
+
+def test_sequence_parallel_plan_that_gathers_per_projection():
+    """NeMo-RL's DTensor SP plan (before 0.5.0) gives every column-parallel projection the sequence-sharded norm
+    output: 5 all-gathers of the hidden states per layer forward where the model counts 2 (and 2 reduce-scatters),
+    each half an all-reduce; the backward mirrors it. The extra is (5 - 2) / 4 of the pass's tensor-parallel
+    time, charged only on a ZeRO-3 layout with tp > 1 and sequence parallelism, in the update and in every
+    forward-only pass; nothing else moves."""
+    from rlsolve.perf.train import sp_input_gather_share, stage_times
+    assert framework_costs("nemo-rl", "0.3.0", "fsdp2").fsdp_sp_input_gathers == 5
+    assert framework_costs("nemo-rl", "0.3.0", "megatron").fsdp_sp_input_gathers is None
+    assert framework_costs("nemo-rl", "0.5.0", "fsdp2").fsdp_sp_input_gathers is None
+    assert framework_costs("verl", None, "fsdp2").fsdp_sp_input_gathers is None
+    assert framework_costs("any").fsdp_sp_input_gathers is None
+    sp = TrainLayout(tp=4, dp=8, micro_batch=2, zero_stage=3, sequence_parallel=True)
+    assert sp_input_gather_share(sp, 5) == pytest.approx(0.75)
+    assert sp_input_gather_share(sp, 2) == 0.0 and sp_input_gather_share(sp, None) == 0.0
+    for other in (replace(sp, sequence_parallel=False), replace(sp, tp=1), replace(sp, zero_stage=1)):
+        assert sp_input_gather_share(other, 5) == 0.0
+    q = _problem("nemo-rl")
+    on, off = (_with_costs(q, fsdp_sp_input_gathers=v) for v in (5, None))
+    a, b = train_core(on, on.pool, sp), train_core(off, off.pool, sp)
+    assert a[0].tp_comm == pytest.approx(1.75 * b[0].tp_comm, rel=1e-9) and b[0].tp_comm > 0
+    for k in ("compute", "dp_comm", "optimizer", "bubble"):
+        assert getattr(a[0], k) == getattr(b[0], k)
+    # the old log-prob pass: 0.75 of its forward's tensor-parallel time per micro-batch pass
+    wl, dev = q.workload, device(q.pool)
+    from rlsolve.perf.step import _logprob_pass
+    lp, lp_seq, lp_attn = _logprob_pass(wl, sp)
+    st = stage_times(q.policy, dev, lp, lp_seq, attn_len=lp_attn)
+    passes = max(1.0, wl.samples / (lp.dp * lp.micro_batch)) + lp.pp - 1
+    assert a[2] - b[2] == pytest.approx(0.75 * st["tp_fwd"] * passes / dev.logprob_efficiency, rel=1e-6)
+    # a layout without sequence parallelism is left as it was
+    nosp = replace(sp, sequence_parallel=False)
+    assert train_core(on, on.pool, nosp)[0] == train_core(off, off.pool, nosp)[0]

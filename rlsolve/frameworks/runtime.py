@@ -172,6 +172,10 @@ class FrameworkRuntime(_Strict):
     # from the position ids on the host, so the host waits for the GPU there in every layer (None: not read;
     # the host runs ahead of the GPU)
     packed_attention_host_syncs_per_layer: _Int | None = None
+    # all-gathers of a decoder layer's sequence-sharded inputs in a forward where the FSDP trainer runs tensor
+    # parallelism with sequence parallelism: one per column-parallel projection its plan gives the sharded norm
+    # output to (None: not read; one before the attention and one before the MLP, the model's count)
+    fsdp_sp_input_gathers_per_layer: _IntUntilForStrategy | None = None
     # bytes per parameter the FSDP trainer all-gathers to build the full tensors it hands the engine
     # at each refit (None: not read; no gather is charged)
     fsdp_refit_gather_bytes_per_param: _Float | None = None
@@ -333,6 +337,7 @@ class FrameworkCosts:
     fsdp_optimizer_tensor_ops: int | None = None
     fsdp_grad_norm_tensor_ops: int | None = None
     packed_attention_syncs: int = 0
+    fsdp_sp_input_gathers: int | None = None
     fixed_share_modes: frozenset = frozenset({"colocated", "sync", "async"})
 
 
@@ -407,6 +412,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
     adam_ops = [_for_strategy(_holds(f.fsdp_optimizer_tensor_ops, version), f, strategy) for f in chosen]
     norm_ops = [_for_strategy(_holds(f.fsdp_grad_norm_tensor_ops, version), f, strategy) for f in chosen]
     syncs = [f.packed_attention_host_syncs_per_layer for f in chosen]
+    sp_gathers = [_for_strategy(_holds(f.fsdp_sp_input_gathers_per_layer, version), f, strategy) for f in chosen]
 
     # a mode's shares are fixed where every chosen framework that runs the mode fixes them (`any`: the cheaper)
     fixed = frozenset(m for m in ("colocated", "sync", "async")
@@ -449,4 +455,5 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           fsdp_optimizer_tensor_ops=None if None in adam_ops else min(x.value for x in adam_ops),
                           fsdp_grad_norm_tensor_ops=None if None in norm_ops else min(x.value for x in norm_ops),
                           packed_attention_syncs=0 if None in syncs else min(x.value for x in syncs),
+                          fsdp_sp_input_gathers=None if None in sp_gathers else min(x.value for x in sp_gathers),
                           fixed_share_modes=fixed)

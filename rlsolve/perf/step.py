@@ -547,7 +547,8 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
                    loss_per_packed_sequence=wl.framework.loss_per_packed_sequence and wl.packed_micro_batch is not None,
                    fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_root=wl.framework.fsdp_root_embeddings,
                    fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
-                   unfused_wgrad=wl.framework.megatron_wgrad_unfused and lay.backend == "megatron")
+                   unfused_wgrad=wl.framework.megatron_wgrad_unfused and lay.backend == "megatron",
+                   sp_input_gathers=wl.framework.fsdp_sp_input_gathers)
     single = fsdp_single_tensor_adam_time(problem, dev, lay)
     if single is not None:  # the framework's FSDP optimizer steps parameter by parameter (host-bound)
         t = replace(t, optimizer=max(t.optimizer, steps * single / dev.train_efficiency))
@@ -558,7 +559,7 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
         st = cached_stage_times(arch, dev, lp, lp_seq, False, cache, lp_attn)
     old = forward_time(arch, dev, lp, wl.samples, lp_seq, st=st, logit_bytes_fwd=logits, unfused_elementwise=eager,
                        fsdp_copy_bytes=wl.framework.fsdp_copy_bytes, fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
-                       host_syncs=_packed_host_syncs(wl, lp))
+                       host_syncs=_packed_host_syncs(wl, lp), sp_input_gathers=wl.framework.fsdp_sp_input_gathers)
     return t, mem or policy_memory(problem, planned), old
 
 
@@ -835,7 +836,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             hit = cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
                                              unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes,
                                              fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
-                                             host_syncs=_packed_host_syncs(wl, lay)),
+                                             host_syncs=_packed_host_syncs(wl, lay),
+                                             sp_input_gathers=wl.framework.fsdp_sp_input_gathers),
                                 train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
         return hit
 

@@ -1123,7 +1123,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         ep_hidden = layers_stage * moe_frac * (2 * moe[5] - ep_overlap_exposed(moe, bwd_gemm,
                                                                                 ep_comm_sm_share(dev, lay)))
     return {"fwd": sum(fwd.values()), "bwd": sum(bwd.values()), "fwd_compute": fwd["compute"],
-            "bwd_compute": bwd["compute"], "tp": fwd["tp"] + bwd["tp"], "ep": fwd["ep"] + bwd["ep"],
+            "bwd_compute": bwd["compute"], "tp": fwd["tp"] + bwd["tp"], "tp_fwd": fwd["tp"],
+            "ep": fwd["ep"] + bwd["ep"],
             "cp": fwd["cp"] + bwd["cp"], "p2p": p2p, "ep_hidden": ep_hidden}
 
 
@@ -1194,7 +1195,8 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
                unfused_elementwise: tuple[float, float, float] | None = None,
                logit_bytes_bwd: float | None = None, loss_per_packed_sequence: bool = False,
                fsdp_copy_bytes: tuple[float, float] | None = None, fsdp_root: bool = False,
-               fsdp_cast_bytes: float | None = None, unfused_wgrad: bool = False) -> TrainTime:
+               fsdp_cast_bytes: float | None = None, unfused_wgrad: bool = False,
+               sp_input_gathers: int | None = None) -> TrainTime:
     """Time of `optimizer_steps` steps, each over `global_batch` sequences of `seq_len` tokens.
     `memo` (optional, the caller's) keeps the gradient collectives and the optimizer step,
     which depend on neither the micro-batch, vp nor recompute. `logit_bytes_fwd`: the
@@ -1206,7 +1208,8 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
     the framework's FSDP root unit holds the embedding and output layer (zero3_exposed's `root`);
     `fsdp_cast_bytes`: see fsdp_layer_cast_time (forward and backward, ZeRO-3 layouts only); `unfused_wgrad`: the
     framework's Megatron trainer adds each weight gradient into the main gradient apart from its GEMM
-    (UNFUSED_WGRAD_BYTES per trained parameter and micro-batch; layouts below ZeRO-3 only)."""
+    (UNFUSED_WGRAD_BYTES per trained parameter and micro-batch; layouts below ZeRO-3 only); `sp_input_gathers`:
+    see sp_input_gather_share."""
     st = st or stage_times(arch, dev, lay, seq_len, lora=lora_rank > 0)
     m = max(1.0, global_batch / (lay.dp * lay.micro_batch))
     logits = logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
@@ -1247,7 +1250,7 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
         dp_exposed = overlapped_exposed(comm, st["bwd_compute"], nccl_sm_share(dev)) if overlap_grad_reduce else comm
     t = TrainTime(
         compute=m * (st["fwd_compute"] + st["bwd_compute"] + logits),
-        tp_comm=m * st["tp"], cp_comm=m * st["cp"],
+        tp_comm=m * st["tp"] * (1.0 + sp_input_gather_share(lay, sp_input_gathers)), cp_comm=m * st["cp"],
         ep_comm=m * (st["ep"] - ep_overlap_paired_share(lay, m) * st.get("ep_hidden", 0.0)), pp_comm=p2p,
         bubble=bubble, dp_comm=dp_exposed, optimizer=opt)
     return t.scaled(optimizer_steps / dev.train_efficiency)
@@ -1346,6 +1349,20 @@ def overlapped_exposed(comm: float, compute: float, sm_share: float) -> float:
     return max(comm * sm_share, comm - compute, 0.0)
 
 
+def sp_input_gather_share(lay: TrainLayout, gathers: int | None) -> float:
+    """Tensor-parallel time a pass adds, as a share of the model's count (stage_times: two all-reduce
+    equivalents per layer and pass, i.e. two all-gathers and two reduce-scatters of the layer's hidden states),
+    where the framework's FSDP trainer runs sequence parallelism with a plan that all-gathers a layer's
+    sequence-sharded input `gathers` times per forward instead of twice (frameworks/runtime.yaml
+    fsdp_sp_input_gathers_per_layer: one per column-parallel projection): each further gather moves half an
+    all-reduce of the hidden states, and in the backward the reduce-scatter of its input's gradient the same,
+    so (gathers - 2) / 4 of the forward's and of the backward's count. 0 where the fact is not read or the
+    layout runs no sequence-parallel FSDP trainer (ZeRO-3 with tp > 1 and sequence parallelism)."""
+    if not gathers or lay.zero_stage < 3 or lay.tp <= 1 or not lay.sp:
+        return 0.0
+    return max(0, gathers - 2) / 4
+
+
 def host_synced_issue_share(arch: Architecture, seq_len: float, syncs: int) -> float:
     """Share of a decoder layer's forward compute that hides the next layer's FSDP all-gather where the host
     waits for the GPU `syncs` times inside each layer's attention (frameworks/runtime.yaml
@@ -1407,15 +1424,16 @@ def forward_time(arch: Architecture, dev: Device, lay: TrainLayout, sequences: i
                  st: dict | None = None, logit_bytes_fwd: float | None = None,
                  unfused_elementwise: tuple[float, float, float] | None = None,
                  fsdp_copy_bytes: tuple[float, float] | None = None, fsdp_cast_bytes: float | None = None,
-                 host_syncs: int = 0) -> float:
+                 host_syncs: int = 0, sp_input_gathers: int | None = None) -> float:
     """Forward-only pass (log-probs, reference, reward, value) over `sequences` (`fsdp_cast_bytes`: see
     fsdp_layer_cast_time, ZeRO-3 layouts only; `host_syncs`: the host's waits for the GPU per decoder layer,
-    see host_sync_time and host_synced_issue_share)."""
+    see host_sync_time and host_synced_issue_share; `sp_input_gathers`: see sp_input_gather_share)."""
     st = st or stage_times(arch, dev, lay, seq_len)
     m = max(1.0, sequences / (lay.dp * lay.micro_batch))
     per_mb = (st["fwd"] + (st["p2p"] if lay.pp > 1 else 0.0) + logit_extra_fwd(arch, dev, lay, seq_len, logit_bytes_fwd)
               + unfused_elementwise_fwd(arch, dev, lay, seq_len, unfused_elementwise)
-              + host_sync_time(arch, dev, lay, host_syncs))
+              + host_sync_time(arch, dev, lay, host_syncs)
+              + sp_input_gather_share(lay, sp_input_gathers) * st["tp_fwd"])
     if lay.zero_stage >= 3:  # sharded weights are gathered layer by layer in every pass
         dense, expert = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
         per_mb += zero3_exposed(dev, lay, st, math.ceil(arch.layers / lay.pp), (BF16 * dense, BF16 * expert), None,
