@@ -347,7 +347,7 @@ def test_zero3_pays_a_gather_per_layer_that_compute_cannot_hide():
     gradients: 3 collectives per layer and micro-batch. With a long micro-batch the prefetch
     hides all but the first gather; with a short one over a slow network every layer's
     collectives show, latency included."""
-    from rlsolve.perf.train import nccl_sm_share, zero3_exposed
+    from rlsolve.perf.train import overlap_contention_share, zero3_exposed
     a = find_model("llama-3.1-8b")
     dev = Device(h100_pool(nodes=4))
     lay = TrainLayout(dp=32, zero_stage=3, micro_batch=1)
@@ -357,8 +357,8 @@ def test_zero3_pays_a_gather_per_layer_that_compute_cannot_hide():
     scatter = dev.reduce_scatter(w[0] / a.layers, 32, 32) + dev.reduce_scatter(0.0, 32, 32)
     long_st = stage_times(a, dev, lay, 32768.0)
     short_st = stage_times(a, dev, lay, 64.0)
-    # hidden collectives still hold NCCL's SMs: each layer's gathers and scatter add that share of themselves
-    hidden = a.layers * nccl_sm_share(dev) * (2 * per_layer + scatter)
+    # hidden collectives still hold NCCL's SMs and HBM: each layer's gathers and scatter add that share of themselves
+    hidden = a.layers * overlap_contention_share(dev, 32, 32) * (2 * per_layer + scatter)
     assert zero3_exposed(dev, lay, long_st, a.layers, w, w) == pytest.approx(per_layer + hidden, rel=1e-9)
     short = zero3_exposed(dev, lay, short_st, a.layers, w, w)
     assert short > a.layers * 3 * per_layer - (short_st["fwd_compute"] + short_st["bwd_compute"])
@@ -560,6 +560,40 @@ def test_nccl_kernels_beside_compute_hold_their_sms():
     a = find_model("llama-3.1-8b")
     t = train_time(a, h100, TrainLayout(dp=8, zero_stage=1, micro_batch=1), 64, 4096.0)
     assert t.dp_comm > 0.0
+
+
+def test_overlapped_collectives_slow_compute_by_their_sms_and_hbm_traffic():
+    """The compute beside an overlapped collective loses the SMs NCCL holds plus the share of the HBM bandwidth the
+    collective's traffic takes (nccl_hbm_bytes_per_bus_byte HBM bytes per byte at its bus bandwidth): a share in
+    [0, 1] on every GPU and group, rising with the link rate, larger inside an NVLink domain than across the NICs,
+    and the HBM part alone where the SM share is not charged (MI300X)."""
+    from rlsolve.perf.hw import constants
+    from rlsolve.perf.train import nccl_sm_share, overlap_contention_share
+    k = constants()["nccl_hbm_bytes_per_bus_byte"]
+    for name in ("H100-SXM-80GB", "H200-SXM-141GB", "B200-SXM-180GB", "A100-SXM-80GB", "MI300X", "L40S"):
+        gpu = find_gpu(name)
+        for nodes in (1, 4):
+            dev = Device(PoolHW("main", gpu, nodes, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd))
+            assert overlap_contention_share(dev, 1, 8) == 0.0
+            for n, span in ((2, 2), (8, 8), (8 * nodes, 8 * nodes), (nodes, 8 * nodes)):
+                share = overlap_contention_share(dev, n, span)
+                assert 0.0 <= share <= 1.0
+                if n > 1:
+                    bw = dev.ring_link(n, span)[0]
+                    assert share == pytest.approx(min(1.0, nccl_sm_share(dev) + k * bw / dev.hbm_bytes_per_s))
+    # monotone in the link rate: a faster NVLink (a profile's busbw fraction) takes more of the HBM
+    gpu = find_gpu("H100-SXM-80GB")
+    pool = PoolHW("main", gpu, 2, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd)
+    shares = [overlap_contention_share(Device(pool, overrides=(("nvlink_busbw_fraction", f),)), 8, 8)
+              for f in (0.2, 0.4, 0.6, 0.8, 1.0)]
+    assert shares == sorted(shares) and shares[0] < shares[-1]
+    # H100: 24 / 132 of the SMs plus 2 x 369 / 2982 of the HBM inside the node; across two nodes' NICs less
+    dev = Device(pool)
+    assert overlap_contention_share(dev, 8, 8) == pytest.approx(24 / 132 + k * 450 * 0.82 / (3350 * 0.89), rel=1e-3)
+    assert nccl_sm_share(dev) < overlap_contention_share(dev, 16, 16) < overlap_contention_share(dev, 8, 8)
+    gpu = find_gpu("MI300X")
+    mi300 = Device(PoolHW("main", gpu, 1, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd))
+    assert overlap_contention_share(mi300, 8, 8) == pytest.approx(k * mi300.ring_link(8, 8)[0] / mi300.hbm_bytes_per_s)
 
 
 def test_every_model_constant_is_sourced_and_read():

@@ -350,7 +350,7 @@ def test_the_fsdp_root_unit_opens_and_closes_every_pass_exposed():
     each pass starts with the root's all-gather and the first layer's, nothing to hide them under, and
     each backward ends waiting for the first layer's reduce-scatter and the root's. With compute long
     enough to hide every other layer's collectives that is all that shows; the layers share the rest."""
-    from rlsolve.perf.train import fsdp_root_params, nccl_sm_share, zero3_exposed
+    from rlsolve.perf.train import fsdp_root_params, overlap_contention_share, zero3_exposed
     p = _problem()
     dev = device(p.pool)
     arch = p.policy
@@ -366,8 +366,8 @@ def test_the_fsdp_root_unit_opens_and_closes_every_pass_exposed():
     none_ag, none_rs = ag(0.0), rs(0.0)  # the expert share (no experts here) still pays its latency
     # opening: the root's 2e9 bytes and the first layer's share of the other 6e9; closing: the first
     # layer's share of the other 12e9 gradient bytes and the root's 4e9
-    # every layer's collectives, hidden under the compute, still hold NCCL's share of the SMs (nccl_sm_share)
-    f = nccl_sm_share(dev)
+    # every layer's collectives, hidden under the compute, still slow it by their share of the SMs and HBM
+    f = overlap_contention_share(dev, 8, 8)
     g, sc = ag(6e9 / layers) + none_ag, rs(12e9 / layers) + none_rs
     want = ag(2e9) + g + sc + rs(4e9) + layers * f * (2 * g + sc)
     assert zero3_exposed(dev, lay, long, layers, weights, grads, root) == pytest.approx(want)

@@ -1222,13 +1222,14 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
     p2p = m * 2 * lay.vp * st["p2p"]
     bubble = (lay.pp - 1) / lay.vp * per_mb
     if memo is None:
-        comm, opt = _grad_sync_and_step(arch, dev, lay, lora_rank)
+        comm, opt, share = _grad_sync_and_step(arch, dev, lay, lora_rank)
     else:
         key = ("grad sync+step", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.pp, lay.ep,
                lay.etp, lay.dp, lay.cp, lay.zero_stage, lay.offload, lora_rank, lay.adam_moment_bytes,
                lay.master_param_bytes)
         hit = memo.get(key)
-        comm, opt = hit if hit is not None else memo.setdefault(key, _grad_sync_and_step(arch, dev, lay, lora_rank))
+        comm, opt, share = hit if hit is not None else memo.setdefault(key, _grad_sync_and_step(arch, dev, lay,
+                                                                                                lora_rank))
     if lay.zero_stage >= 3:
         # parameters stay sharded: gathered layer by layer in every micro-batch's forward and
         # backward, gradients reduce-scattered as each layer's backward ends (in fp32 where the
@@ -1247,7 +1248,7 @@ def train_time(arch: Architecture, dev: Device, lay: TrainLayout, global_batch: 
         logits += fsdp_copy_time(dev, base_dense + base_expert, dense + expert, fsdp_copy_bytes, backward=True)
         logits += 2 * fsdp_layer_cast_time(arch, dev, lay, seq_len, fsdp_cast_bytes)
     else:
-        dp_exposed = overlapped_exposed(comm, st["bwd_compute"], nccl_sm_share(dev)) if overlap_grad_reduce else comm
+        dp_exposed = overlapped_exposed(comm, st["bwd_compute"], share) if overlap_grad_reduce else comm
     t = TrainTime(
         compute=m * (st["fwd_compute"] + st["bwd_compute"] + logits),
         tp_comm=m * st["tp"] * (1.0 + sp_input_gather_share(lay, sp_input_gathers)), cp_comm=m * st["cp"],
@@ -1263,19 +1264,23 @@ def _trained_params(arch: Architecture, lay: TrainLayout, lora_rank: int) -> tup
     return params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
 
 
-def _grad_sync_and_step(arch: Architecture, dev: Device, lay: TrainLayout, lora_rank: int) -> tuple[float, float]:
+def _grad_sync_and_step(arch: Architecture, dev: Device, lay: TrainLayout,
+                        lora_rank: int) -> tuple[float, float, float]:
     """(the gradient collectives of one step with ZeRO 0-2 (0 with ZeRO-3, whose collectives run
-    per micro-batch: `zero3_exposed`), the optimizer step)."""
+    per micro-batch: `zero3_exposed`), the optimizer step, the contention share of those collectives
+    (collectives_contention_share))."""
     dense, expert = _trained_params(arch, lay, lora_rank)
     span = lay.tp * lay.cp * lay.dp
     n_d, n_e = lay.dp * lay.cp, lay.expert_dp
     grad_bytes_d, grad_bytes_e = BF16 * dense, BF16 * expert
     if lay.zero_stage >= 3:
-        comm = 0.0
+        parts = ((0.0, n_d), (0.0, n_e))
     elif lay.zero_stage == 0:
-        comm = dev.all_reduce(grad_bytes_d, n_d, span) + dev.all_reduce(grad_bytes_e, n_e, span)
+        parts = ((dev.all_reduce(grad_bytes_d, n_d, span), n_d), (dev.all_reduce(grad_bytes_e, n_e, span), n_e))
     else:  # reduce-scatter grads, all-gather updated params
-        comm = 2 * (dev.reduce_scatter(grad_bytes_d, n_d, span) + dev.reduce_scatter(grad_bytes_e, n_e, span))
+        parts = ((2 * dev.reduce_scatter(grad_bytes_d, n_d, span), n_d),
+                 (2 * dev.reduce_scatter(grad_bytes_e, n_e, span), n_e))
+    comm = parts[0][0] + parts[1][0]
     shard_d, shard_e = (n_d, n_e) if lay.zero_stage >= 1 else (1, 1)
     if lay.offload == "none":
         # the fused Adam step reads and writes each moment and the master weight: 16-bit moments move 4 x 2
@@ -1288,7 +1293,7 @@ def _grad_sync_and_step(arch: Architecture, dev: Device, lay: TrainLayout, lora_
         # 16-bit weights come back over PCIe (ZeRO-Offload, arXiv 2101.06840); the host's Adam
         # itself is not modelled
         opt = dev.pcie_time(2 * BF16 * (dense / shard_d + expert / shard_e))
-    return comm, opt
+    return comm, opt, collectives_contention_share(dev, parts, span)
 
 
 def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_bytes: tuple[float, float],
@@ -1316,25 +1321,58 @@ def zero3_exposed(dev: Device, lay: TrainLayout, st: dict, layers: int, weight_b
         weight_bytes = (max(0.0, weight_bytes[0] - root[0]), weight_bytes[1])
         if grad_bytes is not None:
             grad_bytes = (max(0.0, grad_bytes[0] - root[1]), grad_bytes[1])
-    gather = sum(dev.all_gather(b / layers, n, span) for b, n in zip(weight_bytes, groups))
+    gathers = tuple((dev.all_gather(b / layers, n, span), n) for b, n in zip(weight_bytes, groups))
+    gather = sum(t for t, _ in gathers)
     fwd_layer = st["fwd_compute"] / layers
-    f = nccl_sm_share(dev)
+    f = collectives_contention_share(dev, gathers, span)
     opening = gather + (dev.all_gather(root[0], groups[0], span) if root is not None else 0.0)
     if grad_bytes is None:
         return opening + layers * overlapped_exposed(gather, fwd_layer * issue_share, f)
-    scatter = sum(dev.reduce_scatter(b / layers, n, span) for b, n in zip(grad_bytes, groups))
+    scatters = tuple((dev.reduce_scatter(b / layers, n, span), n) for b, n in zip(grad_bytes, groups))
+    scatter = sum(t for t, _ in scatters)
     bwd_layer = st["bwd_compute"] / layers
     closing = (scatter + dev.reduce_scatter(root[1], groups[0], span)) if root is not None else 0.0
     return opening + closing + layers * (overlapped_exposed(gather, fwd_layer, f)
-                                         + overlapped_exposed(gather + scatter, bwd_layer, f))
+                                         + overlapped_exposed(gather + scatter, bwd_layer,
+                                                              collectives_contention_share(dev, gathers + scatters,
+                                                                                           span)))
+
+
+def collectives_contention_share(dev: Device, parts: tuple[tuple[float, int], ...], span: int) -> float:
+    """overlap_contention_share of collectives run back to back, `parts` (seconds, ranks) over `span` GPUs (a
+    layer's dense and expert-parallel gathers): each one's share weighted by its time; 0 when they take none."""
+    total = sum(t for t, _ in parts)
+    if total <= 0:
+        return 0.0
+    return sum(t * overlap_contention_share(dev, n, span) for t, n in parts) / total
+
+
+def overlap_contention_share(dev: Device, n: int, span: int) -> float:
+    """Share of its speed the compute on the other stream loses while an overlapped collective of `n` ranks
+    spread over `span` GPUs runs beside it (the FSDP / ZeRO-3 per-layer all-gathers and reduce-scatters, the
+    data-parallel gradient reduction overlapped with the last backward): the SMs the collective's kernel holds
+    (nccl_sm_share) plus the share of the HBM bandwidth its traffic takes. A ring step stores what arrives over
+    the link in HBM and reads it back to pass it on (and reads or writes the user buffer): at least
+    constants.yaml nccl_hbm_bytes_per_bus_byte HBM bytes per byte at the collective's bus bandwidth
+    (dev.ring_link, the rate dev.all_gather charges it at) against the HBM rate (dev.hbm_bytes_per_s). A ring inside
+    an NVLink domain, or over whole nodes, runs at NVLink rates and that is the larger part (H100: 2 x 369 / 2982 =
+    0.25 beside 24 / 132 = 0.18 of the SMs); a group with one rank per node runs at its NIC's few tens of GB/s and
+    the SM share remains. The two add: pytorch/pytorch PR #172714's 8 x H100 bench separates them (a copy-engine
+    collective, which holds no SMs, still slows the GEMM beside it; see the constant's source). 0 for a group of
+    one; at most 1."""
+    if n <= 1:
+        return 0.0
+    bw, _ = dev.ring_link(n, span)
+    hbm = constants()["nccl_hbm_bytes_per_bus_byte"] * bw / dev.hbm_bytes_per_s
+    return min(1.0, nccl_sm_share(dev) + hbm)
 
 
 def nccl_sm_share(dev: Device) -> float:
     """Share of the GPU's SMs an NCCL collective's kernel holds while it runs beside compute on another stream
-    (the FSDP / ZeRO-3 per-layer all-gathers and reduce-scatters, the data-parallel gradient reduction overlapped
-    with the last backward): NCCL launches one CTA per channel, each resident on an SM until the collective ends,
-    constants.yaml nccl_collective_ctas (measured on H100) over the GPU's SM count (hardware_db sm_count). 0 where
-    the SM count is not recorded, and on GPUs of other vendors (RCCL's channel count was not read)."""
+    (overlap_contention_share's SM part): NCCL launches one CTA per channel, each resident on an SM until the
+    collective ends, constants.yaml nccl_collective_ctas (measured on H100) over the GPU's SM count (hardware_db
+    sm_count). 0 where the SM count is not recorded, and on GPUs of other vendors (RCCL's channel count was not
+    read)."""
     sms = dev.pool.gpu.sm_count
     if sms is None or dev.pool.gpu.vendor != "NVIDIA":
         return 0.0
@@ -1342,8 +1380,9 @@ def nccl_sm_share(dev: Device) -> float:
 
 
 def overlapped_exposed(comm: float, compute: float, sm_share: float) -> float:
-    """Seconds a collective of `comm` seconds adds beside `compute` seconds of kernels on the compute stream when its
-    kernel holds `sm_share` of the SMs (`nccl_sm_share`): the compute runs at 1 - sm_share of its speed while the
+    """Seconds a collective of `comm` seconds adds beside `compute` seconds of kernels on the compute stream when the
+    compute loses `sm_share` of its speed beside it (`overlap_contention_share`: the SMs the collective's kernel
+    holds and the HBM bandwidth its traffic takes): the compute runs at 1 - sm_share of its speed while the
     collective runs, so the pair takes compute + comm * sm_share when the compute outlasts it, else comm (the
     exposed formula of ep_overlap_exposed): max(comm * sm_share, comm - compute), never below 0."""
     return max(comm * sm_share, comm - compute, 0.0)
