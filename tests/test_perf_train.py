@@ -109,20 +109,66 @@ def test_drop_and_pad_routing_saves_exactly_the_host_sync_of_each_moe_layer_pass
     to the host, so each MoE layer's forward and backward lose one moe_host_sync_us each and nothing
     else changes; dense layers and a full-iteration graph (already sync-free) are untouched."""
     from rlsolve.perf.hw import constants
+    from rlsolve.perf.train import _layer_fwd, expert_gemm_issue_time
     arch, dev = find_model(model), gb200()
     sync = constants()["moe_host_sync_us"] * 1e-6
     for mb in (1, 4):
         lay = TrainLayout(ep=8, dp=8, micro_batch=mb, moe_dispatcher=dispatcher, cuda_graphs=graphs)
         dropless, drop = (stage_times(arch, dev, replace(lay, moe_token_drop=d), 4096) for d in (False, True))
         moe_layers = math.ceil(arch.layers / lay.pp) * arch.moe_layers / arch.layers
-        assert dropless["fwd"] - drop["fwd"] == pytest.approx(moe_layers * sync)
-        assert dropless["bwd"] - drop["bwd"] == pytest.approx(moe_layers * sync)
+        # and, after the sync, whatever the routed experts' GEMM issue outlasts their kernels
+        # (expert_gemm_issue_time; twice in the backward's dgrad and wgrad)
+        kernels = _layer_fwd(arch, dev, replace(lay, moe_token_drop=True), 4096.0 * mb, 4096.0, moe=True)[6]
+        excess = max(0.0, expert_gemm_issue_time(dev, arch.experts / lay.ep) - kernels)
+        assert dropless["fwd"] - drop["fwd"] == pytest.approx(moe_layers * (sync + excess))
+        assert dropless["bwd"] - drop["bwd"] == pytest.approx(moe_layers * (sync + 2 * excess))
         assert {k: v for k, v in dropless.items() if k not in ("fwd", "bwd", "fwd_compute", "bwd_compute")} == \
             {k: v for k, v in drop.items() if k not in ("fwd", "bwd", "fwd_compute", "bwd_compute")}
     graphed = TrainLayout(ep=8, dp=8, cuda_graphs="full_iteration")
     assert stage_times(arch, dev, graphed, 4096) == stage_times(arch, dev, replace(graphed, moe_token_drop=True), 4096)
     dense = find_model("llama-3.1-8b")
     assert stage_times(dense, dev, TrainLayout(), 4096) == stage_times(dense, dev, TrainLayout(moe_token_drop=True), 4096)
+
+
+def h100() -> Device:
+    gpu = find_gpu("H100-SXM-80GB")
+    return Device(PoolHW("main", gpu, 16, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd), "bf16")
+
+
+@pytest.mark.parametrize("dev", [h100(), gb200()], ids=["x86", "grace"])
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b"])
+def test_a_dropless_routed_block_takes_the_longer_of_its_kernels_and_its_expert_gemm_issue(model, dev):
+    """After the dropless dispatcher's host sync the host issues one cuBLASLt call per local expert
+    for fc1 and fc2 (Transformer Engine's grouped GEMM loop): the routed block is max(its kernels at
+    the stack's host efficiency, that issue time). The issue time grows with the local experts
+    (fewer EP ranks), with the host (Grace: host_cpu_slowdown), not with the tokens; so it binds for
+    few tokens per expert and not for many, never where the shapes are static (drop-and-pad) or
+    nothing is launched from the host (full-iteration graph)."""
+    from rlsolve.perf.hw import constants
+    from rlsolve.perf.train import _layer_fwd, expert_gemm_issue_time
+    arch = find_model(model)
+    t_call = constants()["expert_gemm_host_us"] * 1e-6
+    bound = []
+    for ep in (4, 8, 16, 32):
+        local = arch.experts / ep
+        issue = expert_gemm_issue_time(dev, local)
+        assert issue == pytest.approx(2 * local * t_call * dev.host_slowdown)
+        for mb in (1, 4, 64):
+            lay = TrainLayout(ep=ep, dp=ep, micro_batch=mb)
+            block = _layer_fwd(arch, dev, lay, 4096.0 * mb, 4096.0, moe=True)[6]
+            kernels = _layer_fwd(arch, dev, replace(lay, moe_token_drop=True), 4096.0 * mb, 4096.0, moe=True)[6]
+            assert block == pytest.approx(max(kernels, issue))
+            bound.append(issue > kernels)
+            graphed = replace(lay, cuda_graphs="full_iteration")
+            g = _layer_fwd(arch, dev, graphed, 4096.0 * mb, 4096.0, moe=True)
+            assert g[6] < block and g[6] == pytest.approx(
+                _layer_fwd(arch, dev, replace(graphed, moe_token_drop=True), 4096.0 * mb, 4096.0, moe=True)[6])
+    if model == "qwen3-30b-a3b" and dev.host_slowdown > 1.0:
+        assert any(bound)  # 768-wide experts on Grace's host: issue-bound for few tokens
+    assert not bound[-1]  # 64 sequences of 4k tokens over 4 local experts: the kernels outlast the issue
+    if dev.host_slowdown == 1.0:
+        grace = gb200()
+        assert expert_gemm_issue_time(grace, 16) == pytest.approx(expert_gemm_issue_time(dev, 16) * grace.host_slowdown)
 
 
 def test_bf16_adam_moments_take_8_optimizer_bytes_per_parameter():

@@ -625,6 +625,21 @@ def moe_host_efficiency(lay: TrainLayout) -> float:
     return min(1.0, eff)
 
 
+def expert_gemm_issue_time(dev: Device, local_experts: float) -> float:
+    """Host time to issue one MoE layer's routed-expert GEMMs in a forward (the backward issues
+    twice as many: dgrad and wgrad; the caller's backward doubles the block). Megatron-Core's
+    grouped experts (moe_grouped_gemm, TEGroupedMLP) run Transformer Engine's GroupedLinear for fc1
+    and fc2, whose grouped GEMM is a host loop of one cuBLASLt call per local expert
+    (TransformerEngine v2.3 transformer_engine/common/gemm/cublaslt_gemm.cu
+    nvte_multi_stream_cublas_gemm, lines 632-663; the single-kernel CUTLASS grouped GEMM of v2.8+
+    runs only on Hopper behind NVTE_USE_CUTLASS_GROUPED_GEMM, default off: v2.8 lines 1002-1016):
+    2 x local calls at constants.yaml expert_gemm_host_us each, on this system's host
+    (x host_slowdown). After the dropless dispatcher's host sync the GPU has nothing queued, so
+    the routed block takes the longer of its kernels and this issue time (the issue of the next
+    GEMM overlaps the running one; _layer_fwd)."""
+    return 2 * local_experts * constants()["expert_gemm_host_us"] * 1e-6 * dev.host_slowdown
+
+
 def expert_destinations(experts: int, k: int, units: int) -> float:
     """Expected distinct units (EP ranks, or servers) a token's k experts sit on when `experts`
     are spread evenly over `units` and routing is balanced (each token's k experts a uniform draw
@@ -741,8 +756,10 @@ def _layer_fwd(arch: Architecture, dev: Device, lay: TrainLayout, tokens: float,
         # time of its kernels back to back. That includes an all-to-all inside the NVLink domain
         # (short, issued right after the sync); one over the NICs is long and bandwidth-bound.
         eff = moe_host_efficiency(lay)
-        gemm += mlp / eff
-        block = mlp / eff
+        # after that sync the host issues the routed experts' GEMMs one local expert at a time
+        # (expert_gemm_issue_time): the block takes the longer of its kernels and their issue
+        block = max(mlp / eff, 0.0 if no_sync else expert_gemm_issue_time(dev, local))
+        gemm += block
         perm /= eff
         # the all-to-all's transfer, the part the EP A2A overlap can hide: one over the NICs; one
         # inside the NVLink domain is host-bound (below), and the overlap's extra stage syncs add to
