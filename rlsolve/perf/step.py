@@ -761,8 +761,8 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
     key = ("critic", critic)
     hit = cache.get(key)  # (one hash of the key: a layout's hashes all its fields)
     if hit is None:
-        fwd, upd, peak = critic_group_pass(problem, pool, critic, cache)
-        hit = cache[key] = (fwd + upd, critic_memory(problem, critic, cache).states, peak)
+        critic_group_pass(problem, pool, critic, cache)  # (which fills this key too: the memory asked once)
+        hit = cache[key]
     return hit
 
 
@@ -775,7 +775,7 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
     key = ("critic group", critic)
     hit = cache.get(key)  # (one hash of the key)
     if hit is None:
-        critic = trainer_layout(problem, critic)
+        given, critic = critic, trainer_layout(problem, critic)
         wl = problem.workload
         dev = device(pool, wl.precision, problem.profile)
         a = problem.value
@@ -788,7 +788,9 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
         upd = train_time(a, dev, critic, wl.global_batch, seq, optimizer_steps=wl.optimizer_steps, st=st,
                          memo=cache, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
                          unfused_elementwise=eager).total
-        hit = cache[key] = (fwd, upd, critic_memory(problem, critic, cache).total)
+        mem = critic_memory(problem, critic, cache)  # (its states do not read the strategy trainer_layout sets)
+        hit = cache[key] = (fwd, upd, mem.total)
+        cache["critic", given] = (fwd + upd, mem.states, mem.total)  # (`critic_pass`)
     return hit
 
 
