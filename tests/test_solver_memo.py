@@ -581,13 +581,16 @@ def test_layouts_whose_floor_loses_every_candidate_leave_the_candidates_as_they_
     its candidates, at its recompute and every heavier one, to one found (`_all_beaten`), and an interleaved base
     then bounds its micro-batch by that floor less its bubble. The training candidates (each field, the order) are
     those of the enumeration without the rule, on random instances, tight memory among them, the examples and RL
-    rows' targets, with and without the bounds of plans already found; and the rule saves scoring."""
+    rows' targets, PPO ones among them (their critics bounded by `_critic_floor`), with and without the bounds of plans
+    already found; and the rule saves scoring."""
     from test_solver_space import _framework_problems
     from rlsolve.solver import candidates as cand_mod
     from rlsolve.solver.candidates import enumerate_candidates
-    problems = _enumeration_problems(59) + _framework_problems(step=12)
+    problems = _enumeration_problems(59) + _framework_problems(step=12) + \
+        [resolve(load_spec(str(EXAMPLES / f"{name}.yaml"))) for name in ("ppo-7b-8xh100", "ppo-1.5b-8xh100")]
     compared = 0
     scored = {True: 0, False: 0}
+    ppo = {True: 0, False: 0}  # (of the PPO problems)
     for problem in problems:
         for bounded in (True, False):
             rows = {}
@@ -596,6 +599,9 @@ def test_layouts_whose_floor_loses_every_candidate_leave_the_candidates_as_they_
                 cands = enumerate_candidates(problem, bounded=bounded)
                 rows[rule] = _train_rows(cands)
                 scored[rule] += cands.evaluated
+                if problem.value is not None:
+                    ppo[rule] += cands.evaluated
             assert rows[True] == rows[False]
             compared += bool(rows[True])
     assert compared >= 14 and scored[True] < 0.5 * scored[False], (compared, scored)
+    assert ppo[True] < 0.7 * ppo[False], ppo

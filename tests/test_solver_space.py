@@ -1286,3 +1286,41 @@ def test_the_floor_of_a_training_layout_never_exceeds_its_scored_time():
                             interleaved += 1
     assert checked > 2000 and interleaved > 50, (checked, interleaved)
     assert sorted(tight)[len(tight) // 2] > 0.9  # (a floor worth asking: within 10% at the median)
+
+
+def test_the_floor_of_a_critic_never_exceeds_its_pass_at_any_heavier_recompute():
+    """Bound (`perf.step.critic_pass_floor`, which `_train_candidates`' `_critic_floor` asks for the critic on the
+    policy's degrees before scoring a PPO layout): the floor of a critic at a recompute is at most the forward +
+    update `critic_pass` scores for it at that recompute and every heavier one, and its states do not change with
+    the recompute, for the critic's own layouts and the policy's degrees (`critic_like_policy`), on random PPO
+    instances, the PPO examples and the RL rows' PPO targets."""
+    from rlsolve.perf.step import critic_memory, critic_pass_floor
+    from rlsolve.solver.rules import critic_like_policy, critic_universe, micro_batches, train_bases
+    rng = random.Random(43)
+    problems = [p for p in _random_problems(48, 47) + _framework_problems(step=2) if p.value is not None]
+    problems += [resolve(load_spec(f"examples/{f}")) for f in ("ppo-1.5b-8xh100.yaml",)]
+    checked = 0
+    tight = []
+    for problem in problems:
+        for pool in problem.pools:
+            shapes = list(train_shapes(problem, pool))
+            for n, tp, pp, cp, dp in rng.sample(shapes, min(5, len(shapes))):
+                layouts = [lay for lay in critic_universe(problem, pool, n) if lay.recompute == "none"]
+                for ep, vp, zero in list(train_bases(problem, tp, pp, cp, dp))[:4]:
+                    for mb in micro_batches(problem, dp)[:2]:
+                        layouts.append(critic_like_policy(problem, TrainLayout(
+                            tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
+                            sequence_parallel=tp > 1)))
+                for lay in rng.sample(layouts, min(12, len(layouts))):
+                    cache: dict = {}
+                    floor = critic_pass_floor(problem, pool, lay, cache)
+                    states = critic_memory(problem, lay, cache).states
+                    for rec in RECOMPUTE:
+                        heavier = replace(lay, recompute=rec)
+                        t, s, _ = critic_pass(problem, pool, heavier, cache)
+                        assert 0.0 < floor <= t and s == states, (lay, rec, floor, t)
+                        checked += 1
+                    tight.append(floor / critic_pass(problem, pool, lay, cache)[0])
+    assert checked > 1000, checked
+    assert sorted(tight)[len(tight) // 2] > 0.9, sorted(tight)[len(tight) // 2]  # (within 10% at the median)
+

@@ -582,18 +582,43 @@ def train_core_floor(problem: Problem, pool: PoolHW, lay: TrainLayout, cache: di
     lora = wl.lora_rank
     seq, attn = _pass_seq_len(wl, lay)
     st = cached_stage_times(arch, dev, lay, seq, lora > 0, cache, attn)
+    floor, bubble = _update_floor(wl, dev, lay, st)
+    if wl.old_logprob_pass:
+        lp, lp_seq, lp_attn = _logprob_pass(wl, lay)
+        if lora or lp is not lay:
+            st = cached_stage_times(arch, dev, lp, lp_seq, False, cache, lp_attn)
+        floor += _forward_floor(wl, dev, lp, st)
+    return floor * (1 - 1e-9), bubble * (1 - 1e-9)
+
+
+def _update_floor(wl, dev, lay: TrainLayout, st: dict) -> tuple[float, float]:
+    """(floor, bubble) of `train_time`'s update over the workload's global batch from the stage times `st`
+    alone: m x (fwd + bwd) less what the EP A2A overlap hides, and the bubble (see `train_core_floor`)."""
     m = max(1.0, wl.global_batch / (lay.dp * lay.micro_batch))
     per_mb = st["fwd"] + st["bwd"]
     hidden = m * ep_overlap_paired_share(lay, m) * st.get("ep_hidden", 0.0)
     scale = wl.optimizer_steps / dev.train_efficiency
     bubble = (lay.pp - 1) / lay.vp * per_mb * scale
-    floor = (m * per_mb - hidden) * scale + bubble
-    if wl.old_logprob_pass:
-        lp, lp_seq, lp_attn = _logprob_pass(wl, lay)
-        if lora or lp is not lay:
-            st = cached_stage_times(arch, dev, lp, lp_seq, False, cache, lp_attn)
-        floor += (max(1.0, wl.samples / (lp.dp * lp.micro_batch)) + lp.pp - 1) * st["fwd"] / dev.logprob_efficiency
-    return floor * (1 - 1e-9), bubble * (1 - 1e-9)
+    return (m * per_mb - hidden) * scale + bubble, bubble
+
+
+def _forward_floor(wl, dev, lay: TrainLayout, st: dict) -> float:
+    """`forward_time`'s passes over the rollout's samples from the stage times `st` alone ((m + pp - 1) x fwd:
+    the sends, log-prob and elementwise extras, host syncs and ZeRO-3 terms, each >= 0, left out)."""
+    return (max(1.0, wl.samples / (lay.dp * lay.micro_batch)) + lay.pp - 1) * st["fwd"] / dev.logprob_efficiency
+
+
+def critic_pass_floor(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict | None = None) -> float:
+    """Seconds that `critic_pass`'s forward + update of the critic with the degrees `critic` never undercut,
+    from the stage times `critic_group_pass` asks (memoized alike in `cache`, so a critic scored after its floor
+    costs no second `stage_times`): the update's and the value forward's passes as `train_core_floor` takes
+    the policy's, every other term (>= 0) left out, shaded by 1e-9 (a property test checks it)."""
+    critic = trainer_layout(problem, critic)
+    wl = problem.workload
+    dev = device(pool, wl.precision, problem.profile)
+    seq, attn = _unpadded_busiest(wl, critic, wl.seq_mean, seq_attention(wl))
+    st = cached_stage_times(problem.value, dev, critic, seq, False, cache, attn)
+    return (_forward_floor(wl, dev, critic, st) + _update_floor(wl, dev, critic, st)[0]) * (1 - 1e-9)
 
 
 # bytes per fp32 parameter torch's single-tensor Adam moves over its 8 ops (runtime.yaml fsdp_optimizer_tensor_ops:
@@ -737,8 +762,8 @@ def critic_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache: dict
     key = ("critic", critic)
     hit = cache.get(key)  # (one hash of the key: a layout's hashes all its fields)
     if hit is None:
-        fwd, upd, peak = critic_group_pass(problem, pool, critic, cache)
-        hit = cache[key] = (fwd + upd, critic_memory(problem, critic, cache).states, peak)
+        critic_group_pass(problem, pool, critic, cache)  # (which fills this key too: the memory asked once)
+        hit = cache[key]
     return hit
 
 
@@ -751,7 +776,7 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
     key = ("critic group", critic)
     hit = cache.get(key)  # (one hash of the key)
     if hit is None:
-        critic = trainer_layout(problem, critic)
+        given, critic = critic, trainer_layout(problem, critic)
         wl = problem.workload
         dev = device(pool, wl.precision, problem.profile)
         a = problem.value
@@ -764,7 +789,9 @@ def critic_group_pass(problem: Problem, pool: PoolHW, critic: TrainLayout, cache
         upd = train_time(a, dev, critic, wl.global_batch, seq, optimizer_steps=wl.optimizer_steps, st=st,
                          memo=cache, fsdp_reduce_bytes=wl.framework.fsdp_grad_reduce_bytes,
                          unfused_elementwise=eager).total
-        hit = cache[key] = (fwd, upd, critic_memory(problem, critic, cache).total)
+        mem = critic_memory(problem, critic, cache)  # (its states do not read the strategy trainer_layout sets)
+        hit = cache[key] = (fwd, upd, mem.total)
+        cache["critic", given] = (fwd + upd, mem.states, mem.total)  # (`critic_pass`)
     return hit
 
 

@@ -61,7 +61,7 @@ from rlsolve.perf.step import (QUANT_BYTES, AuxSide, GenSide, TrainSide, aux_sid
                                engine_release_time, engine_shares_fixed, gen_side, policy_memory, refit_gather_time,
                                refit_hold, trainer_switch_time, optimizer_prep_time, recv_time,
                                rollout_steps_in_flight, send_time, trainer_strategy,
-                               sync_time, train_aux, train_core, train_core_floor, with_critic)
+                               sync_time, train_aux, train_core, train_core_floor, critic_pass_floor, with_critic)
 from rlsolve.perf.train import (BF16, FA_BWD_OVER_FWD, TrainLayout, layer_elementwise_elems, layout_with,
                                 moe_host_efficiency)
 from rlsolve.resolve import PoolHW, Problem
@@ -350,9 +350,9 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     group_modes = [m for m in modes if "auxiliary" in critic_places(problem, m)]
     # an interleaved base may skip a micro-batch beaten at every recompute (below): micro-batches of max-length
     # sequences whose rules read neither it nor (no target) vp with the recompute, the recompute not kept apart
-    # a layout whose floor (`train_core_floor`) already loses every candidate is not scored: without a critic (the
-    # critics' passes and pairings are not bounded there) and without a target that pairs critics by recompute
-    floor_ok = _FLOOR_BEFORE_SCORING and problem.value is None and not critics_vary
+    # a layout whose floor (`train_core_floor`, with a critic `_critic_floor`) already loses every candidate is not
+    # scored: not with a target that pairs critics by recompute (nor, then, one that trains them on GPUs of their own)
+    floor_ok = _FLOOR_BEFORE_SCORING and not critics_vary
     skip_ok = _SKIP_BEATEN_MICRO_BATCHES and problem.workload.packed_tokens is None and caps is None and \
         "micro_batch" not in problem.spec.constraints.training and "recompute" not in apart
     for n, tp, pp, cp, dp in (train_shapes(problem, pool) if shapes is None else shapes):
@@ -430,10 +430,11 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         continue  # (see `beaten_from`)
                     if not hit and (hit := floored.get((ep, zero, mb))) is not None:
                         # (the same skip where the layout without interleaving was not scored: its floor less the
-                        # bubble term, `floored`, bounds what its scored time less its bubble would have)
+                        # bubble term, `floored`, bounds what its scored time less its bubble would have; its
+                        # critics are those of the layout without interleaving, `critic_like_policy` sets vp = 1)
                         if _all_beaten(problem, pool, layout_with(hit[0], vp=vp), hit[1], cap, hit[2],
                                        kinds, variants_of, best_disagg, fronts if front else None, modes, apart, n, pp,
-                                       bounds, limit, cache, aux_of, dev, every_recompute=True):
+                                       bounds, limit, cache, aux_of, dev, every_recompute=True, critics=hit[3]):
                             if _MEMO_BEATEN_VP and "vp" not in apart:
                                 beaten_from[ep, zero, mb] = vp
                             continue
@@ -510,14 +511,16 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         break  # every candidate of it, and of a heavier recompute, would be skipped below
                     if floor_ok and lay.recompute_layers == 0:
                         floor, bubble = train_core_floor(problem, pool, lay, cache)
+                        c_floor = None if problem.value is None else _critic_floor(problem, pool, n, lay, critics, cache)
                         if _all_beaten(problem, pool, lay, mem, cap, floor, [k for k in kinds if k not in dead],
                                        variants_of, best_disagg, fronts if front else None, modes, apart, n, pp,
-                                       bounds, limit, cache, aux_of, dev, every_recompute=True):
+                                       bounds, limit, cache, aux_of, dev, every_recompute=True, critics=c_floor):
                             # every candidate of it, and of a heavier recompute (never faster, the same states, less
-                            # simple), would be skipped below: its update and old log-prob pass take at least
-                            # `train_core_floor` (which asks the stage times `train_core` would, and no more)
+                            # simple; its critic on the policy's degrees too), would be skipped below: its update and
+                            # old log-prob pass take at least `train_core_floor` (which asks the stage times
+                            # `train_core` would, and no more), its critic's pass and states at least `c_floor`
                             if vp == 1 and not lighter and skip_ok:
-                                floored[ep, zero, mb] = (lay, mem, floor - bubble)
+                                floored[ep, zero, mb] = (lay, mem, floor - bubble, c_floor)
                             break
                     t, _, old = train_core(problem, pool, lay, mem, cache=cache)
                     out.evaluated += 1
@@ -769,12 +772,11 @@ def _critics_beside(problem: Problem, pool: PoolHW, n: int, like: TrainLayout, c
     key = ("sorted", n)
     hit = critics.get(key)
     if hit is None:
-        if n not in critics:  # (as `_critics_for` fills it)
-            critics[n] = [(c, critic_pass(problem, pool, c, cache)) for _, c in _critic_options(problem, pool, n, cache)]
+        own = _own_critics(problem, pool, n, critics, cache)
         if n not in positions:
-            positions[n] = {id(c): i for i, (c, _) in enumerate(critics[n])}
+            positions[n] = {id(c): i for i, (c, _) in enumerate(own)}
         at = positions[n]
-        order = sorted(critics[n], key=lambda c: c[1][:2])
+        order = sorted(own, key=lambda c: c[1][:2])
         hit = critics[key] = ([c for c, _ in order], [c_pass for _, c_pass in order], [c_pass[:2] for _, c_pass in order],
                               [(at[id(c)],) for c, _ in order], {c: i for i, (c, _) in enumerate(order)})
     paired, passes, keys, ckeys, index = hit
@@ -881,10 +883,12 @@ def _interleaved_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: A
 def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: float, lb: float, kinds: list[str],
                 variants_of, best_disagg: dict, fronts: dict | None, modes: list[str], apart: tuple, n: int, pp: int,
                 bounds: dict, limit: dict | None, cache: dict, aux_of: dict, dev: Any,
-                every_recompute: bool = False) -> bool:
-    """Whether every candidate of `lay` (memory `mem`; no critic: the caller's test) whose update plus old
-    log-prob pass takes at least `lb` would be skipped by the tests of `_train_candidates` (see
-    `_interleaved_beaten`, whose verdict this is; `every_recompute` there)."""
+                every_recompute: bool = False, critics: tuple | None = None) -> bool:
+    """Whether every candidate of `lay` (memory `mem`) whose update plus old log-prob pass takes at least `lb`
+    would be skipped by the tests of `_train_candidates` (see `_interleaved_beaten`, whose verdict this is;
+    `every_recompute` there). `critics` (PPO, no target; with `every_recompute`): (pass s, states) pairs that
+    each critic paired with it is no less than one of (`_critic_floor`), added to the other models' as
+    `with_critic` adds a critic's; None: no critic."""
     live = kinds if limit is None else _within_limit(kinds, lb, n, pp, bounds, limit)
     gather, _, hold_u = _refit_terms(problem, pool, lay, modes, cache)  # (interleaving does not change it)
     lb += gather
@@ -901,7 +905,11 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
                 best = best_disagg.get((n, hosts, ref, quant) + apart_of, math.inf)
                 if lb >= best:
                     continue
-                ref_t, rew_t, val_t, _ = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
+                if critics is None:
+                    ref_t, rew_t, val_t, _ = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
+                else:  # (the fastest critic's pass)
+                    ref_t, rew_t, _, _ = _others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of)
+                    val_t = critics[0][0]
                 if lb + ref_t + rew_t + val_t < best:
                     return False
                 continue
@@ -913,19 +921,47 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
                 # covered without the other models' passes and bytes: with them (>= 0) the rank is no less in
                 # time nor in memory, and a front member that covers a rank covers every rank above it
                 continue
-            ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
-            states = m_states + resident
-            if states > cap:
-                continue  # no recompute fits it
-            if m_total + resident > cap and not every_recompute:
-                return False  # a heavier recompute may fit it
-            side_lb = lb + ref_t + rew_t + val_t + orchestration
-            for off in offloads:
-                rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)),
-                        0 if off else mem_units_up(states), simple[off])
-                if not _front_covers(group, rank):
-                    return False
+            if critics is None:
+                ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache,
+                                                        aux_of)
+                pairs = ((val_t, 0.0),)
+            else:  # the other models' passes, with each pair of `critics`
+                ref_t, rew_t, _, resident = _others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of)
+                pairs = critics
+            for val_t, c_states in pairs:
+                states = m_states + (resident + c_states)
+                if states > cap:
+                    continue  # no recompute fits it
+                if m_total + (resident + c_states) > cap and not every_recompute:
+                    return False  # a heavier recompute may fit it
+                side_lb = lb + ref_t + rew_t + val_t + orchestration
+                for off in offloads:
+                    rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)),
+                            0 if off else mem_units_up(states), simple[off])
+                    if not _front_covers(group, rank):
+                        return False
     return True
+
+
+def _critic_floor(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout, critics: dict, cache: dict
+                  ) -> tuple[tuple[float, float], ...]:
+    """(seconds, states bytes) pairs, the least time first, such that every critic `_with_critics` pairs (no
+    target) with this trainer on n GPUs, or with the same trainer at a heavier recompute, takes no less time and
+    keeps no fewer states than one of them: the `critic_pass` of the critic's own layouts on n GPUs (those on
+    the front of time and states, asked once per count) and the policy's degrees (`critic_like_policy`, legal or
+    not) at its floor (`perf.step.critic_pass_floor`: its update and forward grow with the recompute, its states
+    do not)."""
+    key = ("floor", n)
+    front = critics.get(key)
+    if front is None:
+        front = []
+        for c_pass in sorted(c_pass[:2] for _, c_pass in _own_critics(problem, pool, n, critics, cache)):
+            if not front or c_pass[1] < front[-1][1]:
+                front.append(c_pass)
+        front = critics[key] = tuple(front)
+    like = critic_like_policy(problem, lay)
+    return tuple(sorted(front + ((critic_pass_floor(problem, pool, like, cache),
+                                  critic_memory(problem, like, cache).states),)))
 
 
 def _front_covers(group: list[tuple], rank: tuple) -> bool:
@@ -1113,6 +1149,16 @@ def _critic_options(problem: Problem, pool: PoolHW, n: int, cache: dict) -> list
     return [(engines, lay) for engines, front in fronts.items() for *_, lay in front]
 
 
+def _own_critics(problem: Problem, pool: PoolHW, n: int, critics: dict, cache: dict) -> list[tuple]:
+    """The critic's own layouts on n GPUs (`_critic_options`), each with its `critic_pass`: looked up once per count
+    (memoized in `critics[n]`)."""
+    hit = critics.get(n)
+    if hit is None:
+        hit = critics[n] = [(lay, critic_pass(problem, pool, lay, cache))
+                            for _, lay in _critic_options(problem, pool, n, cache)]
+    return hit
+
+
 def _critics_for(problem: Problem, pool: PoolHW, n: int, policy: TrainLayout, critics: dict, cache: dict
                  ) -> list[tuple]:
     """The critic layouts to pair with this trainer, each with its `critic_pass`: [(None, None)]
@@ -1124,9 +1170,8 @@ def _critics_for(problem: Problem, pool: PoolHW, n: int, policy: TrainLayout, cr
     if caps is not None and not caps.shapes.value.critic_own_layout:
         like = critic_like_policy(problem, policy)
         return [(like, critic_pass(problem, pool, like, cache))] if not critic_violations(problem, pool, n, like) else []
-    if n not in critics:  # each option with its pass, looked up once per count
-        critics[n] = [(lay, critic_pass(problem, pool, lay, cache)) for _, lay in _critic_options(problem, pool, n, cache)]
-    found = [(lay, cp) for lay, cp in critics[n] if not critic_pair_violations(problem, policy, lay)]
+    found = [(lay, cp) for lay, cp in _own_critics(problem, pool, n, critics, cache)
+             if not critic_pair_violations(problem, policy, lay)]
     like = critic_like_policy(problem, policy)
     if all(lay != like for lay, _ in found) and not critic_violations(problem, pool, n, like) and not \
             critic_pair_violations(problem, policy, like):
