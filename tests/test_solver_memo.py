@@ -599,3 +599,40 @@ def test_layouts_whose_floor_loses_every_candidate_leave_the_candidates_as_they_
             assert rows[True] == rows[False]
             compared += bool(rows[True])
     assert compared >= 14 and scored[True] < 0.5 * scored[False], (compared, scored)
+
+
+def _gen_rows(cands) -> list[tuple]:
+    return [(c.mode, c.layout, c.hosts, c.reward_quant, c.reserved_gb, c.side, c.sync, c.pool, c.modes)
+            for c in cands.gen]
+
+
+def test_engines_cut_at_the_pruning_limit_leave_the_candidates_as_they_are(monkeypatch):
+    """Skip rule (`candidates._beyond_limit`, `gen_side`'s `beyond`): an engine's search stops where none of its
+    runs can come under the time from which `_prune_by_bound` drops it whatever it pairs with. Every candidate
+    (each field, the order: engines, trainers, auxiliary groups) is that of the enumeration without the rule, on
+    random instances, tight memory among them, the examples and RL rows' targets, with the bounds of plans already
+    found (the rule's only use); and the rule cuts some engines short."""
+    from test_solver_space import _framework_problems
+    from rlsolve.solver import candidates as cand_mod
+    from rlsolve.solver.candidates import enumerate_candidates
+    real = cand_mod.gen_side
+    cut = [0]
+
+    def counted(*args, **kwargs):
+        side = real(*args, **kwargs)
+        cut[0] += side.cut is not None
+        return side
+
+    monkeypatch.setattr(cand_mod, "gen_side", counted)
+    limit = cand_mod._beyond_limit
+    compared = 0
+    for problem in _enumeration_problems(61) + _framework_problems(step=12):
+        rows = {}
+        for rule in (True, False):
+            monkeypatch.setattr(cand_mod, "_beyond_limit", limit if rule else (lambda *args, **kwargs: None))
+            cands = enumerate_candidates(problem, bounded=True)
+            rows[rule] = (_gen_rows(cands), _train_rows(cands),
+                          [(a.pool, a.gpus, a.hosts, a.reward_quant, a.side) for a in cands.aux], cands.evaluated)
+        assert rows[True] == rows[False]
+        compared += bool(rows[True][0])
+    assert compared >= 14 and cut[0] > 50, (compared, cut)
