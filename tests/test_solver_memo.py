@@ -636,3 +636,20 @@ def test_engines_cut_at_the_pruning_limit_leave_the_candidates_as_they_are(monke
         assert rows[True] == rows[False]
         compared += bool(rows[True][0])
     assert compared >= 14 and cut[0] > 50, (compared, cut)
+
+
+def test_the_largest_engine_time_within_a_limit_is_that_of_a_scan():
+    """`candidates._largest_within` (the engine time `_beyond_limit` allows in a mode): the largest x in [-1, limit]
+    whose step stays within the limit, as a scan finds it, for any guess, right or wrong, on every mode's
+    `compose_step` with random trainer and receive times."""
+    from rlsolve.perf.step import compose_step
+    from rlsolve.solver.candidates import _largest_within
+    rng = random.Random(67)
+    for _ in range(300):
+        mode = rng.choice(["sync", "async"])
+        tt, recv, hold, limit = rng.randint(0, 400), rng.randint(0, 60), rng.randint(0, 30), rng.randint(0, 500)
+        f = (lambda x: compose_step(mode, x, tt, recv, 0, hold=hold))
+        scan = max([x for x in range(-1, limit + 1) if x < 0 or f(x) <= limit])
+        for guess in (limit - recv - (tt if mode == "sync" else 0), rng.randint(-3, limit + 3), scan, scan + 1):
+            assert _largest_within(f, limit, guess) == scan, (mode, tt, recv, hold, limit, guess)
+

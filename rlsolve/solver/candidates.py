@@ -1767,18 +1767,25 @@ def _beyond_limit(problem: Problem, p: int, n: int, mode: str, index: _TrainInde
         if t is None or any(limit[m] >= INF_TIME for m in d_modes):
             return None
         tt, recv = time_units(t.time), time_units(sync)
-        most = -1
-        for m in d_modes:  # the largest engine time (ms) whose step stays within the mode's limit
-            lo, hi = -1, limit[m]  # (compose_step never falls with the engine's time)
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if compose_step(m, mid, tt, recv, 0) <= limit[m]:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            most = max(most, lo)
+        most = max(_largest_within(lambda x: compose_step(m, x, tt, recv, 0), limit[m],
+                                   limit[m] - recv - (tt if m == "sync" else 0)) for m in d_modes)
         sync = release = 0.0
     return (most + 1) * TIME_UNIT_S * (1 + 1e-5) - sync - release
+
+
+def _largest_within(f: Callable[[int], float], limit: int, guess: int) -> int:
+    """The largest integer x in [-1, limit] with f(x) <= limit, f never falling (-1 where f(0) exceeds it): `guess`
+    where it is that one (two calls), else by bisection."""
+    if 0 <= guess < limit and f(guess) <= limit < f(guess + 1):
+        return guess
+    lo, hi = -1, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if f(mid) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _legal_engines(problem: Problem, p: int, n: int, memo: dict, deadline: Deadline,
