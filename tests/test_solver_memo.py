@@ -653,3 +653,32 @@ def test_the_largest_engine_time_within_a_limit_is_that_of_a_scan():
         for guess in (limit - recv - (tt if mode == "sync" else 0), rng.randint(-3, limit + 3), scan, scan + 1):
             assert _largest_within(f, limit, guess) == scan, (mode, tt, recv, hold, limit, guess)
 
+
+def test_an_unpinned_runs_need_known_from_one_engine_is_every_engines():
+    """`perf.step._unpinned_need` (gen_side leaves an unpinned run that cannot fit untimed): the KV need an event run
+    kept from one StepModel is, float for float, that of the same replica requests run afresh under others
+    (other weight bytes and degrees, host work per sequence), every memo emptied."""
+    from rlsolve.perf.generate import GenLayout
+    from rlsolve.perf.hw import device
+    from rlsolve.perf import step as perf_step
+    rng = random.Random(71)
+    known = 0
+    for k in range(6):
+        problem = resolve(load_spec(random_spec(rng, tight=k % 2 == 1)))
+        pool, wl = problem.pools[0], problem.workload
+        tps = [tp for tp in (1, 2, 4) if tp <= pool.gpus_per_node and problem.policy.heads % tp == 0]
+        for _ in range(8):
+            n_req, cap = rng.choice((3.0, 40.0, 500.0, 3000.0)), rng.choice((7.0, 60.0, 400.0, math.inf))
+            fixed = rng.random() < 0.5
+            first = perf_step._step_model(problem.policy, device(pool), GenLayout(tp=rng.choice(tps)), 2.0, 0.0, False)
+            perf_step._decode_run(first, n_req, wl, 4096.0, math.inf, cap, fixed)
+            need = perf_step._unpinned_need(n_req, wl, 4096.0, cap, fixed)
+            for table in (perf_step._RUNS, perf_step._TRACES, perf_step._SCHEDULES):
+                table.table.clear()
+            other = perf_step._step_model(problem.policy, device(pool), GenLayout(tp=rng.choice(tps), pp=2),
+                                          rng.choice((1.0, 2.0)), rng.choice((0.0, 2e-5)), rng.random() < 0.5)
+            alone = perf_step._decode_run(other, n_req, wl, 4096.0, math.inf, cap, fixed)
+            if need is not None:  # (None: a closed-form run, which keeps no events)
+                assert need == alone.kv_need, (n_req, cap, fixed)
+                known += 1
+    assert known > 10, known

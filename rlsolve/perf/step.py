@@ -271,6 +271,15 @@ def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float
     return _RUNS.put(key, (step,), res)
 
 
+def _unpinned_need(n_req: float, wl, n_total: float, cap: float, fixed_shares: bool) -> float | None:
+    """The `kv_need` of a cap's unpinned event run where an engine ran it already (`_SCHEDULES`), else None. Like
+    its events, a run's need never reads the StepModel (`DecodeResult.kv_need`: the KV compared with the
+    capacity), so it is every engine's with these replica requests."""
+    known = _SCHEDULES.get((n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio,
+                            fixed_shares, math.inf, cap), ())
+    return None if known is _SCHEDULES.MISS else known[1].kv_need
+
+
 _BOUNDS = _IdentityMemo(65536)
 
 
@@ -447,11 +456,15 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
                 break  # every candidate left takes at least its bound: none can win (or come under the cut)
             if at == _TOP:
                 budget = None
-                res = _decode_run(step, n_req, wl, n_total, math.inf, limit[c], fixed_shares)
-                need[c] = res.kv_need
+                # whether this memory runs it unpinned is the run's need alone: known without timing it for this
+                # engine where another engine ran it (`_unpinned_need`), and then not timed where it does not fit
+                known = _unpinned_need(n_req, wl, n_total, limit[c], fixed_shares)
+                res = None if known is not None and known > room[c] * (1 + 1e-9) else \
+                    _decode_run(step, n_req, wl, n_total, math.inf, limit[c], fixed_shares)
+                need[c] = known if res is None else res.kv_need
                 # its pinned budgets: the first within the room (and above a full-length sequence)
                 nxt = next((j for j in range(1, KV_BUDGETS_PER_HALVING + 1 if c != caps[0] else 10 ** 6)
-                            if pinned_budget(res.kv_need, j) <= room[c] * (1 + 1e-9)), None)
+                            if pinned_budget(need[c], j) <= room[c] * (1 + 1e-9)), None)
             else:
                 budget = base if at == 0 else pinned_budget(need[c], at)
                 res = _decode_run(step, n_req, wl, n_total, budget, limit[c], fixed_shares)
@@ -459,7 +472,7 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
             if nxt is not None and pinned_budget(need[c], nxt) > base:
                 heapq.heappush(heap, (floor + bound(limit[c], pinned_budget(need[c], nxt)), order, c, nxt))
                 order += 1
-            if budget is None and res.kv_need > room[c] * (1 + 1e-9):
+            if budget is None and need[c] > room[c] * (1 + 1e-9):
                 continue  # the unpinned run needs more KV than this memory leaves
             if res.time + floor >= best:
                 continue  # its re-prefills only add to `floor` (a property test): it cannot win, so not priced
