@@ -682,3 +682,40 @@ def test_an_unpinned_runs_need_known_from_one_engine_is_every_engines():
                 assert need == alone.kv_need, (n_req, cap, fixed)
                 known += 1
     assert known > 10, known
+
+
+def _queue_steps_reference(n_requests, mean_len, max_len, n_total, g, clip, batch_cap, fixed_shares=True):
+    """`generate._queue_steps` as first written (the threshold computed per finisher, max() for the last finish)."""
+    from bisect import insort
+    from rlsolve.perf.generate import _queue
+    if batch_cap == math.inf:
+        return 0.0
+    finished, before, out = [], 0.0, 0.0
+    for length, w in _queue(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares):
+        need = before - batch_cap + w - 1e-9
+        start = 0.0
+        if need > 0 and finished:
+            start, acc = finished[-1][0], 0.0
+            for f, fw in finished:
+                acc += fw
+                if acc >= need * (1 - 1e-12):
+                    start = f
+                    break
+        insort(finished, (start + length, w))
+        before += w
+        out = max(out, start + length)
+    return out
+
+
+def test_the_queue_steps_are_those_first_written():
+    """`generate._queue_steps` (the decode bound's FIFO schedule of a batch's slots), float for float the reference
+    on random replicas, lengths, clips and batch caps."""
+    from rlsolve.perf.generate import _queue_steps
+    rng = random.Random(73)
+    for _ in range(2000):
+        args = (rng.choice([3.0, 40.0, 512.0, 2048.0, 4096.0]), rng.choice([300.0, 1000.0, 3000.0]),
+                rng.choice([4096.0, 8192.0]), rng.choice([4096.0, 65536.0]), rng.choice([8, 32]),
+                rng.choice([None, 0.05]), rng.choice([rng.uniform(1, 3000), float(rng.randint(1, 64)), math.inf]),
+                rng.random() < 0.5)
+        with np.errstate(divide="ignore"):  # a clipped share maps its top quantile to log1p(-1), then to max
+            assert _queue_steps.__wrapped__(*args) == _queue_steps_reference(*args), args
