@@ -605,3 +605,123 @@ def test_layouts_whose_floor_loses_every_candidate_leave_the_candidates_as_they_
             compared += bool(rows[True])
     assert compared >= 14 and scored[True] < 0.5 * scored[False], (compared, scored)
     assert ppo[True] < 0.7 * ppo[False], ppo
+
+
+def _gen_rows(cands) -> list[tuple]:
+    return [(c.mode, c.layout, c.hosts, c.reward_quant, c.reserved_gb, c.side, c.sync, c.pool, c.modes)
+            for c in cands.gen]
+
+
+def test_engines_cut_at_the_pruning_limit_leave_the_candidates_as_they_are(monkeypatch):
+    """Skip rule (`candidates._beyond_limit`, `gen_side`'s `beyond`): an engine's search stops where none of its
+    runs can come under the time from which `_prune_by_bound` drops it whatever it pairs with. Every candidate
+    (each field, the order: engines, trainers, auxiliary groups) is that of the enumeration without the rule, on
+    random instances, tight memory among them, the examples and RL rows' targets, with the bounds of plans already
+    found (the rule's only use); and the rule cuts some engines short."""
+    from test_solver_space import _framework_problems
+    from rlsolve.solver import candidates as cand_mod
+    from rlsolve.solver.candidates import enumerate_candidates
+    real = cand_mod.gen_side
+    cut = [0]
+
+    def counted(*args, **kwargs):
+        side = real(*args, **kwargs)
+        cut[0] += side.cut is not None
+        return side
+
+    monkeypatch.setattr(cand_mod, "gen_side", counted)
+    limit = cand_mod._beyond_limit
+    compared = 0
+    for problem in _enumeration_problems(61) + _framework_problems(step=12):
+        rows = {}
+        for rule in (True, False):
+            monkeypatch.setattr(cand_mod, "_beyond_limit", limit if rule else (lambda *args, **kwargs: None))
+            cands = enumerate_candidates(problem, bounded=True)
+            rows[rule] = (_gen_rows(cands), _train_rows(cands),
+                          [(a.pool, a.gpus, a.hosts, a.reward_quant, a.side) for a in cands.aux], cands.evaluated)
+        assert rows[True] == rows[False]
+        compared += bool(rows[True][0])
+    assert compared >= 14 and cut[0] > 50, (compared, cut)
+
+
+def test_the_largest_engine_time_within_a_limit_is_that_of_a_scan():
+    """`candidates._largest_within` (the engine time `_beyond_limit` allows in a mode): the largest x in [-1, limit]
+    whose step stays within the limit, as a scan finds it, for any guess, right or wrong, on every mode's
+    `compose_step` with random trainer and receive times."""
+    from rlsolve.perf.step import compose_step
+    from rlsolve.solver.candidates import _largest_within
+    rng = random.Random(67)
+    for _ in range(300):
+        mode = rng.choice(["sync", "async"])
+        tt, recv, hold, limit = rng.randint(0, 400), rng.randint(0, 60), rng.randint(0, 30), rng.randint(0, 500)
+        f = (lambda x: compose_step(mode, x, tt, recv, 0, hold=hold))
+        scan = max([x for x in range(-1, limit + 1) if x < 0 or f(x) <= limit])
+        for guess in (limit - recv - (tt if mode == "sync" else 0), rng.randint(-3, limit + 3), scan, scan + 1):
+            assert _largest_within(f, limit, guess) == scan, (mode, tt, recv, hold, limit, guess)
+
+
+def test_an_unpinned_runs_need_known_from_one_engine_is_every_engines():
+    """`perf.step._unpinned_need` (gen_side leaves an unpinned run that cannot fit untimed): the KV need an event run
+    kept from one StepModel is, float for float, that of the same replica requests run afresh under others
+    (other weight bytes and degrees, host work per sequence), every memo emptied."""
+    from rlsolve.perf.generate import GenLayout
+    from rlsolve.perf.hw import device
+    from rlsolve.perf import step as perf_step
+    rng = random.Random(71)
+    known = 0
+    for k in range(6):
+        problem = resolve(load_spec(random_spec(rng, tight=k % 2 == 1)))
+        pool, wl = problem.pools[0], problem.workload
+        tps = [tp for tp in (1, 2, 4) if tp <= pool.gpus_per_node and problem.policy.heads % tp == 0]
+        for _ in range(8):
+            n_req, cap = rng.choice((3.0, 40.0, 500.0, 3000.0)), rng.choice((7.0, 60.0, 400.0, math.inf))
+            fixed = rng.random() < 0.5
+            first = perf_step._step_model(problem.policy, device(pool), GenLayout(tp=rng.choice(tps)), 2.0, 0.0, False)
+            perf_step._decode_run(first, n_req, wl, 4096.0, math.inf, cap, fixed)
+            need = perf_step._unpinned_need(n_req, wl, 4096.0, cap, fixed)
+            for table in (perf_step._RUNS, perf_step._TRACES, perf_step._SCHEDULES):
+                table.table.clear()
+            other = perf_step._step_model(problem.policy, device(pool), GenLayout(tp=rng.choice(tps), pp=2),
+                                          rng.choice((1.0, 2.0)), rng.choice((0.0, 2e-5)), rng.random() < 0.5)
+            alone = perf_step._decode_run(other, n_req, wl, 4096.0, math.inf, cap, fixed)
+            if need is not None:  # (None: a closed-form run, which keeps no events)
+                assert need == alone.kv_need, (n_req, cap, fixed)
+                known += 1
+    assert known > 10, known
+
+
+def _queue_steps_reference(n_requests, mean_len, max_len, n_total, g, clip, batch_cap, fixed_shares=True):
+    """`generate._queue_steps` as first written (the threshold computed per finisher, max() for the last finish)."""
+    from bisect import insort
+    from rlsolve.perf.generate import _queue
+    if batch_cap == math.inf:
+        return 0.0
+    finished, before, out = [], 0.0, 0.0
+    for length, w in _queue(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares):
+        need = before - batch_cap + w - 1e-9
+        start = 0.0
+        if need > 0 and finished:
+            start, acc = finished[-1][0], 0.0
+            for f, fw in finished:
+                acc += fw
+                if acc >= need * (1 - 1e-12):
+                    start = f
+                    break
+        insort(finished, (start + length, w))
+        before += w
+        out = max(out, start + length)
+    return out
+
+
+def test_the_queue_steps_are_those_first_written():
+    """`generate._queue_steps` (the decode bound's FIFO schedule of a batch's slots), float for float the reference
+    on random replicas, lengths, clips and batch caps."""
+    from rlsolve.perf.generate import _queue_steps
+    rng = random.Random(73)
+    for _ in range(2000):
+        args = (rng.choice([3.0, 40.0, 512.0, 2048.0, 4096.0]), rng.choice([300.0, 1000.0, 3000.0]),
+                rng.choice([4096.0, 8192.0]), rng.choice([4096.0, 65536.0]), rng.choice([8, 32]),
+                rng.choice([None, 0.05]), rng.choice([rng.uniform(1, 3000), float(rng.randint(1, 64)), math.inf]),
+                rng.random() < 0.5)
+        with np.errstate(divide="ignore"):  # a clipped share maps its top quantile to log1p(-1), then to max
+            assert _queue_steps.__wrapped__(*args) == _queue_steps_reference(*args), args

@@ -430,6 +430,39 @@ def test_decode_lower_bound_never_exceeds_the_simulation():
                     assert bound.time <= exact.time * (1 + 1e-9)
 
 
+def test_an_engine_cut_at_a_limit_is_exact_under_it_and_at_least_the_limit_otherwise():
+    """`gen_side(beyond=x)` (the engine search's pruning limit, `candidates._beyond_limit`): where the engine's
+    time is under x, the very side without it, float for float; else a side without a time (`cut` = x, decode
+    inf, still fitting) whose time, computed without x, is at least x (to the bounds' 1e-6)."""
+    seen = {"exact": 0, "cut": 0}
+    for problem in _random_problems(8, 41):
+        pool = problem.pools[0]
+        for tp, dp in ((1, 1), (2, 3), (1, 4)):
+            if tp > pool.gpus_per_node or problem.policy.heads % tp:
+                continue
+            for r, k, fixed in ((0, 1, True), (8e9, 1, True), (0, 3, False)):
+                lay = GenLayout(tp=tp, dp=dp)
+                exact = gen_side(problem, pool, lay, reserved=r, in_flight=k, fixed_shares=fixed)
+                if not exact.fits:
+                    continue
+                assert exact.cut is None
+                for f in (0.3, 0.9, 0.99, 0.999999, 1.0, 1.000001, 1.01, 1.5):
+                    x = exact.time * f
+                    got = gen_side(problem, pool, lay, reserved=r, in_flight=k, fixed_shares=fixed, beyond=x)
+                    if got.cut is None:
+                        assert got == exact and exact.time < x * (1 + 1e-9), (f, exact.time)
+                        seen["exact"] += 1
+                    else:
+                        assert got.cut == x and got.fits and got.decode == math.inf and got.time == math.inf
+                        assert exact.time >= x * (1 - 1e-6), (f, exact.time)
+                        seen["cut"] += 1
+                    if f <= 0.99:
+                        assert got.cut == x
+                    if f >= 1.01:
+                        assert got == exact
+    assert seen["exact"] > 50 and seen["cut"] > 50, seen
+
+
 def test_capped_decode_bound_never_exceeds_the_capped_simulation():
     """`gen_side` simulates a max_num_seqs cap only when the bound of a capped run (the prompts'
     prefill plus `decode_lower_bound` under that cap) is below the uncapped run: the bound must

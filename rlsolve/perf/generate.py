@@ -752,15 +752,18 @@ def _queue_steps(n_requests: float, mean_len: float, max_len: float, n_total: fl
         need = before - batch_cap + w - 1e-9
         start = 0.0
         if need > 0 and finished:
-            start, acc = finished[-1][0], 0.0
+            # (the threshold taken once, not per finisher: the search's bounds run this ~1,300 times a solve)
+            start, acc, threshold = finished[-1][0], 0.0, need * (1 - 1e-12)
             for f, fw in finished:
                 acc += fw
-                if acc >= need * (1 - 1e-12):
+                if acc >= threshold:
                     start = f
                     break
-        insort(finished, (start + length, w))
+        end = start + length
+        insort(finished, (end, w))
         before += w
-        out = max(out, start + length)
+        if end > out:  # (max(out, end), without the builtin's call)
+            out = end
     return out
 
 
@@ -922,6 +925,26 @@ def _decode_all_admitted(step: StepModel, n_requests: float, prompt_len: float, 
     """Closed form when every request runs from the start: between consecutive finish
     lengths the batch is constant and the context grows linearly. None when the KV memory
     or max_num_seqs would force queueing (then the event simulation runs)."""
+    if n_requests > max_num_seqs + 1e-9:
+        return None  # (asked before the segments: most of the search's runs have a cap below their requests)
+    alive, ctx, seg, need, steps, area, peak = _all_admitted_segments(n_requests, prompt_len, mean_len, max_len,
+                                                                       n_total, g, clip, fixed_shares)
+    if need > kv_capacity_tokens:
+        return None
+    st = step.step_time(alive, ctx)
+    time = float(np.sum(seg * st))
+    return DecodeResult(time=time, steps=steps, peak_batch=peak,
+                        mean_batch=area / steps if steps else 0.0, kv_limited=False, reprefill_tokens=0.0,
+                        kv_need=need)
+
+
+@lru_cache(maxsize=8192)
+def _all_admitted_segments(n_requests: float, prompt_len: float, mean_len: float, max_len: float, n_total: float,
+                           g: int, clip: float | None, fixed_shares: bool) -> tuple:
+    """What `_decode_all_admitted` reads of the representative requests, none of it of the StepModel (cached: the
+    search re-times the same requests for many engines): the batch, mean context and length of each segment
+    between finishes (those of positive length), the KV held at the busiest segment's end, the steps, the
+    batch-steps and the first segment's batch."""
     lengths, weight = _representatives(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
     order = np.argsort(lengths, kind="stable")
     L, w = lengths[order], weight[order]
@@ -930,14 +953,9 @@ def _decode_all_admitted(step: StepModel, n_requests: float, prompt_len: float, 
     alive = np.cumsum(w[::-1])[::-1]                 # requests still decoding in each segment
     # KV held at the end of each segment: finished requests free theirs
     kv_end = alive * (prompt_len + edges[1:])
-    if n_requests > max_num_seqs + 1e-9 or float(np.max(kv_end)) > kv_capacity_tokens:
-        return None
     ctx = prompt_len + (edges[:-1] + edges[1:]) / 2
     mask = seg > 0
-    st = step.step_time(alive[mask], ctx[mask])
-    time = float(np.sum(seg[mask] * st))
-    steps = float(L[-1])
-    area = float(np.sum(seg * alive))
-    return DecodeResult(time=time, steps=steps, peak_batch=float(alive[0]),
-                        mean_batch=area / steps if steps else 0.0, kv_limited=False, reprefill_tokens=0.0,
-                        kv_need=float(np.max(kv_end)))
+    out = (alive[mask], ctx[mask], seg[mask])
+    for a in out:
+        a.flags.writeable = False
+    return out + (float(np.max(kv_end)), float(L[-1]), float(np.sum(seg * alive)), float(alive[0]))

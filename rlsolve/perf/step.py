@@ -71,6 +71,7 @@ class GenSide:
     fits: bool
     max_num_seqs: int | None = None  # the engine cap the time was computed with (None: no cap)
     aux_times: dict = field(default_factory=dict)  # the same per model: {"reference": s, "reward": s}
+    cut: float | None = None  # gen_side's `beyond` where no run came under it (then the decode time is inf)
 
     @property
     def time(self) -> float:
@@ -270,6 +271,15 @@ def _decode_run(step: StepModel, n_req: float, wl, n_total: float, budget: float
     return _RUNS.put(key, (step,), res)
 
 
+def _unpinned_need(n_req: float, wl, n_total: float, cap: float, fixed_shares: bool) -> float | None:
+    """The `kv_need` of a cap's unpinned event run where an engine ran it already (`_SCHEDULES`), else None. Like
+    its events, a run's need never reads the StepModel (`DecodeResult.kv_need`: the KV compared with the
+    capacity), so it is every engine's with these replica requests."""
+    known = _SCHEDULES.get((n_req, wl.prompt_len, wl.response_mean, wl.response_max, n_total, wl.clip_ratio,
+                            fixed_shares, math.inf, cap), ())
+    return None if known is _SCHEDULES.MISS else known[1].kv_need
+
+
 _BOUNDS = _IdentityMemo(65536)
 
 
@@ -357,7 +367,7 @@ def _engine_frame(problem: Problem, pool: PoolHW, lay: GenLayout, reserved: floa
 def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float = 0.0,
              aux_models: tuple[tuple[str, Architecture, float], ...] = (), kv_cache_gb: float | None = None,
              max_num_seqs: float | None = None, lower_bound: bool = False, in_flight: int = 1,
-             cap_search: bool = True, fixed_shares: bool = True) -> GenSide:
+             cap_search: bool = True, fixed_shares: bool = True, beyond: float | None = None) -> GenSide:
     """Time and memory of generating one step's samples on `lay.dp` replicas.
 
     `reserved`: bytes per GPU held by other roles while generating (colocated training
@@ -378,7 +388,14 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
     colocated fronts and the oracle's KV levels rely on it; a property test). With `max_num_seqs`, the
     same over that one cap. Best first by `decode_lower_bound` (property tests: never above the run it
     stands for; a cap or a smaller budget never lowers it), so the search simulates only candidates whose
-    bound is below the best run found, and the time is the least over all the candidates."""
+    bound is below the best run found, and the time is the least over all the candidates.
+
+    `beyond` (seconds): a time the caller has no use for the engine's exact time at or above (the engine
+    search's pruning limit). The search also stops where every candidate left is bounded at or above it; if no
+    run then comes under it, the side's decode time is inf (`fits` still true) and its exact time is at least
+    `beyond` x (1 - 1e-6). Where one does, the side is the one without `beyond`, float for float: up to the
+    first run under it the search takes the same candidates in the same order, and from then on it stops
+    where it would without `beyond`."""
     wl = problem.workload
     arch = problem.policy
     frame = _engine_frame(problem, pool, lay, reserved, aux_models, kv_cache_gb, max_num_seqs, cap_search)
@@ -399,6 +416,10 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
 
     def bound(c: float, budget: float) -> float:
         return _decode_bound(step, n_req, wl, n_total, budget, c, fixed_shares)
+
+    aux_times = {role: aux_forward_on_gen(a, dev, lay, wl.samples, wl.seq_mean, seq_attention(wl))
+                 for role, a, _ in aux_models}
+    aux = sum(aux_times.values())
 
     if fits and lower_bound:
         # every candidate's KV is within the largest room (the least cap's), and a cap only raises the bound.
@@ -427,17 +448,23 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
         heapq.heapify(heap)
         order, need = len(caps) + 1, {}
         best, pick = math.inf, None
+        # `beyond` in the heap's terms (a run's decode plus its prefill, for k steps): the time is (that) / k + aux
+        cut = math.inf if beyond is None else (beyond - aux) * k
         while heap:
             lb, _, c, at = heapq.heappop(heap)
-            if lb * (1 - 1e-6) >= best:
-                break  # every candidate left takes at least its bound: none can win
+            if lb * (1 - 1e-6) >= (best if best < cut else cut):
+                break  # every candidate left takes at least its bound: none can win (or come under the cut)
             if at == _TOP:
                 budget = None
-                res = _decode_run(step, n_req, wl, n_total, math.inf, limit[c], fixed_shares)
-                need[c] = res.kv_need
+                # whether this memory runs it unpinned is the run's need alone: known without timing it for this
+                # engine where another engine ran it (`_unpinned_need`), and then not timed where it does not fit
+                known = _unpinned_need(n_req, wl, n_total, limit[c], fixed_shares)
+                res = None if known is not None and known > room[c] * (1 + 1e-9) else \
+                    _decode_run(step, n_req, wl, n_total, math.inf, limit[c], fixed_shares)
+                need[c] = known if res is None else res.kv_need
                 # its pinned budgets: the first within the room (and above a full-length sequence)
                 nxt = next((j for j in range(1, KV_BUDGETS_PER_HALVING + 1 if c != caps[0] else 10 ** 6)
-                            if pinned_budget(res.kv_need, j) <= room[c] * (1 + 1e-9)), None)
+                            if pinned_budget(need[c], j) <= room[c] * (1 + 1e-9)), None)
             else:
                 budget = base if at == 0 else pinned_budget(need[c], at)
                 res = _decode_run(step, n_req, wl, n_total, budget, limit[c], fixed_shares)
@@ -445,32 +472,35 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
             if nxt is not None and pinned_budget(need[c], nxt) > base:
                 heapq.heappush(heap, (floor + bound(limit[c], pinned_budget(need[c], nxt)), order, c, nxt))
                 order += 1
-            if budget is None and res.kv_need > room[c] * (1 + 1e-9):
+            if budget is None and need[c] > room[c] * (1 + 1e-9):
                 continue  # the unpinned run needs more KV than this memory leaves
+            if res.time + floor >= best:
+                continue  # its re-prefills only add to `floor` (a property test): it cannot win, so not priced
             t = res.time + _prefill(arch, dev, lay, prompt_tokens + res.reprefill_tokens, ctx)
             if t < best:
                 best, pick = t, (c, budget, res)
-        chosen_cap, budget, res = pick
-        decode, peak, limited, rep = res.time, res.peak_batch, res.kv_limited, res.reprefill_tokens
-        if chosen_cap is not None and max_num_seqs is None:
-            # the plan exports the cap: the engine's profile run reserves for it, not for vLLM's default
-            other = gen_other_bytes(arch, lay, chosen_cap, wl.engine_version)
-        # the KV cache: all that is left beside that reserve, or the budget the plan pins
-        kv_tokens = room[chosen_cap] if budget is None else budget
-        kv = kv_tokens * kv_tok_gpu
+        if best >= cut:  # no run comes under the cut (the caller has no use for the time)
+            decode, peak, limited, rep = math.inf, 0.0, False, 0.0
+        else:
+            chosen_cap, budget, res = pick
+            decode, peak, limited, rep = res.time, res.peak_batch, res.kv_limited, res.reprefill_tokens
+            if chosen_cap is not None and max_num_seqs is None:
+                # the plan exports the cap: the engine's profile run reserves for it, not for vLLM's default
+                other = gen_other_bytes(arch, lay, chosen_cap, wl.engine_version)
+            # the KV cache: all that is left beside that reserve, or the budget the plan pins
+            kv_tokens = room[chosen_cap] if budget is None else budget
+            kv = kv_tokens * kv_tok_gpu
     else:
         decode, peak, limited, rep = float("inf"), 0.0, True, 0.0
     # prefix caching: each prompt is prefilled once for its samples_per_prompt responses;
     # k steps in flight: this step's share
     prefill = _prefill(arch, dev, lay, prompt_tokens + rep, ctx) / k
     decode = decode / k
-    aux_times = {role: aux_forward_on_gen(a, dev, lay, wl.samples, wl.seq_mean, seq_attention(wl))
-                 for role, a, _ in aux_models}
     return GenSide(layout=lay, gpus=lay.tp * lay.pp * lay.dp, prefill=prefill, decode=decode,
-                   aux=sum(aux_times.values()), aux_times=aux_times,
+                   aux=aux, aux_times=aux_times,
                    weights=weights + aux_bytes, kv_cache=max(kv, 0.0), activations=0.0, other=other,
                    reserved=reserved, capacity=cap, kv_tokens=kv_tokens, peak_batch=peak, kv_limited=limited,
-                   fits=fits, max_num_seqs=chosen_cap)
+                   fits=fits, max_num_seqs=chosen_cap, cut=beyond if fits and decode == math.inf else None)
 
 
 # --- training side ------------------------------------------------------------------------

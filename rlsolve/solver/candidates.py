@@ -73,7 +73,7 @@ from rlsolve.solver.rules import (RECOMPUTE, asked, aux_group_pools, aux_models,
                                   gen_violations,
                                   micro_batches, modes_allowed, role_counts, target_caps, target_hosting_modes,
                                   train_bases, train_layout_violations, train_shape_violations, train_shapes)
-from rlsolve.solver.scale import INF_TIME, mem_units_up, time_units
+from rlsolve.solver.scale import INF_TIME, TIME_UNIT_S, mem_units_up, time_units
 
 __all__ = ["AuxCand", "Candidates", "GenCand", "TrainCand", "enumerate_candidates", "modes_allowed"]
 
@@ -1685,7 +1685,9 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                     break  # more reserved memory fits even less
                 low = _lb_units(lb.time + engine_release_time(lb) + sync)
                 bound = low + time_units(t.time)
-                tasks.append(({"colocated": bound}, (0, order), "colocated", n, lay, lv, "none", sync))
+                # (the release: the engine's sleep reads its weights alone, the same at any decode time)
+                tasks.append(({"colocated": bound}, (0, order), "colocated", n, lay, lv, "none",
+                              (sync, engine_release_time(lb))))
                 order += 1
     if d_modes:
         # Counts from the largest down: an engine layout's bound never falls with fewer
@@ -1746,24 +1748,29 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                             continue
                         tt = time_units(t.time)
                     bound = {m: compose_step(m, tg, tt, recv, 0) for m in allowed_in}
-                    tasks.append((bound, (1, n, li, hi), "disagg", n, lay, (hosts, allowed_in, k, fixed), q, recv_s))
+                    tasks.append((bound, (1, n, li, hi), "disagg", n, lay, (hosts, allowed_in, k, fixed), q,
+                                  (recv_s, 0.0)))
     if incumbent is None:
         incumbent = {m: INF_TIME for m in modes}
     found: list[GenCand] = []
-    for bound, _, mode, n, lay, extra, q, sync in sorted(tasks, key=lambda x: (min(x[0].values()), x[1])):
+    for bound, _, mode, n, lay, extra, q, (sync, release) in sorted(tasks, key=lambda x: (min(x[0].values()), x[1])):
         limit = _relaxed(incumbent) if margin else incumbent
         if bounded and all(b > limit[m] for m, b in bound.items()):
             continue
         deadline.check("simulating engine layouts")
+        # the engine time (s) from which on this candidate is pruned (`_beyond_limit`): its exact time is not needed
+        beyond = _beyond_limit(problem, p, n, mode, coloc if mode == "colocated" else disagg, extra, sync, release,
+                               limit, d_modes) if bounded else None
         if mode == "colocated":
-            side = _engine_side(problem, p, lay, memo, reserved_gb=extra, fixed_shares=coloc_fixed)
+            side = _engine_side(problem, p, lay, memo, reserved_gb=extra, fixed_shares=coloc_fixed, beyond=beyond)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
         else:
             extra, allowed_in, k, fixed = extra
-            side = _engine_side(problem, p, lay, memo, hosts=extra, quant=q, in_flight=k, fixed_shares=fixed)
+            side = _engine_side(problem, p, lay, memo, hosts=extra, quant=q, in_flight=k, fixed_shares=fixed,
+                                beyond=beyond)
             g = GenCand(mode, lay, extra, q, 0, side, sync, pool=p, modes=allowed_in)
         out.evaluated += 1
-        if not side.fits or engine_cap_violations(problem, lay, side.max_num_seqs):
+        if not side.fits or side.cut is not None or engine_cap_violations(problem, lay, side.max_num_seqs):
             continue
         found.append(g)
         # the best plan this candidate makes with a trainer that hosts what it does not
@@ -1779,6 +1786,51 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                                         time_units(t.send), hold=time_units(t.hold))
                     incumbent[m] = min(incumbent[m], step)
     return found
+
+
+def _beyond_limit(problem: Problem, p: int, n: int, mode: str, index: _TrainIndex, level: Any, sync: float,
+                  release: float, limit: dict, d_modes: list[str]) -> float | None:
+    """Seconds of engine time (`GenSide.time`) at or above which an engine candidate of pool p on n GPUs
+    (colocated: held memory `level`) is dropped by `_prune_by_bound` whatever it is paired with, at `limit`
+    or any lower one (the limits only fall): colocated, its time with the sleep (`release`) and the reshard
+    (`sync`) in whole ms plus the fastest trainer holding at most `level` beyond the colocated limit;
+    disaggregated, its step with the fastest trainer beside it and its receive time (`sync`) beyond the limit
+    of every disaggregated mode. Such a candidate cannot change the incumbents either (a plan with it pairs a
+    trainer no faster), nor, absent, another candidate's place in a front (one it would cover takes no less
+    time with no faster partner: pruned too). None: no such limit (a mode without a plan yet, no trainer).
+
+    The limit K (ms) the candidate's time may reach is turned into seconds one unit up, with a 1e-5 margin
+    over the float rounding of `time_units` and of the engine search's 1e-6 bound tolerance (`gen_side`'s
+    `beyond`)."""
+    if mode == "colocated":
+        t = index.colocated(p, n, level)
+        if t is None or limit["colocated"] >= INF_TIME:
+            return None
+        most = limit["colocated"] - time_units(t.time)
+    else:
+        t = index.disagg(p, n, problem.pools[p].n_gpus, len(problem.pools))
+        if t is None or any(limit[m] >= INF_TIME for m in d_modes):
+            return None
+        tt, recv = time_units(t.time), time_units(sync)
+        most = max(_largest_within(lambda x: compose_step(m, x, tt, recv, 0), limit[m],
+                                   limit[m] - recv - (tt if m == "sync" else 0)) for m in d_modes)
+        sync = release = 0.0
+    return (most + 1) * TIME_UNIT_S * (1 + 1e-5) - sync - release
+
+
+def _largest_within(f: Callable[[int], float], limit: int, guess: int) -> int:
+    """The largest integer x in [-1, limit] with f(x) <= limit, f never falling (-1 where f(0) exceeds it): `guess`
+    where it is that one (two calls), else by bisection."""
+    if 0 <= guess < limit and f(guess) <= limit < f(guess + 1):
+        return guess
+    lo, hi = -1, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if f(mid) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _legal_engines(problem: Problem, p: int, n: int, memo: dict, deadline: Deadline,
@@ -1810,28 +1862,35 @@ def _legal_engines(problem: Problem, p: int, n: int, memo: dict, deadline: Deadl
 
 def _engine_side(problem: Problem, p: int, lay: GenLayout, memo: dict, *, reserved_gb: int = 0,
                  hosts: frozenset = frozenset(), quant: str = "none", lower_bound: bool = False,
-                 in_flight: int = 1, fixed_shares: bool = True) -> GenSide:
+                 in_flight: int = 1, fixed_shares: bool = True, beyond: float | None = None) -> GenSide:
     """`gen_side` of an engine layout, memoized across the probe and the full enumeration
     (they score many of the same engines); its max_num_seqs search only where the target can set one.
     gen_side reads the hosted models only through their architectures and bytes per parameter (their
     weights beside the engine's, their forwards): engines hosting the same architectures at the same
     bytes under other roles (a reference and a reward model that are both the policy) share one
-    evaluation, its per-model times relabelled. `in_flight` and `fixed_shares`: how the mode decodes (gen_side)."""
+    evaluation, its per-model times relabelled. `in_flight` and `fixed_shares`: how the mode decodes (gen_side).
+    `beyond`: gen_side's; a side cut at a smaller one is computed again (`_cut_short`)."""
     key = (p, lay, reserved_gb, hosts, quant, lower_bound, in_flight, fixed_shares)
     hit = memo.get(key)
-    if hit is None:
+    if hit is None or _cut_short(hit, beyond):
         aux = _aux_on_gen(problem, hosts, quant)
         models = tuple(sorted((id(a), b) for _, a, b in aux))
         same = memo.get(("engine of models", p, lay, reserved_gb, models, lower_bound, in_flight, fixed_shares))
-        if same is None:
+        if same is None or _cut_short(same[1], beyond):
             hit = gen_side(problem, problem.pools[p], lay, reserved=reserved_gb * 1e9, aux_models=aux,
                            lower_bound=lower_bound, in_flight=in_flight,
-                           cap_search=engine_can_cap(problem, lay), fixed_shares=fixed_shares)
+                           cap_search=engine_can_cap(problem, lay), fixed_shares=fixed_shares, beyond=beyond)
             memo["engine of models", p, lay, reserved_gb, models, lower_bound, in_flight, fixed_shares] = (aux, hit)
         else:
             hit = _relabelled(*same, aux)
         memo[key] = hit
     return hit
+
+
+def _cut_short(side: GenSide, beyond: float | None) -> bool:
+    """Whether a memoized side was cut at a smaller `beyond` than a caller asks for (None: the exact time), so
+    that it says nothing the caller can use."""
+    return side.cut is not None and (beyond is None or beyond > side.cut)
 
 
 def _relabelled(aux: tuple, side: GenSide, other: tuple) -> GenSide:
