@@ -596,6 +596,24 @@ def test_overlapped_collectives_slow_compute_by_their_sms_and_hbm_traffic():
     assert overlap_contention_share(mi300, 8, 8) == pytest.approx(k * mi300.ring_link(8, 8)[0] / mi300.hbm_bytes_per_s)
 
 
+def test_nccl_sm_share_reads_each_gpu_s_own_sm_count():
+    """The SM share is the CTAs over the GPU's own SM count (hardware_db sm_count): a GH100 board with 132 SMs
+    (H200) takes H100's share, a GB200 GPU (152 SMs) less than a B200 (148); an AMD GPU whose CU count is recorded
+    still takes none (RCCL's channel count is not read)."""
+    from rlsolve.perf.hw import constants
+    from rlsolve.perf.train import nccl_sm_share
+    ctas = constants()["nccl_collective_ctas"]
+
+    def share(name):
+        gpu = find_gpu(name)
+        return nccl_sm_share(Device(PoolHW("main", gpu, 1, 8, find_network("IB-NDR-400"), 8,
+                                           gpu.price_per_gpu_hour_usd)))
+    assert share("H200-SXM-141GB") == share("H100-SXM-80GB") == pytest.approx(ctas / 132)
+    assert share("GB200-NVL72") == pytest.approx(ctas / 152) and share("B200-SXM-180GB") == pytest.approx(ctas / 148)
+    assert share("GB200-NVL72") < share("B200-SXM-180GB")
+    assert find_gpu("MI300X").sm_count is not None and share("MI300X") == 0.0
+
+
 def test_every_model_constant_is_sourced_and_read():
     """perf/constants.yaml holds data the model reads: each entry names its source, and a key no code
     reads is dead data that a reader would take for part of the model."""

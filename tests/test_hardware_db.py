@@ -324,3 +324,19 @@ def test_attention_kernel_rates_are_sourced_fractions_and_fa2_is_the_slower_on_h
             if gpu.efficiency.sm80_kernel_fraction is not None:
                 assert fa2.forward.value == pytest.approx(gpu.efficiency.sm80_kernel_fraction.value, abs=0.01)
     assert seen >= 4  # H100 SXM / PCIe, H800, H200
+
+
+def test_sm_counts_are_sourced_and_agree_across_a_die():
+    """Every recorded SM (NVIDIA) / CU (AMD) count is a positive integer with a quoted source; boards built
+    on the same die with the same SMs enabled carry the same count (H100 SXM5, H800 SXM and H200 are 132-SM
+    GH100 parts; a GB200 NVL72 GPU enables 152 of Blackwell's SMs where an HGX B200 enables 148), and a cut-down
+    part has fewer (H100 PCIe 114, H20 78)."""
+    counted = {g.name: g.sm_count for g in list_gpus() if g.sm_count is not None}
+    for name, sm in counted.items():
+        assert sm.value == int(sm.value) and sm.value > 0, name
+        assert len(sm.source) > 40 and str(int(sm.value)) in sm.source, name
+    sms = {name: int(sm.value) for name, sm in counted.items()}
+    assert sms["H100-SXM-80GB"] == sms["H800-SXM-80GB"] == sms["H200-SXM-141GB"] == 132
+    assert sms["H20-96GB"] < sms["H100-PCIe-80GB"] < sms["H100-SXM-80GB"]
+    assert sms["GB200-NVL72"] > sms["B200-SXM-180GB"] == sms["B300-SXM-288GB"]
+    assert sms["MI300X"] == sms["MI325X"] == 304
