@@ -1357,3 +1357,46 @@ def test_the_floor_of_a_critic_never_exceeds_its_pass_at_any_heavier_recompute()
     assert checked > 1000, checked
     assert sorted(tight)[len(tight) // 2] > 0.9, sorted(tight)[len(tight) // 2]  # (within 10% at the median)
 
+
+def test_critic_options_skip_keeps_the_same_options():
+    """Dominance (`candidates._critic_options`' skip: a critic layout not scored where one scored already with the
+    same engines keeps no more states, peaks no lower and comes first even at its time floor): the options, their
+    order included, are those of scoring every legal layout, on random PPO instances, the PPO examples and the RL
+    rows' PPO targets, at every training GPU count; the skip's premise, `critic_pass`'s states and peak are
+    `critic_memory`'s, holds on each legal layout; and the skip leaves layouts unscored."""
+    from rlsolve.perf.step import capacity_bytes, critic_memory
+    from rlsolve.solver import candidates
+    from rlsolve.solver.rules import critic_universe, critic_violations
+    problems = [p for p in _random_problems(48, 53) + _framework_problems(step=2) if p.value is not None]
+    problems += [resolve(load_spec(f"examples/{f}")) for f in ("ppo-1.5b-8xh100.yaml",)]
+    calls = [0]
+    scored = candidates.critic_pass
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return scored(*args, **kwargs)
+    checked = skipped = 0
+    try:
+        candidates.critic_pass = counted
+        for problem in problems:
+            for pool in problem.pools:
+                cap = capacity_bytes(pool, problem.workload.headroom)
+                for n in sorted({shape[0] for shape in train_shapes(problem, pool)}):
+                    cache: dict = {}
+                    calls[0] = 0
+                    every = candidates._critic_options(problem, pool, n, cache, skip=False)
+                    full = calls[0]
+                    calls[0] = 0
+                    assert candidates._critic_options(problem, pool, n, {}, skip=True) == every, (n, pool.name)
+                    skipped += full - calls[0]
+                    checked += 1
+                    for lay in critic_universe(problem, pool, n):
+                        if critic_violations(problem, pool, n, lay):
+                            continue
+                        mem = critic_memory(problem, lay, cache)
+                        if mem.total <= cap:
+                            assert critic_pass(problem, pool, lay, cache)[1:] == (mem.states, mem.total), lay
+    finally:
+        candidates.critic_pass = scored
+    assert checked > 50 and skipped > 1000, (checked, skipped)
+

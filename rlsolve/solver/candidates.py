@@ -1125,23 +1125,50 @@ class _ColocatedEngineFloor:
         return self.counts[n]
 
 
-def _critic_options(problem: Problem, pool: PoolHW, n: int, cache: dict) -> list[tuple[frozenset, TrainLayout]]:
+def _critic_options(problem: Problem, pool: PoolHW, n: int, cache: dict, skip: bool = True
+                    ) -> list[tuple[frozenset, TrainLayout]]:
     """The critic's own layouts on n GPUs worth pairing with a trainer: per set of target engines
     that run it, the front of (time, states kept, peak memory) (a critic no faster, holding no
-    less and peaking no lower than another is never better beside any trainer)."""
+    less and peaking no lower than another is never better beside any trainer).
+    `skip` (False only in tests): a layout is not scored where one already scored with the same engines
+    keeps no more states, peaks no lower (`critic_pass`'s states and peak: `critic_memory`'s, cheap and
+    exact) and comes before it in the front's order even at its time floor (`perf.step.critic_pass_floor`
+    <= its time, a property test): the front drops it, and whatever it would drop, that one drops too
+    (the same options with and without the skip: a test)."""
     caps = target_caps(problem)
     cap = capacity_bytes(pool, problem.workload.headroom)
     scored = []
-    for lay in critic_universe(problem, pool, n):
-        if critic_violations(problem, pool, n, lay) or critic_memory(problem, lay, cache).total > cap:
-            continue  # against the rules, or no room for it even alone
-        t, states, peak = critic_pass(problem, pool, lay, cache)
+    rivals: dict[frozenset, list] = {}
+    for i, lay in enumerate(critic_universe(problem, pool, n)):
+        if critic_violations(problem, pool, n, lay):
+            continue  # against the rules
+        mem = critic_memory(problem, lay, cache)  # (`critic_pass`'s: its memo keys do not read the strategy)
+        states, peak = mem.states, mem.total
+        if peak > cap:
+            continue  # no room for it even alone
         engines = frozenset(strategies(caps, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.recompute,
                                        critic=True))
-        scored.append((time_units(t), states, peak, engines, lay))
-    scored.sort(key=lambda x: (x[0], x[1], x[2], x[4].zero_stage, x[4].micro_batch))
+        mine = rivals.setdefault(engines, [])
+        if skip:
+            least = None
+            for r in mine:
+                if r[1] <= states and r[2] <= peak:
+                    if least is None:
+                        least = (time_units(critic_pass_floor(problem, pool, lay, cache)), states, peak,
+                                 lay.zero_stage, lay.micro_batch, i)
+                    if r < least:
+                        break  # dominated by a layout scored already, whatever its time
+            else:
+                least = None
+            if least is not None:
+                continue
+        t, states, peak = critic_pass(problem, pool, lay, cache)
+        key = (time_units(t), states, peak, lay.zero_stage, lay.micro_batch, i)
+        mine.append(key)
+        scored.append((key, engines, lay))
+    scored.sort(key=lambda x: x[0])
     fronts: dict[frozenset, list] = {}
-    for t, states, peak, engines, lay in scored:
+    for (t, states, peak, *_), engines, lay in scored:
         front = fronts.setdefault(engines, [])
         if any(s2 <= states and p2 <= peak for _, s2, p2, _ in front):
             continue
