@@ -593,7 +593,6 @@ def train_core(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: TrainMem |
     return t, mem or policy_memory(problem, planned), old
 
 
-
 def train_core_floor(problem: Problem, pool: PoolHW, lay: TrainLayout, cache: dict | None = None
                      ) -> tuple[float, float]:
     """(floor, its bubble term): seconds that `train_core`'s update plus old log-prob pass (t.total + old)

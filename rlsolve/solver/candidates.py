@@ -1149,19 +1149,12 @@ def _critic_options(problem: Problem, pool: PoolHW, n: int, cache: dict, skip: b
         engines = frozenset(strategies(caps, lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero_stage, lay.recompute,
                                        critic=True))
         mine = rivals.setdefault(engines, [])
-        if skip:
-            least = None
-            for r in mine:
-                if r[1] <= states and r[2] <= peak:
-                    if least is None:
-                        least = (time_units(critic_pass_floor(problem, pool, lay, cache)), states, peak,
-                                 lay.zero_stage, lay.micro_batch, i)
-                    if r < least:
-                        break  # dominated by a layout scored already, whatever its time
-            else:
-                least = None
-            if least is not None:
-                continue
+        covering = [r for r in mine if r[1] <= states and r[2] <= peak] if skip else []
+        if covering:
+            least = (time_units(critic_pass_floor(problem, pool, lay, cache)), states, peak, lay.zero_stage,
+                     lay.micro_batch, i)
+            if any(r < least for r in covering):
+                continue  # dominated by a layout scored already, whatever its time
         t, states, peak = critic_pass(problem, pool, lay, cache)
         key = (time_units(t), states, peak, lay.zero_stage, lay.micro_batch, i)
         mine.append(key)
