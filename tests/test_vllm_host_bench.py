@@ -1,11 +1,15 @@
-"""benchmarks/vllm_host_per_seq.py: the arithmetic runs without vLLM; the measurement only where vLLM imports
-and a tokenizer directory is named (RLSOLVE_VLLM_BENCH_MODEL)."""
+"""benchmarks/vllm_host_per_seq.py (the source of perf/constants.yaml decode_v1_core_us_per_seq) and the rule
+that charges it: the arithmetic runs without vLLM; the measurement only where vLLM imports and a tokenizer
+directory is named (RLSOLVE_VLLM_BENCH_MODEL)."""
 import importlib.util
 import os
 import sys
 from pathlib import Path
 
 import pytest
+
+from rlsolve.frameworks.runtime import release, runtime
+from rlsolve.perf.step import v1_serial_engine_core
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import vllm_host_per_seq as bench  # noqa: E402
@@ -21,6 +25,18 @@ def test_slope_is_the_per_sequence_cost_without_the_fixed_part(fixed, per_seq_us
 def test_slope_needs_two_batches():
     with pytest.raises(ValueError):
         bench.per_seq_us([256], [1.0])
+
+
+def test_serial_engine_core_only_for_v1_releases_that_schedule_synchronously():
+    rt = runtime()
+    v1, asynch = rt.engine_v1_default_from.value, rt.engine_async_scheduling_default_from.value
+    assert release(v1) < release(asynch)
+    for v in ("0.6.3", "0.7.3"):  # V0: its own per-sequence output processing (decode_v0_sync_output_us_per_seq)
+        assert not v1_serial_engine_core(v)
+    for v in (v1, "0.9.0", "0.10.0", "0.11.0", "0.11.2", "0.13.0"):
+        assert v1_serial_engine_core(v)
+    for v in (asynch, "0.17.1", "0.20.0", "0.33.0", None):  # the scheduler runs one step ahead, beside the GPU
+        assert not v1_serial_engine_core(v)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None or not os.environ.get("RLSOLVE_VLLM_BENCH_MODEL"),

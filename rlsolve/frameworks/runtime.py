@@ -249,6 +249,7 @@ class Runtime(_Strict):
     engine_max_num_seqs: _EngineCap
     engine_context_max_num_seqs: _Int
     engine_v1_default_from: _Str
+    engine_async_scheduling_default_from: _Str
     engine_profile_sampler_bytes_per_logit: _ByRelease
     trtllm_decode_attention: TrtllmDecodeAttention
     trtllm_paged_kv_cache_default_from: _Str

@@ -194,8 +194,9 @@ class StepModel:
             + (arch.moe_layers * c["decode_moe_small_kernels_per_layer"] if arch.is_moe else 0))
         if eager:  # no CUDA graph: the host launches every other kernel of every layer, and the all-reduces
             self.overhead += dev.launch_s * eager_launches_per_layer(lay.tp) * arch.layers
-        # host work per running sequence each step: returning the sampled token's log-prob
-        # (Device.decode_host_per_seq_s) when the framework asks for it, else none modelled
+        # host work per running sequence each step, serial with the GPU's: returning the sampled token's log-prob
+        # (Device.decode_host_per_seq_s) when the framework asks for it, and the engine core's scheduler pass
+        # where the release schedules synchronously (perf/step.py v1_serial_engine_core)
         self.host_per_seq = host_per_seq
         self.hbm, self.attn_rate = dev.hbm_bytes_per_s, dev.attention_flops
         self.gemm_rate = dev.peak_flops * dev.gemm_fraction

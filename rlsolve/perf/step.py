@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from rlsolve.frameworks.rules import plan_strategy
-from rlsolve.frameworks.runtime import FrameworkCosts, engine_default_max_num_seqs
+from rlsolve.frameworks.runtime import FrameworkCosts, engine_default_max_num_seqs, release, runtime
 from rlsolve.models import Architecture
 from rlsolve.perf.generate import (GenLayout, StepModel, attention_len, decode_lower_bound, decode_time, decode_trace,
                                    gen_other_bytes, kv_need_floor, kv_bytes_per_token_per_gpu, prefill_time,
@@ -153,6 +153,17 @@ def engine_shares_fixed(mode: str, framework: FrameworkCosts) -> bool:
 
 
 _STEPS = _IdentityMemo(4096)
+
+
+def v1_serial_engine_core(engine_version: str | None) -> bool:
+    """True for a V1 vLLM release (runtime.yaml engine_v1_default_from) that schedules synchronously by default
+    (before engine_async_scheduling_default_from): its engine core schedules and updates every running request
+    between GPU steps. None (the newest release read) schedules asynchronously: its scheduler works beside the GPU."""
+    if engine_version is None:
+        return False
+    rt = runtime()
+    return release(rt.engine_v1_default_from.value) <= release(engine_version) < release(
+        rt.engine_async_scheduling_default_from.value)
 
 
 def _step_model(arch: Architecture, dev, lay: GenLayout, wb: float, host_per_seq: float, eager: bool) -> StepModel:
@@ -350,6 +361,8 @@ def _engine_frame(problem: Problem, pool: PoolHW, lay: GenLayout, reserved: floa
     host_per_seq = dev.decode_host_per_seq_s if wl.framework.rollout_logprobs else 0.0
     if wl.engine_sync_output:  # a V0 engine without its async output processor (enforce_eager)
         host_per_seq += constants()["decode_v0_sync_output_us_per_seq"] * dev.host_slowdown * 1e-6
+    if v1_serial_engine_core(wl.engine_version):  # the engine core's pass over the running requests
+        host_per_seq += constants()["decode_v1_core_us_per_seq"] * dev.host_slowdown * 1e-6
     step = _step_model(arch, dev, lay, wb, host_per_seq, wl.engine_eager)
     rooms: dict[float, float] = {}
 
