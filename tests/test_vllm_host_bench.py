@@ -39,6 +39,26 @@ def test_serial_engine_core_only_for_v1_releases_that_schedule_synchronously():
         assert not v1_serial_engine_core(v)
 
 
+def test_ray_executor_schedules_synchronously_until_its_async_release():
+    rt = runtime()
+    ray_from = rt.engine_ray_async_scheduling_from.value
+    assert release(ray_from) >= release(rt.engine_async_scheduling_default_from.value)
+    for v in ("0.6.3", ray_from, "0.40.0", None):
+        assert not v1_serial_engine_core(v, ray_executor=True)
+    for v in ("0.9.0", "0.11.2", "0.17.1", "0.20.0", "0.25.1"):
+        assert v1_serial_engine_core(v, ray_executor=True)
+    # the ray backend never schedules asynchronously where the uni executor does not
+    for v in ("0.7.0", "0.8.0", "0.13.0", "0.14.0", "0.20.0", "0.33.0", "0.40.0"):
+        assert v1_serial_engine_core(v, ray_executor=True) >= v1_serial_engine_core(v)
+
+
+def test_nemo_rl_engines_over_several_gpus_run_on_ray():
+    from rlsolve.frameworks.runtime import framework_costs
+    assert framework_costs("nemo-rl").engine_ray_multi_gpu
+    assert not framework_costs("verl").engine_ray_multi_gpu
+    assert not framework_costs("any").engine_ray_multi_gpu
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None or not os.environ.get("RLSOLVE_VLLM_BENCH_MODEL"),
                     reason="needs vLLM and a tokenizer directory (RLSOLVE_VLLM_BENCH_MODEL)")
 def test_measurement_runs_and_grows_with_the_batch():

@@ -139,6 +139,9 @@ class FrameworkRuntime(_Strict):
     # memory (FSDP CPUOffload): each unshard copies the local shard in again, so every forward micro-batch
     # of the reference pass copies the rank's shard (None: not read; one copy per step of its weights)
     reference_fsdp_cpu_offload: _Bool | None = None
+    # an engine over more than one GPU runs on vLLM's 'ray' executor backend (one GPU: the uni executor; None: not
+    # read): its engine core schedules synchronously where that backend cannot schedule asynchronously
+    engine_ray_executor_multi_gpu: _Bool | None = None
     logit_fp32_bytes_forward: _Float | None = None
     pipeline_pads_packed_micro_batches: _Bool | None = None
     fsdp_grad_reduce_bytes_per_param: _Float | None = None
@@ -250,6 +253,7 @@ class Runtime(_Strict):
     engine_context_max_num_seqs: _Int
     engine_v1_default_from: _Str
     engine_async_scheduling_default_from: _Str
+    engine_ray_async_scheduling_from: _Str
     engine_profile_sampler_bytes_per_logit: _ByRelease
     trtllm_decode_attention: TrtllmDecodeAttention
     trtllm_paged_kv_cache_default_from: _Str
@@ -314,6 +318,7 @@ class FrameworkCosts:
     engine_unset_max_num_seqs: int | None = None
     reference_swap_copies: int = 1
     reference_fsdp_cpu_offload: bool = False
+    engine_ray_multi_gpu: bool = False
     logit_fp32_bytes_forward: float | None = None
     pipeline_pads_packed: bool = False
     fsdp_grad_reduce_bytes: float | None = None
@@ -430,6 +435,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
                                                     for f in chosen),
                           reference_fsdp_cpu_offload=flag("reference_fsdp_cpu_offload"),
+                          engine_ray_multi_gpu=flag("engine_ray_executor_multi_gpu"),
                           logit_fp32_bytes_forward=None if None in logit else min(x.value for x in logit),
                           pipeline_pads_packed=flag("pipeline_pads_packed_micro_batches"),
                           fsdp_grad_reduce_bytes=None if None in reduce else min(x.value for x in reduce),

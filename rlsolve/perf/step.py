@@ -155,15 +155,18 @@ def engine_shares_fixed(mode: str, framework: FrameworkCosts) -> bool:
 _STEPS = _IdentityMemo(4096)
 
 
-def v1_serial_engine_core(engine_version: str | None) -> bool:
-    """True for a V1 vLLM release (runtime.yaml engine_v1_default_from) that schedules synchronously by default
-    (before engine_async_scheduling_default_from): its engine core schedules and updates every running request
-    between GPU steps. None (the newest release read) schedules asynchronously: its scheduler works beside the GPU."""
+def v1_serial_engine_core(engine_version: str | None, ray_executor: bool = False) -> bool:
+    """True where a V1 vLLM release (runtime.yaml engine_v1_default_from) schedules synchronously: its engine core
+    schedules and updates every running request between GPU steps. So do releases before
+    engine_async_scheduling_default_from, and, on vLLM's 'ray' executor backend (`ray_executor`), those before
+    engine_ray_async_scheduling_from. None (the newest release read) schedules asynchronously, beside the GPU."""
     if engine_version is None:
         return False
-    rt = runtime()
-    return release(rt.engine_v1_default_from.value) <= release(engine_version) < release(
-        rt.engine_async_scheduling_default_from.value)
+    rt, at = runtime(), release(engine_version)
+    if at < release(rt.engine_v1_default_from.value):
+        return False
+    until = rt.engine_ray_async_scheduling_from if ray_executor else rt.engine_async_scheduling_default_from
+    return at < release(until.value)
 
 
 def _step_model(arch: Architecture, dev, lay: GenLayout, wb: float, host_per_seq: float, eager: bool) -> StepModel:
@@ -361,7 +364,8 @@ def _engine_frame(problem: Problem, pool: PoolHW, lay: GenLayout, reserved: floa
     host_per_seq = dev.decode_host_per_seq_s if wl.framework.rollout_logprobs else 0.0
     if wl.engine_sync_output:  # a V0 engine without its async output processor (enforce_eager)
         host_per_seq += constants()["decode_v0_sync_output_us_per_seq"] * dev.host_slowdown * 1e-6
-    if v1_serial_engine_core(wl.engine_version):  # the engine core's pass over the running requests
+    ray = wl.framework.engine_ray_multi_gpu and lay.tp * lay.pp > 1
+    if v1_serial_engine_core(wl.engine_version, ray):  # the engine core's pass over the running requests
         host_per_seq += constants()["decode_v1_core_us_per_seq"] * dev.host_slowdown * 1e-6
     step = _step_model(arch, dev, lay, wb, host_per_seq, wl.engine_eager)
     rooms: dict[float, float] = {}
