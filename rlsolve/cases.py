@@ -773,6 +773,10 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
         "optimization": {"train_offload_during_rollout": bool(offload and mode == "colocated"),
                          "max_num_seqs": int(seqs)},
     }
+    # the engine's output processor shares the engine core's thread: the LLM class with the engine core in-process
+    # (AsyncLLM always runs its engine core in another process)
+    micro["engine_inproc_output"] = bool(fw is not None and fw.engine_inproc_llm is not None
+                                         and fw.engine_inproc_llm.value and not async_engine)
     return layout, assumed, tr.get("recompute"), micro
 
 

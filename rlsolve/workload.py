@@ -36,6 +36,8 @@ class Workload:
     engine_eager: bool = False        # the rollout engine runs without CUDA graphs (vLLM enforce_eager)
     engine_sync_output: bool = False  # ... and processes its outputs on the host between steps (vLLM V0)
     engine_version: str | None = None  # the rollout engine's (vLLM's) release, where known; None: the newest read
+    engine_inproc_output: bool = False  # its output processor runs in the engine core's thread between steps
+                                        # (vLLM's LLM class under VLLM_ENABLE_V1_MULTIPROCESSING=0)
     # the log-prob passes' own micro-batches (NeMo-RL logprob_batch_size, packed to logprob_mb_tokens;
     # verl log_prob_micro_batch_size_per_gpu): sequences per micro-batch and the token budget they are
     # packed to; None: the training micro-batches

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlsolve.frameworks.runtime import release, runtime
-from rlsolve.perf.step import v1_serial_engine_core
+from rlsolve.perf.step import inproc_output_us_per_seq, v1_serial_engine_core
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import vllm_host_per_seq as bench  # noqa: E402
@@ -68,3 +68,31 @@ def test_measurement_runs_and_grows_with_the_batch():
     small = bench.measure(model, 8, 4, tokenizer=tok)
     large = bench.measure(model, 64, 4, tokenizer=tok)
     assert large["update_from_output"] > small["update_from_output"] > 0
+
+
+def test_inproc_output_cost_is_the_last_measured_release_at_or_before():
+    table = runtime().engine_inproc_output_us_per_seq.value
+    firsts = sorted(table, key=release)
+    for k in firsts:
+        assert inproc_output_us_per_seq(k) == table[k]
+    assert inproc_output_us_per_seq("0.10.0") == table[firsts[0]]  # 0.11.0's figure from the first V1 release
+    assert inproc_output_us_per_seq("0.25.1") == table[firsts[-1]]
+    assert all(v > 0 for v in table.values())
+
+
+def test_only_nemo_rl_llm_engines_process_outputs_in_the_engine_thread():
+    from rlsolve.frameworks.runtime import runtime as rt
+    fws = rt().frameworks
+    assert fws["nemo-rl"].engine_inproc_llm.value
+    assert all(f.engine_inproc_llm is None for n, f in fws.items() if n != "nemo-rl")
+
+
+def test_a_nemo_rl_row_processes_outputs_in_the_engine_thread_only_without_async_engine():
+    import yaml
+
+    from rlsolve.cases import recipe_estimate
+    rows = {r["id"]: r for r in yaml.safe_load((Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+                                                 / "extra_cases.yaml").read_text())["cases"]}
+    sync = recipe_estimate(rows["nemorl04-llama3p1-8b-grpo-onpolicy-bf16-16g"])[0]
+    asynch = recipe_estimate(rows["nemorl04-llama3p1-8b-grpo-1stepoff-bf16-16g"])[0]
+    assert sync.workload.engine_inproc_output and not asynch.workload.engine_inproc_output

@@ -142,6 +142,9 @@ class FrameworkRuntime(_Strict):
     # an engine over more than one GPU runs on vLLM's 'ray' executor backend (one GPU: the uni executor; None: not
     # read): its engine core schedules synchronously where that backend cannot schedule asynchronously
     engine_ray_executor_multi_gpu: _Bool | None = None
+    # its synchronous engines are vLLM's LLM class with VLLM_ENABLE_V1_MULTIPROCESSING=0: the output processor
+    # runs in the engine core's thread (None: not read)
+    engine_inproc_llm: _Bool | None = None
     logit_fp32_bytes_forward: _Float | None = None
     pipeline_pads_packed_micro_batches: _Bool | None = None
     fsdp_grad_reduce_bytes_per_param: _Float | None = None
@@ -255,6 +258,7 @@ class Runtime(_Strict):
     engine_async_scheduling_default_from: _Str
     engine_ray_async_scheduling_from: _Str
     engine_profile_sampler_bytes_per_logit: _ByRelease
+    engine_inproc_output_us_per_seq: _ByRelease
     trtllm_decode_attention: TrtllmDecodeAttention
     trtllm_paged_kv_cache_default_from: _Str
     trtllm_moe: TrtllmMoe

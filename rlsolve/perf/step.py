@@ -169,6 +169,14 @@ def v1_serial_engine_core(engine_version: str | None, ray_executor: bool = False
     return at < release(until.value)
 
 
+def inproc_output_us_per_seq(engine_version: str) -> float:
+    """vLLM's output processor per running sequence per step at the release (runtime.yaml
+    engine_inproc_output_us_per_seq: the entry of the last release at or before it)."""
+    table = sorted((release(k), v) for k, v in runtime().engine_inproc_output_us_per_seq.value.items())
+    at = release(engine_version)
+    return next((v for r, v in reversed(table) if r <= at), table[0][1])
+
+
 def _step_model(arch: Architecture, dev, lay: GenLayout, wb: float, host_per_seq: float, eager: bool) -> StepModel:
     """The engine's StepModel, memoized (a pure function of its arguments, never changed after it is built: the
     search bounds and simulates the same layout under many memory budgets). Keyed by the identity of the
@@ -367,6 +375,8 @@ def _engine_frame(problem: Problem, pool: PoolHW, lay: GenLayout, reserved: floa
     ray = wl.framework.engine_ray_multi_gpu and lay.tp * lay.pp > 1
     if v1_serial_engine_core(wl.engine_version, ray):  # the engine core's pass over the running requests
         host_per_seq += constants()["decode_v1_core_us_per_seq"] * dev.host_slowdown * 1e-6
+        if wl.engine_inproc_output:  # ... and the output processor's, in the same thread
+            host_per_seq += inproc_output_us_per_seq(wl.engine_version) * dev.host_slowdown * 1e-6
     step = _step_model(arch, dev, lay, wb, host_per_seq, wl.engine_eager)
     rooms: dict[float, float] = {}
 
