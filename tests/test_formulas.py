@@ -462,8 +462,9 @@ def test_the_flex_dispatchers_sms_slow_the_compute_they_overlap():
     assert ep_comm_sm_share(dev, TrainLayout(ep=32, dp=32, moe_dispatcher="deepep")) == pytest.approx(20 / 132)
     assert ep_comm_sm_share(dev, TrainLayout(ep=32, dp=32, moe_dispatcher="hybridep")) == pytest.approx(32 / 132)
     assert ep_comm_sm_share(dev, TrainLayout(ep=32, dp=32)) == 0.0
-    a100 = Device(_replace(h100_pool(4), gpu=find_gpu("A100-SXM-80GB")), "bf16")
-    assert ep_comm_sm_share(a100, TrainLayout(ep=32, dp=32, moe_dispatcher="deepep")) == 0.0
+    a800 = Device(_replace(h100_pool(4), gpu=find_gpu("A800-SXM-80GB")), "bf16")
+    assert a800.pool.gpu.sm_count is None
+    assert ep_comm_sm_share(a800, TrainLayout(ep=32, dp=32, moe_dispatcher="deepep")) == 0.0
     layer = (4.0, 1.0, 2.0, 0.0, 0.0, 2.0, 2.0, 2.0)  # one all-to-all = 1 beside 3 | 6 | 6
     assert ep_overlap_exposed(layer, sm_share=0.25) == pytest.approx(0.25 + 0.5 + 0.25)
     slow = (4.0, 1.0, 2.0, 0.0, 0.0, 10.0, 2.0, 10.0)  # one all-to-all = 5
@@ -566,7 +567,7 @@ def test_overlapped_collectives_slow_compute_by_their_sms_and_hbm_traffic():
     """The compute beside an overlapped collective loses the SMs NCCL holds plus the share of the HBM bandwidth the
     collective's traffic takes (nccl_hbm_bytes_per_bus_byte HBM bytes per byte at its bus bandwidth): a share in
     [0, 1] on every GPU and group, rising with the link rate, larger inside an NVLink domain than across the NICs,
-    and the HBM part alone where the SM count is not recorded (A100)."""
+    and the HBM part alone where the SM count is not recorded (A800)."""
     from rlsolve.perf.hw import constants
     from rlsolve.perf.train import nccl_sm_share, overlap_contention_share
     k = constants()["nccl_hbm_bytes_per_bus_byte"]
@@ -591,9 +592,10 @@ def test_overlapped_collectives_slow_compute_by_their_sms_and_hbm_traffic():
     dev = Device(pool)
     assert overlap_contention_share(dev, 8, 8) == pytest.approx(24 / 132 + k * 450 * 0.82 / (3350 * 0.89), rel=1e-3)
     assert nccl_sm_share(dev, 16, 16) < overlap_contention_share(dev, 16, 16) < overlap_contention_share(dev, 8, 8)
-    gpu = find_gpu("A100-SXM-80GB")
-    a100 = Device(PoolHW("main", gpu, 1, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd))
-    assert overlap_contention_share(a100, 8, 8) == pytest.approx(k * a100.ring_link(8, 8)[0] / a100.hbm_bytes_per_s)
+    gpu = find_gpu("A800-SXM-80GB")
+    a800 = Device(PoolHW("main", gpu, 1, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd))
+    assert gpu.sm_count is None
+    assert overlap_contention_share(a800, 8, 8) == pytest.approx(k * a800.ring_link(8, 8)[0] / a800.hbm_bytes_per_s)
 
 
 def test_nccl_sm_share_reads_each_gpu_s_own_sm_count():
@@ -609,6 +611,7 @@ def test_nccl_sm_share_reads_each_gpu_s_own_sm_count():
         return nccl_sm_share(Device(PoolHW("main", gpu, 1, 8, find_network("IB-NDR-400"), 8,
                                            gpu.price_per_gpu_hour_usd)), 8, 8)
     assert share("H200-SXM-141GB") == share("H100-SXM-80GB") == pytest.approx(ctas / 132)
+    assert share("A100-SXM-80GB") == share("A100-SXM-40GB") == pytest.approx(ctas / 108)
     assert share("GB200-NVL72") == pytest.approx(ctas / 152) and share("B200-SXM-180GB") == pytest.approx(ctas / 148)
     assert share("GB200-NVL72") < share("B200-SXM-180GB")
     assert share("MI300X") == pytest.approx(constants()["rccl_collective_ctas"] / 304)
