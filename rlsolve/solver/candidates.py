@@ -894,17 +894,21 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
     lb += gather
     if "colocated" in live and fronts is None:
         return False
-    dims = _aux_dims(problem, lay)
-    apart_of = tuple(getattr(lay, k) for k in apart) + (hold_u,)
-    m_states, m_total = mem.states, mem.total
+    # (what only some branches read is built at its first use: most calls end on the disaggregated trainers'
+    # best or the fronts, without the other models' passes)
+    dims = apart_of = simple = None
+    m_states = mem.states
     orchestration = problem.workload.framework.orchestration_s
-    simple = (_simplicity_of(lay, False), _simplicity_of(lay, True))
     for kind in live:
         for hosts, ref, quant, _ in variants_of(kind):
             if kind == "disagg":
+                if apart_of is None:
+                    apart_of = tuple(getattr(lay, k) for k in apart) + (hold_u,)
                 best = best_disagg.get((n, hosts, ref, quant) + apart_of, math.inf)
                 if lb >= best:
                     continue
+                if dims is None:
+                    dims = _aux_dims(problem, lay)
                 if critics is None:
                     ref_t, rew_t, val_t, _ = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
                 else:  # (the fastest critic's pass)
@@ -915,12 +919,16 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
                 continue
             group = fronts.get((n, hosts, ref, quant), [])
             offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of)
+            if simple is None:
+                simple = (_simplicity_of(lay, False), _simplicity_of(lay, True))
             if every_recompute and all(_front_covers(group, (
                     time_units(lb + orchestration + (2 * dev.pcie_time(m_states) if off else 0.0)),
                     0 if off else mem_units_up(m_states), simple[off])) for off in offloads):
                 # covered without the other models' passes and bytes: with them (>= 0) the rank is no less in
                 # time nor in memory, and a front member that covers a rank covers every rank above it
                 continue
+            if dims is None:
+                dims = _aux_dims(problem, lay)
             if critics is None:
                 ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache,
                                                         aux_of)
@@ -932,7 +940,7 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
                 states = m_states + (resident + c_states)
                 if states > cap:
                     continue  # no recompute fits it
-                if m_total + (resident + c_states) > cap and not every_recompute:
+                if not every_recompute and mem.total + (resident + c_states) > cap:
                     return False  # a heavier recompute may fit it
                 side_lb = lb + ref_t + rew_t + val_t + orchestration
                 for off in offloads:
