@@ -1012,10 +1012,20 @@ def _still_to_try(kind: str, tries, ckeys: list[tuple], done: set | None, left: 
     models did not fit beside the lighter one) holds all the keys of."""
     if done is not None:
         return [(v, ic) for v, ic in tries if not any((kind,) + v[:3] + (k,) in done for k in ckeys[ic[0]])]
-    keys = _keys_of(left)
-    if not any(k[0] == kind for k in keys):
+    # `left`'s critic keys of this kind, by variant: a variant's tries share its set (asked once per variant)
+    held: dict[tuple, set] = {}
+    for k in _keys_of(left):
+        if k[0] == kind:
+            held.setdefault(k[1:4], set()).add(k[4])
+    if not held:
         return []
-    return [(v, ic) for v, ic in tries if all((kind,) + v[:3] + (k,) in keys for k in ckeys[ic[0]])]
+    out, last, mine, none = [], None, None, frozenset()
+    for v, ic in tries:
+        if v is not last:
+            last, mine = v, held.get(v[:3], none)
+        if all(k in mine for k in ckeys[ic[0]]):
+            out.append((v, ic))
+    return out
 
 
 def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: float, cache: dict, aux_of: dict,
@@ -1030,13 +1040,16 @@ def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: f
     like = None
     m_total, m_states = mem.total, mem.states
     passes: dict[int, tuple] = {}  # critic_pass by the critic's id (each critic recurs once per variant)
+    last = others = None  # the variant of the entry before, and its other models' passes (asked where needed)
     for (kind, hosts, ref, quant, keys), critic in failed.items():
         if kind in dead:
             continue
-        tries = [critic] if any(k != "like" for k in keys) else []
+        tries = [critic] if keys.count("like") < len(keys) else []  # (a key other than "like")
         if "like" in keys:
             like = like or critic_like_policy(problem, lay)
             tries.append(like)
+        if last is None or hosts is not last[0] or ref is not last[1] or quant is not last[2]:
+            last, others = (hosts, ref, quant), None  # (entries come variant by variant: `failed`'s order)
         for c in tries:
             if c is None:
                 aux = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
@@ -1044,7 +1057,9 @@ def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: f
                 c_pass = passes.get(id(c))
                 if c_pass is None:  # (the critics live in `failed` and `like` while this runs: their ids hold)
                     c_pass = passes[id(c)] = critic_pass(problem, pool, c, cache)
-                aux = with_critic(_others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of), c_pass)
+                if others is None:
+                    others = _others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of)
+                aux = with_critic(others, c_pass)
             resident = aux[3]
             if m_total + resident <= cap and (c is None or critic_fits(mem, resident, *c_pass[1:], cap)) and (
                     beaten is None or not beaten(kind, hosts, ref, quant, lay, core_lb, aux, m_states + resident)):
