@@ -313,7 +313,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     if not aux_group_pools(problem):  # a colocated trainer's other models have no home but its GPUs
         variants["colocated"] = whole_pool
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
-    fronts: dict[tuple, list[tuple]] = {}
+    fronts: dict[tuple, _Front] = {}
     rules_of: dict[tuple, dict] = pure[4]  # per (tp, pp, cp): the `_layout_allowed` memo
 
     def beaten(kind: str, hosts: frozenset, ref: str, quant: str, lay: TrainLayout, core_lb: float, aux: tuple,
@@ -327,12 +327,12 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                               + (hold_u,), math.inf)
         if not front:
             return False
-        group = fronts.get((n, hosts, ref, quant), [])
+        group = fronts.get((n, hosts, ref, quant), _NO_FRONT)
         side_lb += problem.workload.framework.orchestration_s
         for off in _offloads(problem, modes, kind, hosts, ref, quant, aux_of):
             rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)), 0 if off else mem_units_up(states),
                     _simplicity_of(lay, off))
-            if not _front_covers(group, rank):
+            if not group.covers(rank):
                 return False
         return True
 
@@ -630,10 +630,12 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                     # what `_prune_train` keeps of a colocated group: skip now what it would drop
                                     rank = (time_units(side.time + switch), 0 if off else mem_units_up(side.states),
                                             _simplicity_of(lay, off))
-                                    group = fronts.setdefault((n, hosts, ref, quant), [])
-                                    if _front_covers(group, rank):
+                                    group = fronts.get((n, hosts, ref, quant))
+                                    if group is None:
+                                        group = fronts[n, hosts, ref, quant] = _Front()
+                                    if group.covers(rank):
                                         continue
-                                    group.append(rank)
+                                    group.add(rank)
                                 send = send_time(problem, pool, n) if kind == "disagg" else 0.0
                                 found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
                                                        reward_quant=quant, offload_states=off, side=side,
@@ -917,11 +919,11 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
                 if lb + ref_t + rew_t + val_t < best:
                     return False
                 continue
-            group = fronts.get((n, hosts, ref, quant), [])
+            group = fronts.get((n, hosts, ref, quant), _NO_FRONT)
             offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of)
             if simple is None:
                 simple = (_simplicity_of(lay, False), _simplicity_of(lay, True))
-            if every_recompute and all(_front_covers(group, (
+            if every_recompute and all(group.covers((
                     time_units(lb + orchestration + (2 * dev.pcie_time(m_states) if off else 0.0)),
                     0 if off else mem_units_up(m_states), simple[off])) for off in offloads):
                 # covered without the other models' passes and bytes: with them (>= 0) the rank is no less in
@@ -946,7 +948,7 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
                 for off in offloads:
                     rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)),
                             0 if off else mem_units_up(states), simple[off])
-                    if not _front_covers(group, rank):
+                    if not group.covers(rank):
                         return False
     return True
 
@@ -972,14 +974,35 @@ def _critic_floor(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout, crit
                                   critic_memory(problem, like, cache).states),)))
 
 
-def _front_covers(group: list[tuple], rank: tuple) -> bool:
-    """Whether a member of a colocated front of `_train_candidates` (ranks of time, memory held,
-    simplicity) holds no more than `rank` and comes no later in that order: `_prune_train` would drop
-    a candidate of that rank."""
-    for k in group:
-        if k[1] <= rank[1] and k <= rank:
-            return True
-    return False
+class _Front:
+    """A colocated front of `_train_candidates`: the ranks (time, memory held, simplicity) of the
+    candidates it kept, in their order, with the least memory held by each prefix of them. A member
+    covers a rank where it holds no more and comes no later in that order (`_prune_train` would drop
+    a candidate of that rank): the members no later are a prefix (bisection), and one of them holds
+    no more where that prefix's least does (a property test compares it with the scan of every member)."""
+    __slots__ = ("ranks", "least")
+
+    def __init__(self) -> None:
+        self.ranks: list[tuple] = []
+        self.least: list[int] = []  # least[j]: the least memory held among ranks[:j + 1]
+
+    def covers(self, rank: tuple) -> bool:
+        j = bisect.bisect_right(self.ranks, rank)
+        return j > 0 and self.least[j - 1] <= rank[1]
+
+    def add(self, rank: tuple) -> None:
+        j = bisect.bisect_right(self.ranks, rank)
+        least = self.least
+        m = rank[1] if j == 0 else min(least[j - 1], rank[1])
+        self.ranks.insert(j, rank)
+        least.insert(j, m)
+        for i in range(j + 1, len(least)):  # (the prefixes after it: non-increasing, so they stop at one below m)
+            if least[i] <= m:
+                break
+            least[i] = m
+
+
+_NO_FRONT = _Front()  # (the front of a group with no member yet: read, never added to)
 
 
 def _offloads(problem: Problem, modes: list[str], kind: str, hosts: frozenset, ref: str, quant: str, memo: dict
