@@ -566,6 +566,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         for variant, (i, critic) in tries:
                             if variant is skip:
                                 continue
+                            c_pass = passes[i]  # (None without a critic)
                             if variant is not last:
                                 last, others = variant, None
                                 hosts, ref, quant, allowed_in = variant
@@ -574,11 +575,11 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             if critic is not None and kept_states.get(vkey) == -math.inf:
                                 skip = variant  # (and stays so for the variant)
                                 continue  # disaggregated: a faster critic already fits beside this trainer
-                            if disagg and core + (passes[i][0] if critic is not None else 0.0) >= \
+                            if disagg and core + (c_pass[0] if critic is not None else 0.0) >= \
                                     best_disagg.get(gkey, math.inf):
                                 skip = variant  # (the critics after it are no faster; the best only falls)
                                 continue  # the test below, before the other models' passes (they only add)
-                            if critic is not None and passes[i][1] >= (kept := kept_critic.get(vkey, math.inf)):
+                            if critic is not None and c_pass[1] >= (kept := kept_critic.get(vkey, math.inf)):
                                 if least_from[i] >= kept:
                                     skip = variant  # (none after it keeps less; the kept states only fall)
                                 continue  # the kept-states test below: the other models' bytes are the same
@@ -594,11 +595,10 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                 if hopeless:
                                     skip = variant
                                     continue  # (what the memory test below does for each critic of this variant)
-                                ref_t, rew_t, val_t, resident = others[0], others[1], passes[i][0], \
-                                    others[3] + passes[i][1]
+                                ref_t, rew_t, val_t, resident = others[0], others[1], c_pass[0], others[3] + c_pass[1]
                             too_big = m_total + resident > cap
                             fits = None if critic is None or (too_big and m_states + resident > cap) else \
-                                critic_fits(mem, resident, *passes[i][1:], cap)  # (asked once, where it matters)
+                                critic_fits(mem, resident, c_pass[1], c_pass[2], cap)  # (asked once, where it matters)
                             if too_big or fits is False:
                                 # worth a heavier recompute unless no recompute can fit it: the policy's
                                 # states stay (its memory is never less), and so does a critic of its own
@@ -611,7 +611,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                 if resident >= kept_states.get(vkey, math.inf):
                                     continue
                                 kept_states[vkey] = -math.inf if kind == "disagg" else resident
-                                kept_critic[vkey] = -math.inf if kind == "disagg" else passes[i][1]
+                                kept_critic[vkey] = -math.inf if kind == "disagg" else c_pass[1]
                             if disagg:  # only the fastest of a group survives the front: skip the rest early
                                 total = core + ref_t + rew_t + val_t + prep
                                 if total >= best_disagg.get(gkey, math.inf):
