@@ -30,3 +30,28 @@ def test_front_covers_as_a_scan_of_its_members():
         for _ in range(50):
             rank = _rank(rng)
             assert front.covers(rank) == _scan(members, rank)
+
+
+def test_still_to_try_as_the_key_test_of_each_try():
+    """`_still_to_try` without a target (the variants left at a lighter recompute, grouped by variant) keeps
+    the tries whose every critic key is among `left`'s, in order: what the test of each try's keys keeps."""
+    from itertools import product
+
+    from rlsolve.solver.candidates import _keys_of, _still_to_try
+
+    rng = random.Random(24)
+    hosts = [frozenset(), frozenset({"reference"}), frozenset({"reward"})]
+    for _ in range(300):
+        variants = [(rng.choice(hosts), rng.choice(("training", "elsewhere")), rng.choice(("none", "fp8")),
+                     frozenset({"sync"})) for _ in range(rng.randint(1, 4))]
+        ckeys = [rng.choice(((), (i,), (i, "like"), ("like",), (None,))) for i in range(rng.randint(1, 6))]
+        kind = rng.choice(("colocated", "disagg"))
+        left = {}
+        for _ in range(rng.randint(0, 8)):
+            v, i = rng.choice(variants), rng.randrange(len(ckeys))
+            left[(rng.choice(("colocated", "disagg")),) + v[:3] + (ckeys[i],)] = object()
+        tries = list(product(variants, enumerate([object()] * len(ckeys))))
+        keys = _keys_of(left)
+        want = [] if not any(k[0] == kind for k in keys) else \
+            [(v, ic) for v, ic in tries if all((kind,) + v[:3] + (k,) in keys for k in ckeys[ic[0]])]
+        assert _still_to_try(kind, iter(tries), ckeys, None, left) == want
