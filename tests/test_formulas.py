@@ -462,8 +462,9 @@ def test_the_flex_dispatchers_sms_slow_the_compute_they_overlap():
     assert ep_comm_sm_share(dev, TrainLayout(ep=32, dp=32, moe_dispatcher="deepep")) == pytest.approx(20 / 132)
     assert ep_comm_sm_share(dev, TrainLayout(ep=32, dp=32, moe_dispatcher="hybridep")) == pytest.approx(32 / 132)
     assert ep_comm_sm_share(dev, TrainLayout(ep=32, dp=32)) == 0.0
-    a100 = Device(_replace(h100_pool(4), gpu=find_gpu("A100-SXM-80GB")), "bf16")
-    assert ep_comm_sm_share(a100, TrainLayout(ep=32, dp=32, moe_dispatcher="deepep")) == 0.0
+    a800 = Device(_replace(h100_pool(4), gpu=find_gpu("A800-SXM-80GB")), "bf16")
+    assert a800.pool.gpu.sm_count is None
+    assert ep_comm_sm_share(a800, TrainLayout(ep=32, dp=32, moe_dispatcher="deepep")) == 0.0
     layer = (4.0, 1.0, 2.0, 0.0, 0.0, 2.0, 2.0, 2.0)  # one all-to-all = 1 beside 3 | 6 | 6
     assert ep_overlap_exposed(layer, sm_share=0.25) == pytest.approx(0.25 + 0.5 + 0.25)
     slow = (4.0, 1.0, 2.0, 0.0, 0.0, 10.0, 2.0, 10.0)  # one all-to-all = 5
@@ -545,17 +546,17 @@ def test_nccl_kernels_beside_compute_hold_their_sms():
     """An NCCL collective overlapped with compute keeps one CTA per channel on an SM until it ends
     (constants.yaml nccl_collective_ctas, measured on H100): the compute beside it runs on the rest, so a
     hidden collective still adds that share of its own time; one longer than the compute shows whole
-    beyond it. Not charged where the GPU's SM count is unknown or the GPU is not NVIDIA's (RCCL)."""
+    beyond it. On MI300X RCCL's workgroups (rccl_collective_ctas) over its CUs."""
     from rlsolve.perf.hw import constants
     from rlsolve.perf.train import nccl_sm_share, overlapped_exposed
     h100 = Device(h100_pool(nodes=1))
-    assert nccl_sm_share(h100) == pytest.approx(constants()["nccl_collective_ctas"] / 132)
+    assert nccl_sm_share(h100, 8, 8) == pytest.approx(constants()["nccl_collective_ctas"] / 132)
     assert overlapped_exposed(1.0, 10.0, 0.25) == pytest.approx(0.25)   # hidden: its SM share
     assert overlapped_exposed(10.0, 1.0, 0.25) == pytest.approx(9.0)    # longer than the compute
     assert overlapped_exposed(1.0, 10.0, 0.0) == 0.0
     gpu = find_gpu("MI300X")
     mi300 = Device(PoolHW("main", gpu, 1, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd))
-    assert nccl_sm_share(mi300) == 0.0
+    assert nccl_sm_share(mi300, 8, 8) == pytest.approx(constants()["rccl_collective_ctas"] / 304)
     # the data-parallel reduction overlapped with the last backward (ZeRO-1, Megatron's overlap_grad_reduce)
     a = find_model("llama-3.1-8b")
     t = train_time(a, h100, TrainLayout(dp=8, zero_stage=1, micro_batch=1), 64, 4096.0)
@@ -566,7 +567,7 @@ def test_overlapped_collectives_slow_compute_by_their_sms_and_hbm_traffic():
     """The compute beside an overlapped collective loses the SMs NCCL holds plus the share of the HBM bandwidth the
     collective's traffic takes (nccl_hbm_bytes_per_bus_byte HBM bytes per byte at its bus bandwidth): a share in
     [0, 1] on every GPU and group, rising with the link rate, larger inside an NVLink domain than across the NICs,
-    and the HBM part alone where the SM share is not charged (MI300X)."""
+    and the HBM part alone where the SM count is not recorded (A800)."""
     from rlsolve.perf.hw import constants
     from rlsolve.perf.train import nccl_sm_share, overlap_contention_share
     k = constants()["nccl_hbm_bytes_per_bus_byte"]
@@ -580,7 +581,7 @@ def test_overlapped_collectives_slow_compute_by_their_sms_and_hbm_traffic():
                 assert 0.0 <= share <= 1.0
                 if n > 1:
                     bw = dev.ring_link(n, span)[0]
-                    assert share == pytest.approx(min(1.0, nccl_sm_share(dev) + k * bw / dev.hbm_bytes_per_s))
+                    assert share == pytest.approx(min(1.0, nccl_sm_share(dev, n, span) + k * bw / dev.hbm_bytes_per_s))
     # monotone in the link rate: a faster NVLink (a profile's busbw fraction) takes more of the HBM
     gpu = find_gpu("H100-SXM-80GB")
     pool = PoolHW("main", gpu, 2, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd)
@@ -590,16 +591,17 @@ def test_overlapped_collectives_slow_compute_by_their_sms_and_hbm_traffic():
     # H100: 24 / 132 of the SMs plus 2 x 369 / 2982 of the HBM inside the node; across two nodes' NICs less
     dev = Device(pool)
     assert overlap_contention_share(dev, 8, 8) == pytest.approx(24 / 132 + k * 450 * 0.82 / (3350 * 0.89), rel=1e-3)
-    assert nccl_sm_share(dev) < overlap_contention_share(dev, 16, 16) < overlap_contention_share(dev, 8, 8)
-    gpu = find_gpu("MI300X")
-    mi300 = Device(PoolHW("main", gpu, 1, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd))
-    assert overlap_contention_share(mi300, 8, 8) == pytest.approx(k * mi300.ring_link(8, 8)[0] / mi300.hbm_bytes_per_s)
+    assert nccl_sm_share(dev, 16, 16) < overlap_contention_share(dev, 16, 16) < overlap_contention_share(dev, 8, 8)
+    gpu = find_gpu("A800-SXM-80GB")
+    a800 = Device(PoolHW("main", gpu, 1, 8, find_network("IB-NDR-400"), 8, gpu.price_per_gpu_hour_usd))
+    assert gpu.sm_count is None
+    assert overlap_contention_share(a800, 8, 8) == pytest.approx(k * a800.ring_link(8, 8)[0] / a800.hbm_bytes_per_s)
 
 
 def test_nccl_sm_share_reads_each_gpu_s_own_sm_count():
     """The SM share is the CTAs over the GPU's own SM count (hardware_db sm_count): a GH100 board with 132 SMs
-    (H200) takes H100's share, a GB200 GPU (152 SMs) less than a B200 (148); an AMD GPU whose CU count is recorded
-    still takes none (RCCL's channel count is not read)."""
+    (H200) takes H100's share, a GB200 GPU (152 SMs) less than a B200 (148); an MI300X RCCL's 56 workgroups over
+    its 304 CUs, about H100's share."""
     from rlsolve.perf.hw import constants
     from rlsolve.perf.train import nccl_sm_share
     ctas = constants()["nccl_collective_ctas"]
@@ -607,11 +609,36 @@ def test_nccl_sm_share_reads_each_gpu_s_own_sm_count():
     def share(name):
         gpu = find_gpu(name)
         return nccl_sm_share(Device(PoolHW("main", gpu, 1, 8, find_network("IB-NDR-400"), 8,
-                                           gpu.price_per_gpu_hour_usd)))
+                                           gpu.price_per_gpu_hour_usd)), 8, 8)
     assert share("H200-SXM-141GB") == share("H100-SXM-80GB") == pytest.approx(ctas / 132)
+    assert share("A100-SXM-80GB") == share("A100-SXM-40GB") == pytest.approx(ctas / 108)
     assert share("GB200-NVL72") == pytest.approx(ctas / 152) and share("B200-SXM-180GB") == pytest.approx(ctas / 148)
     assert share("GB200-NVL72") < share("B200-SXM-180GB")
-    assert find_gpu("MI300X").sm_count is not None and share("MI300X") == 0.0
+    assert share("MI300X") == pytest.approx(constants()["rccl_collective_ctas"] / 304)
+    assert share("MI300X") == pytest.approx(share("H100-SXM-80GB"), abs=0.01)
+
+
+@pytest.mark.parametrize("net", ["IB-NDR-400", "IB-HDR-200"])
+@pytest.mark.parametrize("gpu_name", ["H100-SXM-80GB", "B200-SXM-180GB", "A100-SXM-80GB"])
+def test_nccl_runs_fewer_channels_across_nodes_one_search_channel_per_nic(gpu_name, net):
+    """NCCL's channel count (perf/train.py nccl_collective_ctas): 24 inside an 8-GPU NVLink node; a ring that crosses
+    nodes leaves each through the NICs of its ranks there, one search channel per NIC (doubled on >= 30 GB/s NICs when
+    at most 4), each run as nccl_ctas_per_search_channel CTAs: never more than inside, never fewer with more ranks
+    per node, 16 over whole 8-NIC nodes (the 'Channel 00/16' of a 3-node H100 log, NVIDIA/nccl#1453), and 4 per NIC
+    on 400 Gb/s, 2 on 200 Gb/s NICs for a group with one rank per node."""
+    from rlsolve.perf.hw import constants
+    from rlsolve.perf.train import nccl_collective_ctas
+    gpu, network = find_gpu(gpu_name), find_network(net)
+    dev = Device(PoolHW("main", gpu, 8, 8, network, 8, gpu.price_per_gpu_hour_usd))
+    inside = constants()["nccl_collective_ctas"]
+    assert nccl_collective_ctas(dev, 8, 8) == nccl_collective_ctas(dev, 2, 4) == inside == 24
+    across = [nccl_collective_ctas(dev, 8 * per_node, 64) for per_node in (1, 2, 4, 8)]
+    assert all(0 < c <= inside for c in across) and across == sorted(across)
+    assert across[-1] == 16
+    assert across[0] == (4 if network.gbytes_per_s >= constants()["nccl_dup_nic_gbytes_per_s"] else 2)
+    # fewer NICs than GPUs (4 per 8-GPU node): two ranks share one NIC, fewer channels
+    half = Device(PoolHW("main", gpu, 8, 8, network, 4, gpu.price_per_gpu_hour_usd))
+    assert nccl_collective_ctas(half, 64, 64) <= nccl_collective_ctas(dev, 64, 64)
 
 
 def test_every_model_constant_is_sourced_and_read():

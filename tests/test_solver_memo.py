@@ -725,3 +725,11 @@ def test_the_queue_steps_are_those_first_written():
                 rng.random() < 0.5)
         with np.errstate(divide="ignore"):  # a clipped share maps its top quantile to log1p(-1), then to max
             assert _queue_steps.__wrapped__(*args) == _queue_steps_reference(*args), args
+    # caps about the requests' total weight, where `_queue_steps` answers the longest without its loop
+    for _ in range(300):
+        n = rng.choice([3.0, 40.0, 512.0, 2048.0])
+        cap = n * (1 + rng.choice([-1e-6, -1e-9, -1e-12, 0.0, 1e-12, 1e-9, 2e-9, 1e-6])) + rng.choice([0.0, 1e-6, 1.0])
+        args = (n, rng.choice([300.0, 3000.0]), 8192.0, rng.choice([4096.0, 65536.0]), rng.choice([8, 32]),
+                rng.choice([None, 0.05]), cap, rng.random() < 0.5)
+        with np.errstate(divide="ignore"):
+            assert _queue_steps.__wrapped__(*args) == _queue_steps_reference(*args), args

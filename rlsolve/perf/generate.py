@@ -624,23 +624,8 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     representative): the bound of a capped run, which the search compares with an uncapped
     one before simulating the cap (`gen_side`)."""
     g = representative_count(n_requests, groups)
-    tokens, kv_reads, w_max, w_sum, longest, w_min, w_next, longest_next, lone_len = _bound_sums(
-        n_requests, prompt_len, mean_len, max_len, n_total, g, clip, fixed_shares)
-    b_max = min(max(kv_capacity_tokens / prompt_len, w_max), w_sum, max(max_num_seqs + 1e-9, w_max))
-    # the KV tokens in use during a step stay within the capacity (or one representative
-    # request admitted into an empty batch), plus one token per running request (the
-    # simulation's smallest step), so the context tokens read take at least kv_reads / that
-    kv_in_use = max(kv_capacity_tokens * 1.0001, w_max * (prompt_len + max_len)) + b_max
-    # sharper where one representative can outgrow the capacity: only a request running alone can, so a
-    # step reads at most the capacity (plus a token per request) unless one request runs alone (`_lone_steps`)
-    kv_steps = kv_reads / kv_in_use
-    if w_max * (prompt_len + max_len) > kv_capacity_tokens * 1.0001:
-        kv_steps = max(kv_steps, _lone_steps(n_requests, prompt_len, mean_len, max_len, n_total, g, clip,
-                                             kv_capacity_tokens * 1.0001 + b_max, kv_reads, fixed_shares))
-    # nor can the run end before a request's first admission plus its length (`_queue_steps`)
-    steps = max(longest, tokens / b_max, kv_steps,
-                _queue_steps(n_requests, mean_len, max_len, n_total, g, clip,
-                             min(max_num_seqs, kv_capacity_tokens / prompt_len), fixed_shares))
+    tokens, kv_reads, steps, b_max, w_min, w_next, longest_next, lone_len = _bound_steps(
+        n_requests, prompt_len, mean_len, max_len, kv_capacity_tokens, n_total, g, clip, max_num_seqs, fixed_shares)
     b_min = min(1.0, w_min)
     # weight bytes per step grow with the batch, concavely for MoE (distinct experts touched):
     # above the chord between the smallest and the largest batch, so summed over the steps at
@@ -671,6 +656,33 @@ def decode_lower_bound(step: StepModel, n_requests: float, prompt_len: float, me
     # the larger is at least the larger of the sums
     host = tokens * step.host_per_seq
     return max(gemm + attn + ar + steps * (step.pp_hops + step.overhead) + host, steps * step.host_round + host)
+
+
+@lru_cache(maxsize=16384)
+def _bound_steps(n_requests: float, prompt_len: float, mean_len: float, max_len: float, kv_capacity_tokens: float,
+                 n_total: float, g: int, clip: float | None, max_num_seqs: float, fixed_shares: bool) -> tuple:
+    """What `decode_lower_bound` reads of the run that does not depend on the StepModel (cached: the search bounds
+    the same replica requests, budget and cap for every engine shape with that replica count): the tokens decoded
+    and context tokens read, the least steps, the largest batch, and the MoE sharpening's weights and lengths
+    (`_bound_sums`')."""
+    tokens, kv_reads, w_max, w_sum, longest, w_min, w_next, longest_next, lone_len = _bound_sums(
+        n_requests, prompt_len, mean_len, max_len, n_total, g, clip, fixed_shares)
+    b_max = min(max(kv_capacity_tokens / prompt_len, w_max), w_sum, max(max_num_seqs + 1e-9, w_max))
+    # the KV tokens in use during a step stay within the capacity (or one representative
+    # request admitted into an empty batch), plus one token per running request (the
+    # simulation's smallest step), so the context tokens read take at least kv_reads / that
+    kv_in_use = max(kv_capacity_tokens * 1.0001, w_max * (prompt_len + max_len)) + b_max
+    # sharper where one representative can outgrow the capacity: only a request running alone can, so a
+    # step reads at most the capacity (plus a token per request) unless one request runs alone (`_lone_steps`)
+    kv_steps = kv_reads / kv_in_use
+    if w_max * (prompt_len + max_len) > kv_capacity_tokens * 1.0001:
+        kv_steps = max(kv_steps, _lone_steps(n_requests, prompt_len, mean_len, max_len, n_total, g, clip,
+                                             kv_capacity_tokens * 1.0001 + b_max, kv_reads, fixed_shares))
+    # nor can the run end before a request's first admission plus its length (`_queue_steps`)
+    steps = max(longest, tokens / b_max, kv_steps,
+                _queue_steps(n_requests, mean_len, max_len, n_total, g, clip,
+                             min(max_num_seqs, kv_capacity_tokens / prompt_len), fixed_shares))
+    return tokens, kv_reads, steps, b_max, w_min, w_next, longest_next, lone_len
 
 
 def _lone_steps(n_requests: float, prompt_len: float, mean_len: float, max_len: float, n_total: float, g: int,
@@ -747,9 +759,15 @@ def _queue_steps(n_requests: float, mean_len: float, max_len: float, n_total: fl
     finishes its length later: a FIFO schedule of the batch's slots."""
     if batch_cap == math.inf:
         return 0.0
+    table = _queue(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
+    if batch_cap >= _queue_weight(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares):
+        # every request's `need` below is negative (the weight before it plus its own is within the cap, by far
+        # more than the rounding of the sum): each starts at 0.0 and ends at its length, the last at the longest
+        # (most of the search's KV-limited budgets leave a cap over the requests: no loop, no insort)
+        return max(length for length, _ in table)
     finished: list[tuple[float, float]] = []  # (finishing step at least, weight), ascending
     before = out = 0.0
-    for length, w in _queue(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares):
+    for length, w in table:
         need = before - batch_cap + w - 1e-9
         start = 0.0
         if need > 0 and finished:
@@ -766,6 +784,15 @@ def _queue_steps(n_requests: float, mean_len: float, max_len: float, n_total: fl
         if end > out:  # (max(out, end), without the builtin's call)
             out = end
     return out
+
+
+@lru_cache(maxsize=8192)
+def _queue_weight(n_requests: float, mean_len: float, max_len: float, n_total: float, g: int, clip: float | None,
+                  fixed_shares: bool = True) -> float:
+    """A cap at or above which no request in `_queue_steps` waits for another: the queue's total weight, with a
+    margin far beyond the rounding of any partial sum of it (and of `need`'s 1e-9)."""
+    table = _queue(n_requests, mean_len, max_len, n_total, g, clip, fixed_shares)
+    return sum(w for _, w in table) * (1 + 1e-9) + 1e-6
 
 
 @lru_cache(maxsize=8192)

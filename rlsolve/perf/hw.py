@@ -211,20 +211,28 @@ class Device:
         (NVIDIA/nccl-tests#267: all-reduce aggregates the NICs, all-to-all cannot; #119: 4 x
         HDR per 8 A100s gives 85-96 GB/s busbw, the node's 100 GB/s, not 12.5 GB/s per GPU)."""
         bw, lat = self.link(span)
+        per_domain = self.ranks_per_domain(n, span)
+        if per_domain is None:
+            return bw, lat
+        inside, _ = self.link(max(self.pool.scaleup_size, self.pool.gpus_per_node))
+        return min(inside, per_domain * bw), lat
+
+    def ranks_per_domain(self, n: int, span: int) -> int | None:
+        """Ranks a group of `n` ranks spread evenly over `span` consecutive GPUs has in each server / NVLink
+        domain it crosses; None when it stays inside one (or is a lone rank). Each of them reaches the
+        network through its own share of the domain's NICs (ring_link, nodes_spanned,
+        perf/train.py nccl_collective_ctas)."""
         domain = max(self.pool.scaleup_size, self.pool.gpus_per_node)
         if span <= domain or n <= 1:
-            return bw, lat
-        per_domain = max(1, min(n, round(n * domain / span)))
-        inside, _ = self.link(domain)
-        return min(inside, per_domain * bw), lat
+            return None
+        return max(1, min(n, round(n * domain / span)))
 
     def nodes_spanned(self, n: int, span: int) -> int:
         """Servers / NVLink domains a group of `n` ranks spread evenly over `span` GPUs touches
         (1 inside one): beyond one, NCCL's own cost model prices its collectives."""
-        domain = max(self.pool.scaleup_size, self.pool.gpus_per_node)
-        if span <= domain or n <= 1:
+        per_domain = self.ranks_per_domain(n, span)
+        if per_domain is None:
             return 1
-        per_domain = max(1, min(n, round(n * domain / span)))
         return max(2, -(-n // per_domain))
 
     @staticmethod

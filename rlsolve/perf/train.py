@@ -1381,19 +1381,43 @@ def overlap_contention_share(dev: Device, n: int, span: int) -> float:
         return 0.0
     bw, _ = dev.ring_link(n, span)
     hbm = constants()["nccl_hbm_bytes_per_bus_byte"] * bw / dev.hbm_bytes_per_s
-    return min(1.0, nccl_sm_share(dev) + hbm)
+    return min(1.0, nccl_sm_share(dev, n, span) + hbm)
 
 
-def nccl_sm_share(dev: Device) -> float:
-    """Share of the GPU's SMs an NCCL collective's kernel holds while it runs beside compute on another stream
-    (overlap_contention_share's SM part): NCCL launches one CTA per channel, each resident on an SM until the
-    collective ends, constants.yaml nccl_collective_ctas (measured on H100) over the GPU's SM count (hardware_db
-    sm_count). 0 where the SM count is not recorded, and on GPUs of other vendors (RCCL's channel count was not
-    read)."""
+def nccl_sm_share(dev: Device, n: int, span: int) -> float:
+    """Share of the GPU's SMs (CUs on AMD) a collective of `n` ranks spread over `span` GPUs holds while it runs
+    beside compute on another stream (overlap_contention_share's SM part): the library launches one CTA per
+    channel, each resident on an SM until the collective ends (nccl_collective_ctas), over the GPU's SM count
+    (hardware_db sm_count). 0 where the SM count is not recorded."""
     sms = dev.pool.gpu.sm_count
-    if sms is None or dev.pool.gpu.vendor != "NVIDIA":
+    ctas = nccl_collective_ctas(dev, n, span)
+    if sms is None or ctas is None:
         return 0.0
-    return min(1.0, constants()["nccl_collective_ctas"] / sms.value)
+    return min(1.0, ctas / sms.value)
+
+
+def nccl_collective_ctas(dev: Device, n: int, span: int) -> float | None:
+    """CTAs (channels) a ring collective of `n` ranks spread over `span` GPUs launches on each GPU. NVIDIA: inside
+    one NVLink domain constants.yaml nccl_collective_ctas (24: NCCL's channel rule on an 8-GPU NVSwitch node, the
+    count Nsight and NCCL's logs print); a group that crosses domains leaves each through the NICs of its ranks
+    there (Device.ranks_per_domain x the pool's NICs per GPU), one search channel each, doubled where the NIC is
+    fast and the group leaves through at most 4 (nccl_dup_nic_gbytes_per_s), and NCCL runs
+    nccl_ctas_per_search_channel CTAs per search channel, at most the in-domain count: 16 for a ring over whole
+    8-NIC nodes; a group with one rank per node 4 on 400 Gb/s NICs, 2 on 200 Gb/s. AMD: RCCL's count on 8 MI300X
+    (rccl_collective_ctas, 56). None for other vendors (not read)."""
+    c = constants()
+    vendor = dev.pool.gpu.vendor
+    if vendor == "AMD":
+        return c["rccl_collective_ctas"]
+    if vendor != "NVIDIA":
+        return None
+    inside = c["nccl_collective_ctas"]
+    per_domain = dev.ranks_per_domain(n, span)
+    if per_domain is None:
+        return inside
+    nics = max(1, round(per_domain * dev.pool.nics_per_node / dev.pool.gpus_per_node))
+    search = 2 * nics if nics <= 4 and dev.pool.network.gbytes_per_s >= c["nccl_dup_nic_gbytes_per_s"] else nics
+    return min(inside, c["nccl_ctas_per_search_channel"] * search)
 
 
 def overlapped_exposed(comm: float, compute: float, sm_share: float) -> float:

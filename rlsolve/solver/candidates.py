@@ -313,7 +313,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
     if not aux_group_pools(problem):  # a colocated trainer's other models have no home but its GPUs
         variants["colocated"] = whole_pool
     bounds: dict[tuple[int, int], tuple[int, int, int]] = {}
-    fronts: dict[tuple, list[tuple]] = {}
+    fronts: dict[tuple, _Front] = {}
     rules_of: dict[tuple, dict] = pure[4]  # per (tp, pp, cp): the `_layout_allowed` memo
 
     def beaten(kind: str, hosts: frozenset, ref: str, quant: str, lay: TrainLayout, core_lb: float, aux: tuple,
@@ -327,12 +327,12 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                               + (hold_u,), math.inf)
         if not front:
             return False
-        group = fronts.get((n, hosts, ref, quant), [])
+        group = fronts.get((n, hosts, ref, quant), _NO_FRONT)
         side_lb += problem.workload.framework.orchestration_s
         for off in _offloads(problem, modes, kind, hosts, ref, quant, aux_of):
             rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)), 0 if off else mem_units_up(states),
                     _simplicity_of(lay, off))
-            if not _front_covers(group, rank):
+            if not group.covers(rank):
                 return False
         return True
 
@@ -566,6 +566,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                         for variant, (i, critic) in tries:
                             if variant is skip:
                                 continue
+                            c_pass = passes[i]  # (None without a critic)
                             if variant is not last:
                                 last, others = variant, None
                                 hosts, ref, quant, allowed_in = variant
@@ -574,11 +575,11 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                             if critic is not None and kept_states.get(vkey) == -math.inf:
                                 skip = variant  # (and stays so for the variant)
                                 continue  # disaggregated: a faster critic already fits beside this trainer
-                            if disagg and core + (passes[i][0] if critic is not None else 0.0) >= \
+                            if disagg and core + (c_pass[0] if critic is not None else 0.0) >= \
                                     best_disagg.get(gkey, math.inf):
                                 skip = variant  # (the critics after it are no faster; the best only falls)
                                 continue  # the test below, before the other models' passes (they only add)
-                            if critic is not None and passes[i][1] >= (kept := kept_critic.get(vkey, math.inf)):
+                            if critic is not None and c_pass[1] >= (kept := kept_critic.get(vkey, math.inf)):
                                 if least_from[i] >= kept:
                                     skip = variant  # (none after it keeps less; the kept states only fall)
                                 continue  # the kept-states test below: the other models' bytes are the same
@@ -594,11 +595,10 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                 if hopeless:
                                     skip = variant
                                     continue  # (what the memory test below does for each critic of this variant)
-                                ref_t, rew_t, val_t, resident = others[0], others[1], passes[i][0], \
-                                    others[3] + passes[i][1]
+                                ref_t, rew_t, val_t, resident = others[0], others[1], c_pass[0], others[3] + c_pass[1]
                             too_big = m_total + resident > cap
                             fits = None if critic is None or (too_big and m_states + resident > cap) else \
-                                critic_fits(mem, resident, *passes[i][1:], cap)  # (asked once, where it matters)
+                                critic_fits(mem, resident, c_pass[1], c_pass[2], cap)  # (asked once, where it matters)
                             if too_big or fits is False:
                                 # worth a heavier recompute unless no recompute can fit it: the policy's
                                 # states stay (its memory is never less), and so does a critic of its own
@@ -611,7 +611,7 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                 if resident >= kept_states.get(vkey, math.inf):
                                     continue
                                 kept_states[vkey] = -math.inf if kind == "disagg" else resident
-                                kept_critic[vkey] = -math.inf if kind == "disagg" else passes[i][1]
+                                kept_critic[vkey] = -math.inf if kind == "disagg" else c_pass[1]
                             if disagg:  # only the fastest of a group survives the front: skip the rest early
                                 total = core + ref_t + rew_t + val_t + prep
                                 if total >= best_disagg.get(gkey, math.inf):
@@ -630,10 +630,12 @@ def _train_candidates(problem: Problem, p: int, modes: list[str], out: Candidate
                                     # what `_prune_train` keeps of a colocated group: skip now what it would drop
                                     rank = (time_units(side.time + switch), 0 if off else mem_units_up(side.states),
                                             _simplicity_of(lay, off))
-                                    group = fronts.setdefault((n, hosts, ref, quant), [])
-                                    if _front_covers(group, rank):
+                                    group = fronts.get((n, hosts, ref, quant))
+                                    if group is None:
+                                        group = fronts[n, hosts, ref, quant] = _Front()
+                                    if group.covers(rank):
                                         continue
-                                    group.append(rank)
+                                    group.add(rank)
                                 send = send_time(problem, pool, n) if kind == "disagg" else 0.0
                                 found.append(TrainCand(mode=kind, layout=lay, hosts=hosts, reference=ref,
                                                        reward_quant=quant, offload_states=off, side=side,
@@ -894,17 +896,21 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
     lb += gather
     if "colocated" in live and fronts is None:
         return False
-    dims = _aux_dims(problem, lay)
-    apart_of = tuple(getattr(lay, k) for k in apart) + (hold_u,)
-    m_states, m_total = mem.states, mem.total
+    # (what only some branches read is built at its first use: most calls end on the disaggregated trainers'
+    # best or the fronts, without the other models' passes)
+    dims = apart_of = simple = None
+    m_states = mem.states
     orchestration = problem.workload.framework.orchestration_s
-    simple = (_simplicity_of(lay, False), _simplicity_of(lay, True))
     for kind in live:
         for hosts, ref, quant, _ in variants_of(kind):
             if kind == "disagg":
+                if apart_of is None:
+                    apart_of = tuple(getattr(lay, k) for k in apart) + (hold_u,)
                 best = best_disagg.get((n, hosts, ref, quant) + apart_of, math.inf)
                 if lb >= best:
                     continue
+                if dims is None:
+                    dims = _aux_dims(problem, lay)
                 if critics is None:
                     ref_t, rew_t, val_t, _ = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
                 else:  # (the fastest critic's pass)
@@ -913,14 +919,18 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
                 if lb + ref_t + rew_t + val_t < best:
                     return False
                 continue
-            group = fronts.get((n, hosts, ref, quant), [])
+            group = fronts.get((n, hosts, ref, quant), _NO_FRONT)
             offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of)
-            if every_recompute and all(_front_covers(group, (
+            if simple is None:
+                simple = (_simplicity_of(lay, False), _simplicity_of(lay, True))
+            if every_recompute and all(group.covers((
                     time_units(lb + orchestration + (2 * dev.pcie_time(m_states) if off else 0.0)),
                     0 if off else mem_units_up(m_states), simple[off])) for off in offloads):
                 # covered without the other models' passes and bytes: with them (>= 0) the rank is no less in
                 # time nor in memory, and a front member that covers a rank covers every rank above it
                 continue
+            if dims is None:
+                dims = _aux_dims(problem, lay)
             if critics is None:
                 ref_t, rew_t, val_t, resident = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache,
                                                         aux_of)
@@ -932,13 +942,13 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
                 states = m_states + (resident + c_states)
                 if states > cap:
                     continue  # no recompute fits it
-                if m_total + (resident + c_states) > cap and not every_recompute:
+                if not every_recompute and mem.total + (resident + c_states) > cap:
                     return False  # a heavier recompute may fit it
                 side_lb = lb + ref_t + rew_t + val_t + orchestration
                 for off in offloads:
                     rank = (time_units(side_lb + (2 * dev.pcie_time(states) if off else 0.0)),
                             0 if off else mem_units_up(states), simple[off])
-                    if not _front_covers(group, rank):
+                    if not group.covers(rank):
                         return False
     return True
 
@@ -964,14 +974,35 @@ def _critic_floor(problem: Problem, pool: PoolHW, n: int, lay: TrainLayout, crit
                                   critic_memory(problem, like, cache).states),)))
 
 
-def _front_covers(group: list[tuple], rank: tuple) -> bool:
-    """Whether a member of a colocated front of `_train_candidates` (ranks of time, memory held,
-    simplicity) holds no more than `rank` and comes no later in that order: `_prune_train` would drop
-    a candidate of that rank."""
-    for k in group:
-        if k[1] <= rank[1] and k <= rank:
-            return True
-    return False
+class _Front:
+    """A colocated front of `_train_candidates`: the ranks (time, memory held, simplicity) of the
+    candidates it kept, in their order, with the least memory held by each prefix of them. A member
+    covers a rank where it holds no more and comes no later in that order (`_prune_train` would drop
+    a candidate of that rank): the members no later are a prefix (bisection), and one of them holds
+    no more where that prefix's least does (a property test compares it with the scan of every member)."""
+    __slots__ = ("ranks", "least")
+
+    def __init__(self) -> None:
+        self.ranks: list[tuple] = []
+        self.least: list[int] = []  # least[j]: the least memory held among ranks[:j + 1]
+
+    def covers(self, rank: tuple) -> bool:
+        j = bisect.bisect_right(self.ranks, rank)
+        return j > 0 and self.least[j - 1] <= rank[1]
+
+    def add(self, rank: tuple) -> None:
+        j = bisect.bisect_right(self.ranks, rank)
+        least = self.least
+        m = rank[1] if j == 0 else min(least[j - 1], rank[1])
+        self.ranks.insert(j, rank)
+        least.insert(j, m)
+        for i in range(j + 1, len(least)):  # (the prefixes after it: non-increasing, so they stop at one below m)
+            if least[i] <= m:
+                break
+            least[i] = m
+
+
+_NO_FRONT = _Front()  # (the front of a group with no member yet: read, never added to)
 
 
 def _offloads(problem: Problem, modes: list[str], kind: str, hosts: frozenset, ref: str, quant: str, memo: dict
@@ -1004,10 +1035,20 @@ def _still_to_try(kind: str, tries, ckeys: list[tuple], done: set | None, left: 
     models did not fit beside the lighter one) holds all the keys of."""
     if done is not None:
         return [(v, ic) for v, ic in tries if not any((kind,) + v[:3] + (k,) in done for k in ckeys[ic[0]])]
-    keys = _keys_of(left)
-    if not any(k[0] == kind for k in keys):
+    # `left`'s critic keys of this kind, by variant: a variant's tries share its set (asked once per variant)
+    held: dict[tuple, set] = {}
+    for k in _keys_of(left):
+        if k[0] == kind:
+            held.setdefault(k[1:4], set()).add(k[4])
+    if not held:
         return []
-    return [(v, ic) for v, ic in tries if all((kind,) + v[:3] + (k,) in keys for k in ckeys[ic[0]])]
+    out, last, mine, none = [], None, None, frozenset()
+    for v, ic in tries:
+        if v is not last:
+            last, mine = v, held.get(v[:3], none)
+        if all(k in mine for k in ckeys[ic[0]]):
+            out.append((v, ic))
+    return out
 
 
 def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: float, cache: dict, aux_of: dict,
@@ -1022,13 +1063,16 @@ def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: f
     like = None
     m_total, m_states = mem.total, mem.states
     passes: dict[int, tuple] = {}  # critic_pass by the critic's id (each critic recurs once per variant)
+    last = others = None  # the variant of the entry before, and its other models' passes (asked where needed)
     for (kind, hosts, ref, quant, keys), critic in failed.items():
         if kind in dead:
             continue
-        tries = [critic] if any(k != "like" for k in keys) else []
+        tries = [critic] if keys.count("like") < len(keys) else []  # (a key other than "like")
         if "like" in keys:
             like = like or critic_like_policy(problem, lay)
             tries.append(like)
+        if last is None or hosts is not last[0] or ref is not last[1] or quant is not last[2]:
+            last, others = (hosts, ref, quant), None  # (entries come variant by variant: `failed`'s order)
         for c in tries:
             if c is None:
                 aux = _aux_of(problem, pool, lay, dims, hosts, ref, quant, None, cache, aux_of)
@@ -1036,7 +1080,9 @@ def _fits_now(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap: f
                 c_pass = passes.get(id(c))
                 if c_pass is None:  # (the critics live in `failed` and `like` while this runs: their ids hold)
                     c_pass = passes[id(c)] = critic_pass(problem, pool, c, cache)
-                aux = with_critic(_others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of), c_pass)
+                if others is None:
+                    others = _others_of(problem, pool, lay, dims, hosts, ref, quant, cache, aux_of)
+                aux = with_critic(others, c_pass)
             resident = aux[3]
             if m_total + resident <= cap and (c is None or critic_fits(mem, resident, *c_pass[1:], cap)) and (
                     beaten is None or not beaten(kind, hosts, ref, quant, lay, core_lb, aux, m_states + resident)):
