@@ -2,21 +2,14 @@
 (issue #15, phase train). Its working-set plan runs without a GPU."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from conftest import ROOT
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def mod():
-    spec = importlib.util.spec_from_file_location("empty_cache_cost", ROOT / "benchmarks" / "empty_cache_cost.py")
-    m = importlib.util.module_from_spec(spec)
-    sys.modules["empty_cache_cost"] = m
-    spec.loader.exec_module(m)
-    return m
+    return load_benchmark("empty_cache_cost")
 
 
 @pytest.mark.parametrize("gib", [0.5, 1.0, 7.3, 40.0])

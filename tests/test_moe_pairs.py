@@ -2,21 +2,15 @@
 stack change (issue #15's MoE training rows)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def moe():
-    spec = importlib.util.spec_from_file_location("moe_pairs", ROOT / "benchmarks" / "moe_pairs.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["moe_pairs"] = mod  # its dataclass looks its module up there
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("moe_pairs")
     data = yaml.safe_load((ROOT / "benchmarks" / "data" / "extra_cases.yaml").read_text())
     rows = mod.moe_rows(data)
     return mod, data, rows

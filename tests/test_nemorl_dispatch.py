@@ -2,22 +2,15 @@
 (issue #15 lead)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def mod():
-    spec = importlib.util.spec_from_file_location("nemorl_dispatch", ROOT / "benchmarks" / "nemorl_dispatch.py")
-    m = importlib.util.module_from_spec(spec)
-    sys.modules["nemorl_dispatch"] = m
-    spec.loader.exec_module(m)
-    return m
+    return load_benchmark("nemorl_dispatch")
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 8, 16])

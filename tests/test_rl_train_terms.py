@@ -2,22 +2,16 @@
 (issue #15, phase train)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, load_benchmark
 from rlsolve.cases import predict_rl_step
 
 
 @pytest.fixture(scope="module")
 def terms():
-    spec = importlib.util.spec_from_file_location("rl_train_terms", ROOT / "benchmarks" / "rl_train_terms.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["rl_train_terms"] = mod
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("rl_train_terms")
     data = yaml.safe_load((ROOT / "benchmarks" / "data" / "extra_cases.yaml").read_text())
     rows = [c for c in data["cases"] if c["id"].startswith("nemorl03-")]
     return mod, rows
