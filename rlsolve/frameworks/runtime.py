@@ -225,6 +225,15 @@ class _ByRelease(_Sourced):
     # a fact that changed between an engine's releases: {first release it was read to hold from: value}
     value: dict[str, float]
 
+    def at(self, version: str | None) -> float:
+        """The value at `version`: the entry of the last release at or before it (the first entry before them
+        all; None: the newest read)."""
+        table = sorted((release(k), v) for k, v in self.value.items())
+        if version is None:
+            return table[-1][1]
+        at = release(version)
+        return next((v for r, v in reversed(table) if r <= at), table[0][1])
+
 
 class _FloatList(_Sourced):
     value: list[float]

@@ -115,11 +115,7 @@ def random_weight_experts_reached(arch: Architecture, engine: str | None = None)
 def profile_sampler_bytes_per_logit(engine_version: str | None = None) -> float:
     """Bytes per (row x vocabulary) element live at the peak of the sampler warm-up of vLLM's profile
     run, at the engine release (None: the newest read), from frameworks/runtime.yaml."""
-    table = sorted((release(k), v) for k, v in runtime().engine_profile_sampler_bytes_per_logit.value.items())
-    if engine_version is None:
-        return table[-1][1]
-    at = release(engine_version)
-    return next((v for r, v in reversed(table) if r <= at), table[0][1])
+    return runtime().engine_profile_sampler_bytes_per_logit.at(engine_version)
 
 
 def gen_other_bytes(arch: Architecture, lay: GenLayout, max_num_seqs: float,

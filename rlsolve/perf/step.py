@@ -171,10 +171,8 @@ def v1_serial_engine_core(engine_version: str | None, ray_executor: bool = False
 
 def inproc_output_us_per_seq(engine_version: str) -> float:
     """vLLM's output processor per running sequence per step at the release (runtime.yaml
-    engine_inproc_output_us_per_seq: the entry of the last release at or before it)."""
-    table = sorted((release(k), v) for k, v in runtime().engine_inproc_output_us_per_seq.value.items())
-    at = release(engine_version)
-    return next((v for r, v in reversed(table) if r <= at), table[0][1])
+    engine_inproc_output_us_per_seq)."""
+    return runtime().engine_inproc_output_us_per_seq.at(engine_version)
 
 
 def _step_model(arch: Architecture, dev, lay: GenLayout, wb: float, host_per_seq: float, eager: bool) -> StepModel:
@@ -370,13 +368,15 @@ def _engine_frame(problem: Problem, pool: PoolHW, lay: GenLayout, reserved: floa
     fits = fits and kv_tokens >= wl.seq_max
     # the engine returns each sampled token's log-prob when the framework asks for it
     host_per_seq = dev.decode_host_per_seq_s if wl.framework.rollout_logprobs else 0.0
+    serial_us = 0.0  # the engine's own host work per running sequence between GPU steps, on the reference host
     if wl.engine_sync_output:  # a V0 engine without its async output processor (enforce_eager)
-        host_per_seq += constants()["decode_v0_sync_output_us_per_seq"] * dev.host_slowdown * 1e-6
+        serial_us += constants()["decode_v0_sync_output_us_per_seq"]
     ray = wl.framework.engine_ray_multi_gpu and lay.tp * lay.pp > 1
     if v1_serial_engine_core(wl.engine_version, ray):  # the engine core's pass over the running requests
-        host_per_seq += constants()["decode_v1_core_us_per_seq"] * dev.host_slowdown * 1e-6
+        serial_us += constants()["decode_v1_core_us_per_seq"]
         if wl.engine_inproc_output:  # ... and the output processor's, in the same thread
-            host_per_seq += inproc_output_us_per_seq(wl.engine_version) * dev.host_slowdown * 1e-6
+            serial_us += inproc_output_us_per_seq(wl.engine_version)
+    host_per_seq += serial_us * dev.host_slowdown * 1e-6
     step = _step_model(arch, dev, lay, wb, host_per_seq, wl.engine_eager)
     rooms: dict[float, float] = {}
 
