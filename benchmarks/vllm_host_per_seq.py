@@ -30,18 +30,15 @@ import argparse
 import statistics
 import time
 
+import numpy as np
+
 
 def per_seq_us(batches: list[int], step_ms: list[float]) -> float:
     """Least-squares slope of a step's time (ms) against its batch size, in microseconds per sequence: the cost
     each running sequence adds to a step, the fixed per-step part left out."""
-    n = len(batches)
-    if n < 2:
+    if len(set(batches)) < 2:
         raise ValueError("need two batch sizes or more for a slope")
-    mb = sum(batches) / n
-    mt = sum(step_ms) / n
-    sxx = sum((b - mb) ** 2 for b in batches)
-    sxy = sum((b - mb) * (t - mt) for b, t in zip(batches, step_ms))
-    return 1000.0 * sxy / sxx
+    return 1000.0 * float(np.polyfit(batches, step_ms, 1)[0])
 
 
 PR46112_UPDATE_MS_B256 = 0.287  # vLLM PR #46112 description, merge-base 55c98e370, batch 256 median
@@ -49,7 +46,6 @@ PR46112_UPDATE_MS_B256 = 0.287  # vLLM PR #46112 description, merge-base 55c98e3
 
 def _setup(model: str, b: int, prompt_len: int, max_tokens: int, prefix_caching: bool, logprobs: bool,
            detokenize: bool, kind, tokenizer):
-    import numpy as np
     import torch
     import inspect
 
@@ -108,7 +104,6 @@ def _setup(model: str, b: int, prompt_len: int, max_tokens: int, prefix_caching:
 
 
 def _runner_output(sched_out, rng, vocab, logprobs: bool):
-    import numpy as np
     from vllm.v1.outputs import LogprobsLists, ModelRunnerOutput
     ids = list(sched_out.num_scheduled_tokens.keys())
     tok = rng.integers(100, vocab - 1, len(ids))
