@@ -26,10 +26,11 @@ seconds the model misses, for comparison across rows.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
 import yaml
+
+from rlsolve.frameworks.runtime import release
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGPROB_BYTES = 8 + 8 + 4 + 4          # input_ids, token_mask (int64); advantages, generation_logprobs (fp32)
@@ -38,16 +39,12 @@ RESULT_BYTES = 4                       # the log-probs each worker returns (fp32
 PUT_ONCE_FROM = (0, 7, 0)              # NeMo-RL PR #1944: one put per shard from v0.7.0
 
 
-def _version(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in str(v).split(".")[:3])
-
-
 def dispatch_bytes(samples: int, seq_len: int, dp: int, replicas: int, version: str) -> dict[str, float]:
     """Bytes the driver serializes per call (`out_logprob`, `out_train`: every worker's copy of its shard
     before v0.7.0, one per shard from it) and the log-probs it gathers per log-prob call (`in_logprob`:
     every replica's), for `samples` sequences padded to `seq_len` over `dp` data-parallel shards each
     replicated on `replicas` workers (tp x pp x cp)."""
-    copies = dp * (1 if _version(version) >= PUT_ONCE_FROM else replicas)
+    copies = dp * (1 if release(version) >= PUT_ONCE_FROM else replicas)
     per_shard = samples / dp * seq_len
     return {"out_logprob": copies * per_shard * LOGPROB_BYTES, "out_train": copies * per_shard * TRAIN_BYTES,
             "in_logprob": dp * replicas * per_shard * RESULT_BYTES, "workers": dp * replicas}
@@ -71,14 +68,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=str(ROOT / "benchmarks" / "data" / "extra_cases.yaml"))
     args = ap.parse_args()
-    spec = importlib.util.spec_from_file_location("rl_train_terms", ROOT / "benchmarks" / "rl_train_terms.py")
-    terms = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(terms)
+    from rl_train_terms import row_terms  # (its neighbour in benchmarks/, on sys.path when this runs as a script)
     for row in yaml.safe_load(Path(args.cases).read_text())["cases"]:
         d = row_dispatch(row)
         if d is None:
             continue
-        r = terms.row_terms(row)
+        r = row_terms(row)
         miss = ""
         if r is not None and ("logprob" in r["measured"] or "train" in r["measured"]):
             m = r["measured"]
