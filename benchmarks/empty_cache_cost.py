@@ -46,11 +46,7 @@ LAYER_TENSORS = (4096 * 8192 * 2, 4096 * 8192 * 2, 4096 * 10240 // 4 * 2, 4096 *
 
 def plan(gib: float) -> list[int]:
     """Tensor sizes (bytes) of the working set: whole layers' LAYER_TENSORS until `gib` GiB."""
-    sizes: list[int] = []
-    target = gib * GIB
-    while sum(sizes) + sum(LAYER_TENSORS) <= target:
-        sizes.extend(LAYER_TENSORS)
-    return sizes
+    return list(LAYER_TENSORS) * int(gib * GIB // sum(LAYER_TENSORS))
 
 
 def measure(gib: float, reps: int) -> dict:
