@@ -12,7 +12,10 @@ decode_kv_reads' r (StepModel charges reads x KV bytes / HBM; hbm is the catalog
   max:  two-level roofline, HBM once, every read through L2:   max(kv/hbm, r kv/L2)  ->  max(1, r hbm/L2)
 
 and prints, per moved row, the error now and under each rule, with the all-reads throughput the measured time
-implies (r x KV bytes / the decode attention time: measured time - prefill - the model's non-attention decode).
+implies (r x KV bytes / the decode attention time: measured time - prefill - the model's non-attention decode)
+and its fraction of the L2 bandwidth. Last, cross_chip() sets the measured throughput ratio of one table row
+measured on two GPUs (H200/H100, L40S/H100) against the model's, for re-read rows and read-once rows: the
+re-read rows' ratios follow the measured L2 bandwidth (1.0x, 0.53x), not the HBM (1.43x, 0.26x).
 
 L2 read bandwidth, measured (te42kyfo/gpu-benches gpu-l2-cache/main.cu: 1024-thread blocks each sum a 512 kB
 slice; the blocks of a run share its slices, so a working set within L2 is read from L2 over and over):
@@ -95,6 +98,45 @@ def _score(row: dict, reads: float | None):
         C.decode_kv_reads = real
 
 
+def _pair_key(row: dict) -> tuple | None:
+    """Rows of one table measured on another GPU: same release, model, TP, batch, input and output lengths."""
+    lay = row.get("layout") or {}
+    if lay.get("engine") != "tensorrt-llm" or "engine_version" not in lay:
+        return None
+    model = row["id"].split("-", 2)[2].split("-tp")[0]
+    return (str(lay["engine_version"]), model, lay.get("tp"), lay.get("batch"), lay.get("input_len"),
+            lay.get("output_len"))
+
+
+def cross_chip() -> None:
+    """The measured throughput ratio between two GPUs against the model's, for rows whose decode re-reads KV
+    (masked MHA, r > 1) and rows that read it once. H200/H100: the same GH100 die, 1.43x the HBM bandwidth
+    (4.8 / 3.35 TB/s), the same L2 (this file's table). L40S/H100: 0.26x the HBM (0.864 / 3.35), 0.53x the
+    measured L2 read bandwidth (5.2 / 9.8). A ratio that follows the L2, not the HBM, marks a step bound on
+    chip."""
+    by_key: dict[tuple, dict[str, tuple]] = {}
+    for row in _rows():
+        key = _pair_key(row)
+        try:
+            res = C.predict_generate(row) if key else None
+        except (ValueError, KeyError):
+            continue
+        if res is None or res.error is None:
+            continue
+        by_key.setdefault(key, {})[C._pool(row).gpu.name] = (row, res)
+    for num, den in (("H200-SXM-141GB", "H100-SXM-80GB"), ("L40S", "H100-SXM-80GB")):
+        groups: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+        for pair in by_key.values():
+            if num in pair and den in pair:
+                (row, a), (_, b) = pair[num], pair[den]
+                groups[_reads(row) > 1].append((a.measured / b.measured, a.predicted / b.predicted))
+        for reread, ratios in groups.items():
+            if ratios:
+                print(f"{num}/{den} {'re-read' if reread else 'one read'} rows {len(ratios):2d}: measured ratio "
+                      f"median {statistics.median(m for m, _ in ratios):.3f} (range {min(m for m, _ in ratios):.3f}-"
+                      f"{max(m for m, _ in ratios):.3f}), model {statistics.median(p for _, p in ratios):.3f}")
+
+
 def main() -> None:
     cols = {"now": [], "add": [], "max": []}
     print(f"{'row':50s} {'r':>4s} {'now':>7s} {'add':>7s} {'max':>7s}  all-reads TB/s (L2 measured)")
@@ -112,13 +154,15 @@ def main() -> None:
             add, mx = _score(row, 1 + (r - 1) * hbm / l2), _score(row, max(1.0, r * hbm / l2))
             imp = _implied_all_reads(row, r)
             print(f"{row['id']:50s} {r:4.0f} {100 * base:+7.1f} {100 * add:+7.1f} {100 * mx:+7.1f}  "
-                  f"{'-' if imp is None else f'{imp / 1e12:.2f}':>5s} ({l2 / 1e12:.1f})")
+                  f"{'-' if imp is None else f'{imp / 1e12:.2f}':>5s} ({l2 / 1e12:.1f}"
+                  f"{'' if imp is None else f', {imp / l2:.2f} of it'})")
         for k, e in (("now", base), ("add", add), ("max", mx)):
             cols[k].append(e)
     for k, errs in cols.items():
         off = sum(e >= 1.0 or e <= -0.5 for e in errs)
         print(f"{k}: generate rows {len(errs)}, median |error| {100 * statistics.median(abs(e) for e in errs):.1f}%, "
               f"max {100 * max(abs(e) for e in errs):.1f}%, off by 2x {off}")
+    cross_chip()
 
 
 if __name__ == "__main__":
