@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 from rlsolve.frameworks.runtime import release, runtime
 from rlsolve.perf.step import inproc_output_us_per_seq, v1_serial_engine_core
@@ -96,3 +97,37 @@ def test_a_nemo_rl_row_processes_outputs_in_the_engine_thread_only_without_async
     sync = recipe_estimate(rows["nemorl04-llama3p1-8b-grpo-onpolicy-bf16-16g"])[0]
     asynch = recipe_estimate(rows["nemorl04-llama3p1-8b-grpo-1stepoff-bf16-16g"])[0]
     assert sync.workload.engine_inproc_output and not asynch.workload.engine_inproc_output
+
+
+runner_bench = load_benchmark("vllm_runner_host_per_seq")
+
+
+@pytest.mark.parametrize("core_here,core_there", [(10.75, 2.6), (18.55, 2.6), (12.74, 2.86)])
+def test_runner_cost_scales_with_the_engine_core_timed_in_the_same_steps(core_here, core_there):
+    # a machine k times slower (or busier) times both k times longer: the calibrated figure does not move
+    for runner_here in (0.0, 3.0, 13.97):
+        base = runner_bench.relative(runner_here, core_here, core_there)
+        assert base == pytest.approx(runner_here / core_here * core_there)
+        for k in (0.5, 1.7, 3.0):
+            assert runner_bench.relative(k * runner_here, k * core_here, core_there) == pytest.approx(base)
+    with pytest.raises(ValueError):
+        runner_bench.relative(1.0, 0.0)
+
+
+def test_calibrated_divides_by_the_host_ratio():
+    assert runner_bench.calibrated(41.0, 4.10) == pytest.approx(10.0)
+    assert runner_bench.calibrated(4.10) == pytest.approx(1.0)  # the default ratio: vllm_host_per_seq.py's 4.10
+    with pytest.raises(ValueError):
+        runner_bench.calibrated(1.0, 0.0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or not os.environ.get("RLSOLVE_VLLM_BENCH_MODEL"),
+                    reason="needs vLLM and a tokenizer directory (RLSOLVE_VLLM_BENCH_MODEL)")
+def test_runner_measurement_runs_and_grows_with_the_batch():
+    model = os.environ["RLSOLVE_VLLM_BENCH_MODEL"]
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model)
+    small = runner_bench.measure(model, 8, 4, tokenizer=tok, stat=min)
+    large = runner_bench.measure(model, 128, 4, tokenizer=tok, stat=min)
+    assert large["bookkeeping"] > small["bookkeeping"] > 0
+    assert large["engine_core"] > small["engine_core"] > 0
