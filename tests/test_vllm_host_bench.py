@@ -121,6 +121,18 @@ def test_calibrated_divides_by_the_host_ratio():
         runner_bench.calibrated(1.0, 0.0)
 
 
+def test_runner_cost_is_the_last_measured_release_at_or_before():
+    from rlsolve.perf.step import runner_us_per_seq
+    table = runtime().engine_runner_us_per_seq.value
+    firsts = sorted(table, key=release)
+    assert firsts[0] == runtime().engine_v1_default_from.value  # V1's first release: not measured, not charged
+    assert runner_us_per_seq("0.9.0") == runner_us_per_seq("0.10.0") == 0.0
+    for k in firsts:
+        assert runner_us_per_seq(k) == table[k] >= 0
+    assert runner_us_per_seq("0.11.2") == table["0.11.0"] > 0
+    assert runner_us_per_seq("0.20.0") == runner_us_per_seq("0.25.1") == table[firsts[-1]] > 0
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None or not os.environ.get("RLSOLVE_VLLM_BENCH_MODEL"),
                     reason="needs vLLM and a tokenizer directory (RLSOLVE_VLLM_BENCH_MODEL)")
 def test_runner_measurement_runs_and_grows_with_the_batch():
@@ -131,3 +143,25 @@ def test_runner_measurement_runs_and_grows_with_the_batch():
     large = runner_bench.measure(model, 128, 4, tokenizer=tok, stat=min)
     assert large["bookkeeping"] > small["bookkeeping"] > 0
     assert large["engine_core"] > small["engine_core"] > 0
+
+
+def test_a_synchronous_engine_pays_the_model_runner_and_its_decode_bound_stays_below(monkeypatch):
+    import yaml
+
+    import rlsolve.perf.step as step_mod
+    from rlsolve.cases import recipe_estimate
+    rows = {r["id"]: r for r in yaml.safe_load((Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+                                                 / "extra_cases.yaml").read_text())["cases"]}
+    row = rows["nemorl05-llama3p1-8b-grpo-onpolicy-bf16-gb200-8g"]  # vLLM 0.11.2, synchronous
+    charged = recipe_estimate(row)
+    problem, gen = charged[0], charged[2].gen
+    assert step_mod.v1_serial_engine_core(problem.workload.engine_version)
+    pool = problem.pools[0]
+    for cap in (gen.max_num_seqs, 64, None):
+        exact = step_mod.gen_side(problem, pool, gen.layout, max_num_seqs=cap)
+        bound = step_mod.gen_side(problem, pool, gen.layout, max_num_seqs=cap, lower_bound=True)
+        assert bound.time <= exact.time * (1 + 1e-9)
+    monkeypatch.setattr(step_mod, "runner_us_per_seq", lambda version: 0.0)
+    free = recipe_estimate(row)  # a new problem: the engine memo is keyed by its identity
+    assert free[0] is not problem
+    assert free[2].gen.decode < gen.decode
