@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 from rlsolve.frameworks.runtime import release, runtime
 from rlsolve.perf.step import inproc_output_us_per_seq, v1_serial_engine_core
@@ -96,3 +97,71 @@ def test_a_nemo_rl_row_processes_outputs_in_the_engine_thread_only_without_async
     sync = recipe_estimate(rows["nemorl04-llama3p1-8b-grpo-onpolicy-bf16-16g"])[0]
     asynch = recipe_estimate(rows["nemorl04-llama3p1-8b-grpo-1stepoff-bf16-16g"])[0]
     assert sync.workload.engine_inproc_output and not asynch.workload.engine_inproc_output
+
+
+runner_bench = load_benchmark("vllm_runner_host_per_seq")
+
+
+@pytest.mark.parametrize("core_here,core_there", [(10.75, 2.6), (18.55, 2.6), (12.74, 2.86)])
+def test_runner_cost_scales_with_the_engine_core_timed_in_the_same_steps(core_here, core_there):
+    # a machine k times slower (or busier) times both k times longer: the calibrated figure does not move
+    for runner_here in (0.0, 3.0, 13.97):
+        base = runner_bench.relative(runner_here, core_here, core_there)
+        assert base == pytest.approx(runner_here / core_here * core_there)
+        for k in (0.5, 1.7, 3.0):
+            assert runner_bench.relative(k * runner_here, k * core_here, core_there) == pytest.approx(base)
+    with pytest.raises(ValueError):
+        runner_bench.relative(1.0, 0.0)
+
+
+def test_calibrated_divides_by_the_host_ratio():
+    assert runner_bench.calibrated(41.0, 4.10) == pytest.approx(10.0)
+    assert runner_bench.calibrated(4.10) == pytest.approx(1.0)  # the default ratio: vllm_host_per_seq.py's 4.10
+    with pytest.raises(ValueError):
+        runner_bench.calibrated(1.0, 0.0)
+
+
+def test_runner_cost_is_the_last_measured_release_at_or_before():
+    from rlsolve.perf.step import runner_us_per_seq
+    table = runtime().engine_runner_us_per_seq.value
+    firsts = sorted(table, key=release)
+    assert firsts[0] == runtime().engine_v1_default_from.value  # V1's first release: 0.17.1's figure as a proxy
+    assert runner_us_per_seq("0.9.0") == runner_us_per_seq("0.10.0") == table["0.17.1"] > 0
+    for k in firsts:
+        assert runner_us_per_seq(k) == table[k] >= 0
+    assert runner_us_per_seq("0.11.2") == table["0.11.0"] > 0
+    assert runner_us_per_seq("0.20.0") == runner_us_per_seq("0.25.1") == table[firsts[-1]] > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None or not os.environ.get("RLSOLVE_VLLM_BENCH_MODEL"),
+                    reason="needs vLLM and a tokenizer directory (RLSOLVE_VLLM_BENCH_MODEL)")
+def test_runner_measurement_runs_and_grows_with_the_batch():
+    model = os.environ["RLSOLVE_VLLM_BENCH_MODEL"]
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model)
+    small = runner_bench.measure(model, 8, 4, tokenizer=tok, stat=min)
+    large = runner_bench.measure(model, 128, 4, tokenizer=tok, stat=min)
+    assert large["bookkeeping"] > small["bookkeeping"] > 0
+    assert large["engine_core"] > small["engine_core"] > 0
+
+
+def test_a_synchronous_engine_pays_the_model_runner_and_its_decode_bound_stays_below(monkeypatch):
+    import yaml
+
+    import rlsolve.perf.step as step_mod
+    from rlsolve.cases import recipe_estimate
+    rows = {r["id"]: r for r in yaml.safe_load((Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+                                                 / "extra_cases.yaml").read_text())["cases"]}
+    row = rows["nemorl05-llama3p1-8b-grpo-onpolicy-bf16-gb200-8g"]  # vLLM 0.11.2, synchronous
+    charged = recipe_estimate(row)
+    problem, gen = charged[0], charged[2].gen
+    assert step_mod.v1_serial_engine_core(problem.workload.engine_version)
+    pool = problem.pools[0]
+    for cap in (gen.max_num_seqs, 64, None):
+        exact = step_mod.gen_side(problem, pool, gen.layout, max_num_seqs=cap)
+        bound = step_mod.gen_side(problem, pool, gen.layout, max_num_seqs=cap, lower_bound=True)
+        assert bound.time <= exact.time * (1 + 1e-9)
+    monkeypatch.setattr(step_mod, "runner_us_per_seq", lambda version: 0.0)
+    free = recipe_estimate(row)  # a new problem: the engine memo is keyed by its identity
+    assert free[0] is not problem
+    assert free[2].gen.decode < gen.decode

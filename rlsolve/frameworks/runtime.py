@@ -268,6 +268,7 @@ class Runtime(_Strict):
     engine_ray_async_scheduling_from: _Str
     engine_profile_sampler_bytes_per_logit: _ByRelease
     engine_inproc_output_us_per_seq: _ByRelease
+    engine_runner_us_per_seq: _ByRelease
     trtllm_decode_attention: TrtllmDecodeAttention
     trtllm_paged_kv_cache_default_from: _Str
     trtllm_moe: TrtllmMoe

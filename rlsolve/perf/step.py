@@ -175,6 +175,12 @@ def inproc_output_us_per_seq(engine_version: str) -> float:
     return runtime().engine_inproc_output_us_per_seq.at(engine_version)
 
 
+def runner_us_per_seq(engine_version: str) -> float:
+    """vLLM's GPU model runner host work per running sequence per decode step at the release (runtime.yaml
+    engine_runner_us_per_seq)."""
+    return runtime().engine_runner_us_per_seq.at(engine_version)
+
+
 def _step_model(arch: Architecture, dev, lay: GenLayout, wb: float, host_per_seq: float, eager: bool) -> StepModel:
     """The engine's StepModel, memoized (a pure function of its arguments, never changed after it is built: the
     search bounds and simulates the same layout under many memory budgets). Keyed by the identity of the
@@ -374,6 +380,7 @@ def _engine_frame(problem: Problem, pool: PoolHW, lay: GenLayout, reserved: floa
     ray = wl.framework.engine_ray_multi_gpu and lay.tp * lay.pp > 1
     if v1_serial_engine_core(wl.engine_version, ray):  # the engine core's pass over the running requests
         serial_us += constants()["decode_v1_core_us_per_seq"]
+        serial_us += runner_us_per_seq(wl.engine_version)  # and the model runner's, before and after the GPU step
         if wl.engine_inproc_output:  # ... and the output processor's, in the same thread
             serial_us += inproc_output_us_per_seq(wl.engine_version)
     host_per_seq += serial_us * dev.host_slowdown * 1e-6
