@@ -671,6 +671,15 @@ def _bound_steps(n_requests: float, prompt_len: float, mean_len: float, max_len:
     # sharper where one representative can outgrow the capacity: only a request running alone can, so a
     # step reads at most the capacity (plus a token per request) unless one request runs alone (`_lone_steps`)
     kv_steps = kv_reads / kv_in_use
+    # sharper where the batch cannot fill that from the start: a running request at step s holds at most p + s
+    # tokens (it has decoded at most s), so the KV in use at step s is at most b_max (p + s) as well; the reads
+    # by step S are at most the integral of min(kv_in_use, b_max (p + s)) over [0, S] (its ramp to the capacity
+    # first, at s_full, then the capacity)
+    s_full = kv_in_use / b_max - prompt_len
+    if s_full > 0:
+        ramp = b_max * (prompt_len * s_full + s_full * s_full / 2)
+        kv_steps = s_full + (kv_reads - ramp) / kv_in_use if kv_reads >= ramp else \
+            math.sqrt(prompt_len * prompt_len + 2 * kv_reads / b_max) - prompt_len
     if w_max * (prompt_len + max_len) > kv_capacity_tokens * 1.0001:
         kv_steps = max(kv_steps, _lone_steps(n_requests, prompt_len, mean_len, max_len, n_total, g, clip,
                                              kv_capacity_tokens * 1.0001 + b_max, kv_reads, fixed_shares))
