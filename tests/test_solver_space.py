@@ -17,7 +17,8 @@ from rlsolve.perf.generate import (GenLayout, StepModel, _bound_steps, _bound_su
                                    decode_lower_bound, decode_time, decode_trace, kv_need_floor, prefill_time,
                                    representative_count, resume_decode, simulate_decode)
 from rlsolve.perf.hw import Device, device
-from rlsolve.perf.step import cached_stage_times, critic_pass, gen_side, policy_memory, seq_attention, train_core
+from rlsolve.perf.step import (KV_BUDGETS_PER_HALVING, _first_within, cached_stage_times, critic_pass, gen_side,
+                               pinned_budget, policy_memory, seq_attention, train_core)
 from rlsolve.perf.train import TrainLayout, forward_time, layout_with, stage_times, train_memory, train_time
 from rlsolve.resolve import resolve
 from rlsolve.solver import search
@@ -1431,3 +1432,23 @@ def test_critic_options_skip_keeps_the_same_options():
         candidates.critic_pass = scored
     assert checked > 50 and skipped > 1000, (checked, skipped)
 
+
+
+def test_first_pinned_budget_within_a_room_is_the_scans():
+    """`gen_side`'s first pinned budget within a cap's room (`_first_within`, from the grid's closed form) is the
+    scan's least k with pinned_budget(need, k) <= room, None where none below `stop` is: on random needs and
+    rooms, and on rooms at the grid's own budgets and one float either side of them (fine and coarse parts)."""
+    rng = random.Random(53)
+    checked = 0
+    for _ in range(400):
+        need = rng.choice([1.0, 3e3, 7.7e6]) * rng.uniform(0.5, 2.0)
+        rooms = [need * rng.uniform(0.001, 1.5), need * 2.0 ** -rng.uniform(0, 12)]
+        k = rng.randint(1, 30)
+        at = pinned_budget(need, k)
+        rooms += [at, math.nextafter(at, 0.0), math.nextafter(at, math.inf), need, 0.0]
+        for room in rooms:
+            for stop in (KV_BUDGETS_PER_HALVING + 1, 10 ** 6):
+                scan = next((j for j in range(1, stop) if pinned_budget(need, j) <= room), None)
+                assert _first_within(need, room, stop) == scan, (need, room, stop)
+                checked += 1
+    assert checked == 400 * 7 * 2
