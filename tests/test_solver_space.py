@@ -13,10 +13,12 @@ import pytest
 import rlsolve
 from rlsolve.errors import InfeasibleError, NoAnswerError, SpecError
 from rlsolve.linear import parse_linear
-from rlsolve.perf.generate import (GenLayout, StepModel, decode_lower_bound, decode_time, decode_trace,
-                                   kv_need_floor, prefill_time, resume_decode, simulate_decode)
+from rlsolve.perf.generate import (GenLayout, StepModel, _bound_steps, _bound_sums, _lone_steps, _queue_steps,
+                                   decode_lower_bound, decode_time, decode_trace, kv_need_floor, prefill_time,
+                                   representative_count, resume_decode, simulate_decode)
 from rlsolve.perf.hw import Device, device
-from rlsolve.perf.step import cached_stage_times, critic_pass, gen_side, policy_memory, seq_attention, train_core
+from rlsolve.perf.step import (KV_BUDGETS_PER_HALVING, _first_within, cached_stage_times, critic_pass, gen_side,
+                               pinned_budget, policy_memory, seq_attention, train_core)
 from rlsolve.perf.train import TrainLayout, forward_time, layout_with, stage_times, train_memory, train_time
 from rlsolve.resolve import resolve
 from rlsolve.solver import search
@@ -542,6 +544,36 @@ def test_engine_search_candidates_hold_what_the_search_assumes():
                 assert wider <= bounds[0] * (1 + 1e-12)
                 checked += 1
     assert checked >= 100
+
+
+def test_decode_least_steps_never_exceed_the_simulated_steps_and_the_ramp_binds():
+    """`_bound_steps`' least steps (the longest response, the tokens over the largest batch, the context reads over
+    what a step holds, the queue's slots), with the ramp: a request running at step s has decoded at most s
+    tokens, so the KV in use is at most b_max (p + s) until it reaches the capacity. Never above the simulated
+    steps (KV-limited and capped runs included), and the ramp is the largest term on some runs (capped, where
+    the batch fills the capacity slowly)."""
+    rng = random.Random(47)
+    problem = next(iter(_random_problems(1, 47)))
+    step = StepModel(problem.policy, device(problem.pools[0]), GenLayout(), 2.0, 2.0)
+    checked = ramp_binds = 0
+    for prompt, mean, top, n_req, n_total, clip in _decode_runs(rng, 40):
+        g = representative_count(n_req)
+        for cap in DECODE_CAPS:
+            for kv in sorted(rng.uniform(1, 80) * (prompt + top) for _ in range(3)):
+                with np.errstate(divide="ignore"):
+                    sim = simulate_decode(step, n_req, prompt, mean, top, kv, cap, n_total, clip=clip)
+                    steps = _bound_steps(n_req, prompt, mean, top, kv, n_total, g, clip, cap, True)[2]
+                assert steps <= sim.steps * (1 + 1e-9), (prompt, mean, top, n_req, kv, cap)
+                tokens, reads, w_max, w_sum, longest = _bound_sums(n_req, prompt, mean, top, n_total, g, clip)[:5]
+                b_max = min(max(kv / prompt, w_max), w_sum, max(cap + 1e-9, w_max))
+                others = [longest, tokens / b_max, reads / (max(kv * 1.0001, w_max * (prompt + top)) + b_max),
+                          _queue_steps(n_req, mean, top, n_total, g, clip, min(cap, kv / prompt), True)]
+                if w_max * (prompt + top) > kv * 1.0001:
+                    others.append(_lone_steps(n_req, prompt, mean, top, n_total, g, clip, kv * 1.0001 + b_max, reads))
+                flat = max(others)
+                ramp_binds += steps > flat * (1 + 1e-9)
+                checked += 1
+    assert checked >= 500 and ramp_binds >= 10, (checked, ramp_binds)
 
 
 def test_decode_lower_bound_holds_for_moe_and_lone_requests():
@@ -1400,3 +1432,23 @@ def test_critic_options_skip_keeps_the_same_options():
         candidates.critic_pass = scored
     assert checked > 50 and skipped > 1000, (checked, skipped)
 
+
+
+def test_first_pinned_budget_within_a_room_is_the_scans():
+    """`gen_side`'s first pinned budget within a cap's room (`_first_within`, from the grid's closed form) is the
+    scan's least k with pinned_budget(need, k) <= room, None where none below `stop` is: on random needs and
+    rooms, and on rooms at the grid's own budgets and one float either side of them (fine and coarse parts)."""
+    rng = random.Random(53)
+    checked = 0
+    for _ in range(400):
+        need = rng.choice([1.0, 3e3, 7.7e6]) * rng.uniform(0.5, 2.0)
+        rooms = [need * rng.uniform(0.001, 1.5), need * 2.0 ** -rng.uniform(0, 12)]
+        k = rng.randint(1, 30)
+        at = pinned_budget(need, k)
+        rooms += [at, math.nextafter(at, 0.0), math.nextafter(at, math.inf), need, 0.0]
+        for room in rooms:
+            for stop in (KV_BUDGETS_PER_HALVING + 1, 10 ** 6):
+                scan = next((j for j in range(1, stop) if pinned_budget(need, j) <= room), None)
+                assert _first_within(need, room, stop) == scan, (need, room, stop)
+                checked += 1
+    assert checked == 400 * 7 * 2

@@ -217,6 +217,25 @@ def pinned_budget(need: float, k: int) -> float:
     return need * 2.0 ** (-1 - (k - KV_BUDGETS_PER_HALVING) / COARSE_PER_HALVING)
 
 
+def _first_within(need: float, room: float, stop: int) -> int | None:
+    """The least k in 1 .. stop - 1 with `pinned_budget(need, k) <= room`, None where there is none: the scan's
+    answer, from the grid's closed form (k >= 8 log2(need / room) on the fine part, 8 + 2 (log2(need / room) - 1)
+    on the coarse one), then walked to the least k whose budget is within the room (pinned_budget never rises
+    with k, so those k are every one from the least on): a few calls instead of a scan of up to ~10 (the engine
+    search asks this for every unpinned run it takes, 1,722 times on the 70B example)."""
+    if not (0.0 < room and 0.0 < need < math.inf):
+        return next((k for k in range(1, stop) if pinned_budget(need, k) <= room), None)
+    over = math.log2(need / room) if need > room else 0.0
+    k = math.ceil(KV_BUDGETS_PER_HALVING * over) if over <= 1.0 else \
+        KV_BUDGETS_PER_HALVING + math.ceil(COARSE_PER_HALVING * (over - 1.0))
+    k = min(max(k, 1), stop)
+    while k > 1 and pinned_budget(need, k - 1) <= room:
+        k -= 1
+    while k < stop and pinned_budget(need, k) > room:
+        k += 1
+    return k if k < stop else None
+
+
 @lru_cache(maxsize=4096)
 def engine_caps(n_requests: float, groups: int = 32) -> tuple[int, ...]:
     """The max_num_seqs an engine's unpinned runs try: a replica's requests in w waves, ceil(n / w) for
@@ -497,14 +516,15 @@ def gen_side(problem: Problem, pool: PoolHW, lay: GenLayout, *, reserved: float 
                     _decode_run(step, n_req, wl, n_total, math.inf, limit[c], fixed_shares)
                 need[c] = known if res is None else res.kv_need
                 # its pinned budgets: the first within the room (and above a full-length sequence)
-                nxt = next((j for j in range(1, KV_BUDGETS_PER_HALVING + 1 if c != caps[0] else 10 ** 6)
-                            if pinned_budget(need[c], j) <= room[c] * (1 + 1e-9)), None)
+                nxt = _first_within(need[c], room[c] * (1 + 1e-9),
+                                    KV_BUDGETS_PER_HALVING + 1 if c != caps[0] else 10 ** 6)
             else:
                 budget = base if at == 0 else pinned_budget(need[c], at)
                 res = _decode_run(step, n_req, wl, n_total, budget, limit[c], fixed_shares)
                 nxt = at + 1 if 0 < at and (c == caps[0] or at < KV_BUDGETS_PER_HALVING) else None
-            if nxt is not None and pinned_budget(need[c], nxt) > base:
-                heapq.heappush(heap, (floor + bound(limit[c], pinned_budget(need[c], nxt)), order, c, nxt))
+            below = pinned_budget(need[c], nxt) if nxt is not None else 0.0
+            if below > base:
+                heapq.heappush(heap, (floor + bound(limit[c], below), order, c, nxt))
                 order += 1
             if budget is None and need[c] > room[c] * (1 + 1e-9):
                 continue  # the unpinned run needs more KV than this memory leaves
