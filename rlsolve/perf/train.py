@@ -1075,7 +1075,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     """Forward and backward time of one micro-batch on the busiest stage, split by cause; `seq_len`
     tokens per sequence, `attn_len` the attention-effective figure for flash attention (`_layer_fwd`).
     `memo` (optional, the caller's) keeps the per-layer times and the LM head's, which depend
-    on neither pp nor recompute, so layouts that differ in those share them."""
+    on neither pp nor recompute, so layouts that differ in those share them, and their sums over the stage's
+    layers (`_stage_sums`), which depend on neither dp, ZeRO nor recompute."""
     tokens = lay.micro_batch * seq_len / lay.cp
     layers_stage = math.ceil(arch.layers / lay.pp)
     moe_frac = arch.moe_layers / arch.layers
@@ -1099,22 +1100,15 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         kv_bytes = tokens * (2 * arch.n_kv_heads * arch.d_head) * BF16 / lay.tp
         cp_layer = dev.all_gather(kv_bytes * lay.cp, lay.cp, lay.tp * lay.cp)
         hit = memo[key] = dense, moe, head, head_elem, tp_layer, cp_layer
-    dense, moe, head, head_elem, tp_layer, cp_layer = hit
-    if slots is not None:
-        # the busiest stage: a middle one (vp * slots layers) or the last (one layer fewer, plus the
-        # output layer), whichever takes longer; with pp = 2 there is no middle stage
-        layers_stage = lay.vp * slots - 1
-        # one layer's forward and backward (GEMMs 1 + 2 passes, attention, elementwise, 2 x the
-        # all-to-all, 4 TP all-reduces) against the output layer's (its GEMM 3 passes, its log-softmax)
-        layer = sum((1 - moe_frac) * d * k + moe_frac * x * k for d, x, k in zip(dense, moe, (3, 1, 1, 1, 1, 2)))
-        if lay.pp > 2 and layer + 4 * tp_layer > 3 * (head + head_elem):
-            layers_stage, head, head_elem = lay.vp * slots, 0.0, 0.0
-    gemm, attn, attn_b, elem, elem_b, ep, _, _ = [layers_stage * ((1 - moe_frac) * d + moe_frac * m)
-                                                  for d, m in zip(dense, moe)]
-    tp_fwd = layers_stage * 2 * tp_layer
-    cp_fwd = layers_stage * cp_layer
-    attn_fwd_exposed = max(attn, cp_fwd) if lay.cp > 1 else attn
-    cp_exposed = attn_fwd_exposed - attn
+    # the sums over the stage's layers read the per-layer times and how many layers the stage holds (pp, and vp
+    # where the embedding and the loss take slots) alone: memoized beside them, shared by every dp, ZeRO stage and
+    # recompute of those degrees
+    skey = (key, lay.pp, None if slots is None else lay.vp)
+    stage = memo.get(skey)
+    if stage is None:
+        stage = memo[skey] = _stage_sums(hit, layers_stage, moe_frac, slots, lay)
+    layers_stage, head, head_elem, gemm, attn, attn_b, elem, elem_b, ep, tp_fwd, cp_exposed = stage
+    moe = hit[1]
     bwd_gemm = 1.0 if lora else 2.0  # frozen weights need no weight-gradient GEMM
     fwd = {"compute": gemm + attn + elem + head + head_elem, "tp": tp_fwd, "ep": ep, "cp": cp_exposed}
     bwd = {"compute": bwd_gemm * (gemm + head) + attn_b + elem_b + 2 * head_elem,
@@ -1143,6 +1137,29 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
             "bwd_compute": bwd["compute"], "tp": fwd["tp"] + bwd["tp"], "tp_fwd": fwd["tp"],
             "ep": fwd["ep"] + bwd["ep"],
             "cp": fwd["cp"] + bwd["cp"], "p2p": p2p, "ep_hidden": ep_hidden}
+
+
+def _stage_sums(layer: tuple, layers_stage: int, moe_frac: float, slots: int | None, lay: TrainLayout) -> tuple:
+    """`stage_times`' sums over the busiest stage's layers from the per-layer times `layer` (_layer_fwd's dense
+    and MoE tuples, the LM head's GEMM and log-softmax, a layer's TP and CP collectives) and the even split's
+    `layers_stage`: (layers, head, head_elem, GEMM, attention, attention backward, elementwise, elementwise
+    backward, EP, TP forward, exposed CP forward)."""
+    dense, moe, head, head_elem, tp_layer, cp_layer = layer
+    if slots is not None:
+        # the busiest stage: a middle one (vp * slots layers) or the last (one layer fewer, plus the
+        # output layer), whichever takes longer; with pp = 2 there is no middle stage
+        layers_stage = lay.vp * slots - 1
+        # one layer's forward and backward (GEMMs 1 + 2 passes, attention, elementwise, 2 x the
+        # all-to-all, 4 TP all-reduces) against the output layer's (its GEMM 3 passes, its log-softmax)
+        per_layer = sum((1 - moe_frac) * d * k + moe_frac * x * k for d, x, k in zip(dense, moe, (3, 1, 1, 1, 1, 2)))
+        if lay.pp > 2 and per_layer + 4 * tp_layer > 3 * (head + head_elem):
+            layers_stage, head, head_elem = lay.vp * slots, 0.0, 0.0
+    gemm, attn, attn_b, elem, elem_b, ep, _, _ = [layers_stage * ((1 - moe_frac) * d + moe_frac * m)
+                                                  for d, m in zip(dense, moe)]
+    tp_fwd = layers_stage * 2 * tp_layer
+    cp_fwd = layers_stage * cp_layer
+    attn_fwd_exposed = max(attn, cp_fwd) if lay.cp > 1 else attn
+    return layers_stage, head, head_elem, gemm, attn, attn_b, elem, elem_b, ep, tp_fwd, attn_fwd_exposed - attn
 
 
 def ep_comm_sm_share(dev: Device, lay: TrainLayout) -> float:
