@@ -18,9 +18,9 @@ from rlsolve.perf.generate import (GenLayout, StepModel, attention_len, decode_l
                                    representative_count, resume_decode, simulate_decode, slowest_replica_mean,
                                    weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
-from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, ep_overlap_paired_share, forward_time, layout_with,
-                                lora_params, micro_batch_lengths, model_flops, params_per_gpu, stage_times, train_memory,
-                                train_time, unpadded_busiest_share)
+from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, ep_overlap_paired_share, forward_time, frozen_weights,
+                                layout_with, lora_params, micro_batch_lengths, model_flops, params_per_gpu, stage_times,
+                                train_memory, train_time, unpadded_busiest_share)
 from rlsolve.resolve import PoolHW, Problem
 
 QUANT_BYTES = {"none": 2.0, "int8": 1.0, "int4": 0.5}
@@ -887,7 +887,7 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     critic = None if critic is None else trainer_layout(problem, critic)
     wl = problem.workload
     dev = device(pool, problem.workload.precision, problem.profile)
-    seq_mean, seq_max = wl.seq_mean, wl.seq_max
+    seq_mean = wl.seq_mean
     cache = {} if cache is None else cache
     dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage, lay.backend, lay.sp)
     # the reference and reward run the trainer's modeling code (the policy's own model in NeMo-RL)
@@ -921,7 +921,7 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
                                              fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
                                              host_syncs=_packed_host_syncs(wl, lay),
                                              sp_input_gathers=wl.framework.fsdp_sp_input_gathers),
-                                train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
+                                frozen_weights(a, al, wbytes_per_param))  # (train_memory's, without the activations)
         return hit
 
     ref_t = rew_t = val_t = resident = 0.0

@@ -296,7 +296,7 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
     the micro-batch nor recompute, and the activations, which depend on neither dp, ep nor
     ZeRO, so layouts differing in those share them."""
     if not trainable:
-        weights = _weights(arch, lay, weight_bytes, trainable=False)
+        weights = frozen_weights(arch, lay, weight_bytes)
         return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True),
                         _other(weights, lay.gpus))
     if memo is None:
@@ -337,6 +337,12 @@ def first_stage_layers(arch: Architecture, lay: TrainLayout) -> int | None:
     the split gives it one fewer than the others, else None (an even split)."""
     slots = pipeline_chunk_slots(arch, lay)
     return None if slots is None else lay.vp * slots - 1
+
+
+def frozen_weights(arch: Architecture, lay: TrainLayout, weight_bytes: float = BF16) -> float:
+    """Weight bytes per GPU of a forward-only model on `lay` (`train_memory`'s with trainable=False), for
+    callers that need only them and not the activations beside them."""
+    return _weights(arch, lay, weight_bytes, trainable=False)
 
 
 def _weights(arch: Architecture, lay: TrainLayout, weight_bytes: float, trainable: bool) -> float:
