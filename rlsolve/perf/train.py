@@ -245,14 +245,26 @@ def params_per_gpu(arch: Architecture, tp: int, pp: int, ep: int, etp: int | Non
 
     Layers split evenly over pp (ceil; `stage_layers`: the stage's own count); the embedding and
     the LM head sit on the first and last stage (the same stage when pp == 1); expert weights are
-    split by ep and by the expert tensor-parallel degree (= tp, Megatron's default)."""
+    split by ep and by the expert tensor-parallel degree (= tp, Megatron's default). Memoized per model
+    (frozen) and degrees, as `_stored_bytes_per_token_layer` is: the solver asks ~20k times a solve for a few
+    hundred sets of degrees."""
+    key = (id(arch), tp, pp, ep, etp, stage_layers)
+    hit = _PARAMS.get(key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
     layer_params = arch.non_expert_params - arch.embedding_params - arch.hidden
     stage_frac = (math.ceil(arch.layers / pp) if stage_layers is None else stage_layers) / arch.layers
     # pp > 1: the first stage's embedding or the last's output layer, the larger (a tied head's copy included)
     emb = max(arch.vocab, arch.d_out) * arch.hidden if pp > 1 else arch.embedding_params
     dense = (layer_params * stage_frac + emb) / tp
     expert = arch.routed_expert_params_total * stage_frac / ((tp if etp is None else etp) * ep)
+    if len(_PARAMS) > 4096:
+        _PARAMS.clear()
+    _PARAMS[key] = (arch, (dense, expert))
     return dense, expert
+
+
+_PARAMS: dict[tuple, tuple[Architecture, tuple[float, float]]] = {}
 
 
 # --- memory -------------------------------------------------------------------------------
