@@ -1128,21 +1128,24 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     layers_stage, head, head_elem, gemm, attn, attn_b, elem, elem_b, ep, tp_fwd, cp_exposed = stage
     moe = hit[1]
     bwd_gemm = 1.0 if lora else 2.0  # frozen weights need no weight-gradient GEMM
-    fwd = {"compute": gemm + attn + elem + head + head_elem, "tp": tp_fwd, "ep": ep, "cp": cp_exposed}
-    bwd = {"compute": bwd_gemm * (gemm + head) + attn_b + elem_b + 2 * head_elem,
-           "tp": tp_fwd, "ep": ep, "cp": cp_exposed * attn_b / attn if attn else 0.0}
+    # (each pass's compute and exposed TP, EP and CP terms, as scalars: the solver asks ~10k times a solve)
+    fwd_compute = gemm + attn + elem + head + head_elem
+    bwd_compute = bwd_gemm * (gemm + head) + attn_b + elem_b + 2 * head_elem
+    bwd_tp, bwd_ep, bwd_cp = tp_fwd, ep, cp_exposed * attn_b / attn if attn else 0.0
     if not lora:  # frozen weights have no gradients to accumulate
         dense_p, expert_p = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
         if lay.zero_stage >= 2:  # gradients sharded: each rank accumulates only its shard
             dense_p, expert_p = dense_p / (lay.dp * lay.cp), expert_p / lay.expert_dp
-        bwd["compute"] += dev.stream_time(2 * lay.main_grad_bytes * (dense_p + expert_p))
-    if lay.recompute == "full":
+        bwd_compute += dev.stream_time(2 * lay.main_grad_bytes * (dense_p + expert_p))
+    if lay.recompute == "full":  # the recomputed layers' forward again (not the LM head's)
         share = recomputed_share(lay, layers_stage)
-        for k in ("compute", "tp", "ep", "cp"):
-            bwd[k] += share * (fwd[k] - (head + head_elem if k == "compute" else 0.0))
+        bwd_compute += share * (fwd_compute - (head + head_elem))
+        bwd_tp += share * tp_fwd
+        bwd_ep += share * ep
+        bwd_cp += share * cp_exposed
     elif lay.recompute == "selective":
-        bwd["compute"] += ((attn if checkpoints_core_attn(lay) else 0.0)
-                           + layers_stage * recompute_module_rerun_fwd(arch, dev, lay, tokens))
+        bwd_compute += ((attn if checkpoints_core_attn(lay) else 0.0)
+                        + layers_stage * recompute_module_rerun_fwd(arch, dev, lay, tokens))
     # pipeline: send activations forward, gradients back, per (virtual) stage boundary
     pp_bytes = tokens * arch.hidden * BF16 / (lay.tp if lay.sp else 1)
     pp_span = 2 * lay.tp * lay.cp * lay.dp
@@ -1151,10 +1154,9 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     if lay.moe_a2a_overlap and arch.is_moe:
         ep_hidden = layers_stage * moe_frac * (2 * moe[5] - ep_overlap_exposed(moe, bwd_gemm,
                                                                                 ep_comm_sm_share(dev, lay)))
-    return {"fwd": sum(fwd.values()), "bwd": sum(bwd.values()), "fwd_compute": fwd["compute"],
-            "bwd_compute": bwd["compute"], "tp": fwd["tp"] + bwd["tp"], "tp_fwd": fwd["tp"],
-            "ep": fwd["ep"] + bwd["ep"],
-            "cp": fwd["cp"] + bwd["cp"], "p2p": p2p, "ep_hidden": ep_hidden}
+    return {"fwd": fwd_compute + tp_fwd + ep + cp_exposed, "bwd": bwd_compute + bwd_tp + bwd_ep + bwd_cp,
+            "fwd_compute": fwd_compute, "bwd_compute": bwd_compute, "tp": tp_fwd + bwd_tp, "tp_fwd": tp_fwd,
+            "ep": ep + bwd_ep, "cp": cp_exposed + bwd_cp, "p2p": p2p, "ep_hidden": ep_hidden}
 
 
 def _stage_sums(layer: tuple, layers_stage: int, moe_frac: float, slots: int | None, lay: TrainLayout) -> tuple:
