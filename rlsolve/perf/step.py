@@ -18,9 +18,9 @@ from rlsolve.perf.generate import (GenLayout, StepModel, attention_len, decode_l
                                    representative_count, resume_decode, simulate_decode, slowest_replica_mean,
                                    weight_bytes_per_gpu)
 from rlsolve.perf.hw import GB, Device, constants, device
-from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, ep_overlap_paired_share, forward_time, layout_with,
-                                lora_params, micro_batch_lengths, model_flops, params_per_gpu, stage_times, train_memory,
-                                train_time, unpadded_busiest_share)
+from rlsolve.perf.train import (TrainLayout, TrainMem, TrainTime, ep_overlap_paired_share, forward_time, frozen_weights,
+                                layout_with, lora_params, micro_batch_lengths, model_flops, params_per_gpu, stage_times,
+                                train_memory, train_time, unpadded_busiest_share)
 from rlsolve.resolve import PoolHW, Problem
 
 QUANT_BYTES = {"none": 2.0, "int8": 1.0, "int4": 0.5}
@@ -914,9 +914,8 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     critic = None if critic is None else trainer_layout(problem, critic)
     wl = problem.workload
     dev = device(pool, problem.workload.precision, problem.profile)
-    seq_mean, seq_max = wl.seq_mean, wl.seq_max
+    seq_mean = wl.seq_mean
     cache = {} if cache is None else cache
-    dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, lay.zero_stage, lay.backend, lay.sp)
     # the reference and reward run the trainer's modeling code (the policy's own model in NeMo-RL)
     eager = _fsdp_elementwise(wl, lay)
     # a framework that swaps the reference's weights into the policy's own model (reference_swap_copies
@@ -928,27 +927,39 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
     # layouts only) shards it as the policy is: its pass gathers every layer as a ZeRO-3 policy's does, and
     # what each micro-batch copies in is the rank's shard
     fsdp_offload = reference == "cpu_offload" and wl.framework.reference_fsdp_cpu_offload and lay.zero_stage >= 3
+    # the passes read the policy's ZeRO stage only as whether it shards parameters (ZeRO-3: the FSDP path's
+    # elementwise bytes and host syncs, the busiest rank's tokens) unless the reference runs on the policy's
+    # own sharding (in_policy, fsdp_offload): policy layouts that differ in ZeRO stage 0-2 share them
+    shards = lay.zero_stage if in_policy or fsdp_offload else lay.zero_stage >= 3
+    dims = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.micro_batch, shards, lay.backend, lay.sp)
 
     def forward(role: str, a: Architecture, wbytes_per_param: float) -> tuple[float, float]:
         key = (role, dims, wbytes_per_param, eager, in_policy, fsdp_offload)
         hit = cache.get(key)
         if hit is None:
-            al = _aux_layout(a, lay)
-            # the reference computes the policy's log-probs on the policy's log-prob micro-batches
-            if role == "reference":
-                lp, seq, attn = _logprob_pass(wl, lay)
-                al, logits = layout_with(al, micro_batch=lp.micro_batch), wl.framework.logit_fp32_bytes_forward
-                if in_policy or fsdp_offload:
-                    al = layout_with(al, zero_stage=lay.zero_stage)
-            else:
-                seq, attn, logits = seq_mean, seq_attention(wl), None
-            st = cached_stage_times(a, dev, al, seq, False, cache, attn)
-            hit = cache[key] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
-                                             unfused_elementwise=eager, fsdp_copy_bytes=wl.framework.fsdp_copy_bytes,
-                                             fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
-                                             host_syncs=_packed_host_syncs(wl, lay),
-                                             sp_input_gathers=wl.framework.fsdp_sp_input_gathers),
-                                train_memory(a, al, seq_max, trainable=False, weight_bytes=wbytes_per_param).weights)
+            # the pass's time reads no weight bytes (the reward's quantization, the reference's swap): memoized
+            # apart, with the layout it ran on, which the resident weights are read from
+            pkey = (role, dims, eager, in_policy, fsdp_offload)
+            passed = cache.get(pkey)
+            if passed is None:
+                al = _aux_layout(a, lay)
+                # the reference computes the policy's log-probs on the policy's log-prob micro-batches
+                if role == "reference":
+                    lp, seq, attn = _logprob_pass(wl, lay)
+                    al, logits = layout_with(al, micro_batch=lp.micro_batch), wl.framework.logit_fp32_bytes_forward
+                    if in_policy or fsdp_offload:
+                        al = layout_with(al, zero_stage=lay.zero_stage)
+                else:
+                    seq, attn, logits = seq_mean, seq_attention(wl), None
+                st = cached_stage_times(a, dev, al, seq, False, cache, attn)
+                passed = cache[pkey] = (forward_time(a, dev, al, wl.samples, seq, st=st, logit_bytes_fwd=logits,
+                                                     unfused_elementwise=eager,
+                                                     fsdp_copy_bytes=wl.framework.fsdp_copy_bytes,
+                                                     fsdp_cast_bytes=wl.framework.fsdp_layer_cast_bytes,
+                                                     host_syncs=_packed_host_syncs(wl, lay),
+                                                     sp_input_gathers=wl.framework.fsdp_sp_input_gathers), al)
+            # (train_memory's weights, without the activations)
+            hit = cache[key] = (passed[0], frozen_weights(a, passed[1], wbytes_per_param))
         return hit
 
     ref_t = rew_t = val_t = resident = 0.0

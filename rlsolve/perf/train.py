@@ -245,14 +245,26 @@ def params_per_gpu(arch: Architecture, tp: int, pp: int, ep: int, etp: int | Non
 
     Layers split evenly over pp (ceil; `stage_layers`: the stage's own count); the embedding and
     the LM head sit on the first and last stage (the same stage when pp == 1); expert weights are
-    split by ep and by the expert tensor-parallel degree (= tp, Megatron's default)."""
+    split by ep and by the expert tensor-parallel degree (= tp, Megatron's default). Memoized per model
+    (frozen) and degrees, as `_stored_bytes_per_token_layer` is: the solver asks ~20k times a solve for a few
+    hundred sets of degrees."""
+    key = (id(arch), tp, pp, ep, etp, stage_layers)
+    hit = _PARAMS.get(key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
     layer_params = arch.non_expert_params - arch.embedding_params - arch.hidden
     stage_frac = (math.ceil(arch.layers / pp) if stage_layers is None else stage_layers) / arch.layers
     # pp > 1: the first stage's embedding or the last's output layer, the larger (a tied head's copy included)
     emb = max(arch.vocab, arch.d_out) * arch.hidden if pp > 1 else arch.embedding_params
     dense = (layer_params * stage_frac + emb) / tp
     expert = arch.routed_expert_params_total * stage_frac / ((tp if etp is None else etp) * ep)
+    if len(_PARAMS) > 4096:
+        _PARAMS.clear()
+    _PARAMS[key] = (arch, (dense, expert))
     return dense, expert
+
+
+_PARAMS: dict[tuple, tuple[Architecture, tuple[float, float]]] = {}
 
 
 # --- memory -------------------------------------------------------------------------------
@@ -296,7 +308,7 @@ def train_memory(arch: Architecture, lay: TrainLayout, seq_len: float, *, traina
     the micro-batch nor recompute, and the activations, which depend on neither dp, ep nor
     ZeRO, so layouts differing in those share them."""
     if not trainable:
-        weights = _weights(arch, lay, weight_bytes, trainable=False)
+        weights = frozen_weights(arch, lay, weight_bytes)
         return TrainMem(weights, 0.0, 0.0, _activations(arch, lay, seq_len, forward_only=True),
                         _other(weights, lay.gpus))
     if memo is None:
@@ -337,6 +349,12 @@ def first_stage_layers(arch: Architecture, lay: TrainLayout) -> int | None:
     the split gives it one fewer than the others, else None (an even split)."""
     slots = pipeline_chunk_slots(arch, lay)
     return None if slots is None else lay.vp * slots - 1
+
+
+def frozen_weights(arch: Architecture, lay: TrainLayout, weight_bytes: float = BF16) -> float:
+    """Weight bytes per GPU of a forward-only model on `lay` (`train_memory`'s with trainable=False), for
+    callers that need only them and not the activations beside them."""
+    return _weights(arch, lay, weight_bytes, trainable=False)
 
 
 def _weights(arch: Architecture, lay: TrainLayout, weight_bytes: float, trainable: bool) -> float:
@@ -1075,7 +1093,8 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     """Forward and backward time of one micro-batch on the busiest stage, split by cause; `seq_len`
     tokens per sequence, `attn_len` the attention-effective figure for flash attention (`_layer_fwd`).
     `memo` (optional, the caller's) keeps the per-layer times and the LM head's, which depend
-    on neither pp nor recompute, so layouts that differ in those share them."""
+    on neither pp nor recompute, so layouts that differ in those share them, and their sums over the stage's
+    layers (`_stage_sums`), which depend on neither dp, ZeRO nor recompute."""
     tokens = lay.micro_batch * seq_len / lay.cp
     layers_stage = math.ceil(arch.layers / lay.pp)
     moe_frac = arch.moe_layers / arch.layers
@@ -1099,38 +1118,34 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         kv_bytes = tokens * (2 * arch.n_kv_heads * arch.d_head) * BF16 / lay.tp
         cp_layer = dev.all_gather(kv_bytes * lay.cp, lay.cp, lay.tp * lay.cp)
         hit = memo[key] = dense, moe, head, head_elem, tp_layer, cp_layer
-    dense, moe, head, head_elem, tp_layer, cp_layer = hit
-    if slots is not None:
-        # the busiest stage: a middle one (vp * slots layers) or the last (one layer fewer, plus the
-        # output layer), whichever takes longer; with pp = 2 there is no middle stage
-        layers_stage = lay.vp * slots - 1
-        # one layer's forward and backward (GEMMs 1 + 2 passes, attention, elementwise, 2 x the
-        # all-to-all, 4 TP all-reduces) against the output layer's (its GEMM 3 passes, its log-softmax)
-        layer = sum((1 - moe_frac) * d * k + moe_frac * x * k for d, x, k in zip(dense, moe, (3, 1, 1, 1, 1, 2)))
-        if lay.pp > 2 and layer + 4 * tp_layer > 3 * (head + head_elem):
-            layers_stage, head, head_elem = lay.vp * slots, 0.0, 0.0
-    gemm, attn, attn_b, elem, elem_b, ep, _, _ = [layers_stage * ((1 - moe_frac) * d + moe_frac * m)
-                                                  for d, m in zip(dense, moe)]
-    tp_fwd = layers_stage * 2 * tp_layer
-    cp_fwd = layers_stage * cp_layer
-    attn_fwd_exposed = max(attn, cp_fwd) if lay.cp > 1 else attn
-    cp_exposed = attn_fwd_exposed - attn
+    # the sums over the stage's layers read the per-layer times and how many layers the stage holds (pp, and vp
+    # where the embedding and the loss take slots) alone: memoized beside them, shared by every dp, ZeRO stage and
+    # recompute of those degrees
+    skey = (key, lay.pp, None if slots is None else lay.vp)
+    stage = memo.get(skey)
+    if stage is None:
+        stage = memo[skey] = _stage_sums(hit, layers_stage, moe_frac, slots, lay)
+    layers_stage, head, head_elem, gemm, attn, attn_b, elem, elem_b, ep, tp_fwd, cp_exposed = stage
+    moe = hit[1]
     bwd_gemm = 1.0 if lora else 2.0  # frozen weights need no weight-gradient GEMM
-    fwd = {"compute": gemm + attn + elem + head + head_elem, "tp": tp_fwd, "ep": ep, "cp": cp_exposed}
-    bwd = {"compute": bwd_gemm * (gemm + head) + attn_b + elem_b + 2 * head_elem,
-           "tp": tp_fwd, "ep": ep, "cp": cp_exposed * attn_b / attn if attn else 0.0}
+    # (each pass's compute and exposed TP, EP and CP terms, as scalars: the solver asks ~10k times a solve)
+    fwd_compute = gemm + attn + elem + head + head_elem
+    bwd_compute = bwd_gemm * (gemm + head) + attn_b + elem_b + 2 * head_elem
+    bwd_tp, bwd_ep, bwd_cp = tp_fwd, ep, cp_exposed * attn_b / attn if attn else 0.0
     if not lora:  # frozen weights have no gradients to accumulate
         dense_p, expert_p = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
         if lay.zero_stage >= 2:  # gradients sharded: each rank accumulates only its shard
             dense_p, expert_p = dense_p / (lay.dp * lay.cp), expert_p / lay.expert_dp
-        bwd["compute"] += dev.stream_time(2 * lay.main_grad_bytes * (dense_p + expert_p))
-    if lay.recompute == "full":
+        bwd_compute += dev.stream_time(2 * lay.main_grad_bytes * (dense_p + expert_p))
+    if lay.recompute == "full":  # the recomputed layers' forward again (not the LM head's)
         share = recomputed_share(lay, layers_stage)
-        for k in ("compute", "tp", "ep", "cp"):
-            bwd[k] += share * (fwd[k] - (head + head_elem if k == "compute" else 0.0))
+        bwd_compute += share * (fwd_compute - (head + head_elem))
+        bwd_tp += share * tp_fwd
+        bwd_ep += share * ep
+        bwd_cp += share * cp_exposed
     elif lay.recompute == "selective":
-        bwd["compute"] += ((attn if checkpoints_core_attn(lay) else 0.0)
-                           + layers_stage * recompute_module_rerun_fwd(arch, dev, lay, tokens))
+        bwd_compute += ((attn if checkpoints_core_attn(lay) else 0.0)
+                        + layers_stage * recompute_module_rerun_fwd(arch, dev, lay, tokens))
     # pipeline: send activations forward, gradients back, per (virtual) stage boundary
     pp_bytes = tokens * arch.hidden * BF16 / (lay.tp if lay.sp else 1)
     pp_span = 2 * lay.tp * lay.cp * lay.dp
@@ -1139,10 +1154,32 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     if lay.moe_a2a_overlap and arch.is_moe:
         ep_hidden = layers_stage * moe_frac * (2 * moe[5] - ep_overlap_exposed(moe, bwd_gemm,
                                                                                 ep_comm_sm_share(dev, lay)))
-    return {"fwd": sum(fwd.values()), "bwd": sum(bwd.values()), "fwd_compute": fwd["compute"],
-            "bwd_compute": bwd["compute"], "tp": fwd["tp"] + bwd["tp"], "tp_fwd": fwd["tp"],
-            "ep": fwd["ep"] + bwd["ep"],
-            "cp": fwd["cp"] + bwd["cp"], "p2p": p2p, "ep_hidden": ep_hidden}
+    return {"fwd": fwd_compute + tp_fwd + ep + cp_exposed, "bwd": bwd_compute + bwd_tp + bwd_ep + bwd_cp,
+            "fwd_compute": fwd_compute, "bwd_compute": bwd_compute, "tp": tp_fwd + bwd_tp, "tp_fwd": tp_fwd,
+            "ep": ep + bwd_ep, "cp": cp_exposed + bwd_cp, "p2p": p2p, "ep_hidden": ep_hidden}
+
+
+def _stage_sums(layer: tuple, layers_stage: int, moe_frac: float, slots: int | None, lay: TrainLayout) -> tuple:
+    """`stage_times`' sums over the busiest stage's layers from the per-layer times `layer` (_layer_fwd's dense
+    and MoE tuples, the LM head's GEMM and log-softmax, a layer's TP and CP collectives) and the even split's
+    `layers_stage`: (layers, head, head_elem, GEMM, attention, attention backward, elementwise, elementwise
+    backward, EP, TP forward, exposed CP forward)."""
+    dense, moe, head, head_elem, tp_layer, cp_layer = layer
+    if slots is not None:
+        # the busiest stage: a middle one (vp * slots layers) or the last (one layer fewer, plus the
+        # output layer), whichever takes longer; with pp = 2 there is no middle stage
+        layers_stage = lay.vp * slots - 1
+        # one layer's forward and backward (GEMMs 1 + 2 passes, attention, elementwise, 2 x the
+        # all-to-all, 4 TP all-reduces) against the output layer's (its GEMM 3 passes, its log-softmax)
+        per_layer = sum((1 - moe_frac) * d * k + moe_frac * x * k for d, x, k in zip(dense, moe, (3, 1, 1, 1, 1, 2)))
+        if lay.pp > 2 and per_layer + 4 * tp_layer > 3 * (head + head_elem):
+            layers_stage, head, head_elem = lay.vp * slots, 0.0, 0.0
+    gemm, attn, attn_b, elem, elem_b, ep, _, _ = [layers_stage * ((1 - moe_frac) * d + moe_frac * m)
+                                                  for d, m in zip(dense, moe)]
+    tp_fwd = layers_stage * 2 * tp_layer
+    cp_fwd = layers_stage * cp_layer
+    attn_fwd_exposed = max(attn, cp_fwd) if lay.cp > 1 else attn
+    return layers_stage, head, head_elem, gemm, attn, attn_b, elem, elem_b, ep, tp_fwd, attn_fwd_exposed - attn
 
 
 def ep_comm_sm_share(dev: Device, lay: TrainLayout) -> float:
