@@ -64,13 +64,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from vllm_host_per_seq import PR46112_UPDATE_MS_B256, _setup, measure as core_measure, per_seq_us  # noqa: E402
+
+from rlsolve.perf.hw import constants  # noqa: E402
 
 HOST_RATIO = 4.10  # this CPU vs PR #46112's host: vllm_host_per_seq.py --calibrate with vLLM 0.33.0 (1.177 ms)
 
 STAGES = ("update_states", "prepare_inputs", "bookkeeping", "runner_output", "mp_pickle", "engine_core")
 RUNNER = STAGES[:4]  # the model runner's own work; mp_pickle the executor's; engine_core schedule + update_from_output
-CORE_US_CALIBRATED = 2.6  # perf/constants.yaml decode_v1_core_us_per_seq: vLLM 0.11.0's engine core on PR #46112's host
+# vLLM 0.11.0's engine core on PR #46112's host: the catalog's figure, read, not restated
+CORE_US_CALIBRATED = constants()["decode_v1_core_us_per_seq"]
 # (10.75 us measured by vllm_host_per_seq.py / 4.10); other releases' in that source: 0.20.0 11.72, 0.25.1 13.45,
 # 0.33.0 16.0 us here, so 2.86, 3.28, 3.90 us there (--core-us)
 
