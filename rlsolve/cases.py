@@ -733,7 +733,8 @@ def _recipe_layout(row: dict, wl) -> tuple[dict, list[str], str | None, dict]:
         # the costs of the release the row ran, where a fact changed between releases, and of the
         # training strategy it ran, where a fact holds for one (FSDP2's copies)
         version = lay.get("framework_version")
-        micro["framework"] = framework_costs(fw_name, None if version is None else str(version), strategy)
+        micro["framework"] = framework_costs(fw_name, None if version is None else str(version), strategy,
+                                             samples=wl.samples)
     if _no_reference(row):
         reference = "none"
     else:

@@ -91,4 +91,4 @@ def workload_of(spec) -> Workload:
                     mini_batches=rl.mini_batches, ppo_epochs=rl.ppo_epochs, max_staleness=rl.max_staleness,
                     lora_rank=model.lora_rank, precision=model.precision, headroom=cons.min_headroom,
                     engine_share=cons.generation.get("gpu_memory_utilization"),
-                    framework=framework_costs(spec.target.framework))
+                    framework=framework_costs(spec.target.framework, samples=rl.samples))

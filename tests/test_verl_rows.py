@@ -204,3 +204,29 @@ def test_the_per_micro_batch_reference_copies_hold_for_fsdp_layouts_only():
         a = train_aux(verl, verl.pool, lay, reference="cpu_offload", reward="cpu", reward_quant="none")[0]
         b = train_aux(plain, plain.pool, lay, reference="cpu_offload", reward="cpu", reward_quant="none")[0]
         assert (a == pytest.approx(b, rel=1e-12)) is same
+
+
+def test_verl_before_0_4_drivers_work_grows_with_the_samples():
+    """verl 0.2-0.3's driver scores the batch sample by sample (NaiveRewardManager) and reshuffles it outside the
+    named timers: its published AMD console logs (yushengsu-thu/verl_training_log deb1507ca074, 1,007 steps
+    each) give timing_s/step minus the named timers 0.893 s at 5,120 samples (GRPO) and 0.184 s at 1,024
+    (PPO). A stated release before 0.4.0 is charged that per sample and nothing per step; the current release
+    (a plan names none) keeps verl#7412's 0.35 s per step whatever the batch."""
+    from rlsolve.frameworks.runtime import framework_costs
+    old = lambda n: framework_costs("verl", "0.3.0.post0", samples=n).orchestration_s  # noqa: E731
+    assert old(5120) == pytest.approx(0.893, rel=0.01)
+    assert old(1024) == pytest.approx(0.184, rel=0.05)
+    assert framework_costs("verl", "0.2.0.dev", samples=5120).orchestration_s == pytest.approx(old(5120))
+    for version in (None, "0.4.0", "0.9.1"):
+        assert framework_costs("verl", version, samples=5120).orchestration_s == pytest.approx(0.35)
+        assert framework_costs("verl", version, samples=64).orchestration_s == pytest.approx(0.35)
+
+
+def test_the_verl_row_scores_its_drivers_work_as_other(unpadded):
+    """The row states verl 0.3.0.post0 and 5,120 samples: its `other` phase is the driver's per-sample work
+    (0.893 s in the same script's MI300 log), where the current release's 0.35 s would be charged otherwise."""
+    row = _row(remove_padding=True)
+    row["layout"]["framework_version"] = "0.3.0.post0"
+    ph = predict_rl_step(row, headroom=False).extra["phases_s"]
+    assert ph["other"] == pytest.approx(0.893, rel=0.02)
+    assert unpadded.extra["phases_s"]["other"] == pytest.approx(0.35, abs=0.01)  # no release stated

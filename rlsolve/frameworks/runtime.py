@@ -114,6 +114,9 @@ class FrameworkRuntime(_Strict):
     gpu_memory_utilization: _Float
     max_num_seqs: _OptInt
     orchestration_s_per_step: _Float
+    # the single controller's work outside the named phases, per sample of the step, in the releases before
+    # `until_version`, where it stands for all of that work (orchestration_s_per_step not charged; None: not read)
+    driver_us_per_sample: _FloatUntil | None = None
     rollout_logprobs: _Bool
     # per mode: the step's samples are split over the engines in fixed shares before any response ends, and the
     # step waits for every engine's share (False: requests go to the engines as they free up, with no barrier
@@ -411,10 +414,21 @@ def _earlier_logprobs(fw: FrameworkRuntime, version: str | None) -> bool:
     return entry is not None and entry.value
 
 
-def framework_costs(framework: str, version: str | None = None, strategy: str | None = None) -> FrameworkCosts:
+def orchestration_s(fw: FrameworkRuntime, version: str | None = None, samples: int | None = None) -> float:
+    """The framework's own work per step outside the named phases: `samples` x driver_us_per_sample where that
+    fact holds for the release (its driver scores and reshuffles the batch sample by sample), else
+    orchestration_s_per_step."""
+    entry = _holds(fw.driver_us_per_sample, version)
+    if entry is not None and samples:
+        return entry.value * 1e-6 * samples
+    return fw.orchestration_s_per_step.value
+
+
+def framework_costs(framework: str, version: str | None = None, strategy: str | None = None,
+                    samples: int | None = None) -> FrameworkCosts:
     """The target's costs (of its release `version` where facts change between releases, and of
-    the training `strategy` it runs where a fact holds for one: None, the framework's default);
-    `any` (no framework chosen) takes the cheapest framework's, so a plan for any framework is
+    the training `strategy` it runs where a fact holds for one: None, the framework's default; its orchestration
+    for `samples` per step where it grows with them, `orchestration_s`); `any` (no framework chosen) takes the cheapest framework's, so a plan for any framework is
     never charged for one it may not run on."""
     fws = runtime().frameworks
     chosen = list(fws.values()) if framework not in fws else [fws[framework]]
@@ -442,7 +456,7 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
         return all((e := _for_strategy(_holds(getattr(f, name), version), f, strategy)) is not None and e.value
                    for f in chosen)
     unset = {unset_max_num_seqs(f) for f in chosen}
-    return FrameworkCosts(orchestration_s=min(f.orchestration_s_per_step.value for f in chosen),
+    return FrameworkCosts(orchestration_s=min(orchestration_s(f, version, samples) for f in chosen),
                           engine_unset_max_num_seqs=unset.pop() if len(unset) == 1 else None,
                           rollout_logprobs=all(f.rollout_logprobs.value or _earlier_logprobs(f, version)
                                                for f in chosen),
