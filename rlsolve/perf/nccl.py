@@ -59,11 +59,8 @@ def _choices(coll: str, n_ranks: int, n_nodes: int, busbw_bytes_per_s: float, nv
     busbw = busbw_bytes_per_s / 1e9                       # GB/s, NCCL's unit
     ll_max = t.ll_max_gbps[min(n_nodes - 1, 2)]
     all_reduce = coll == "all_reduce"
-    # a broadcast's ring takes n_ranks steps (its algorithm bandwidth is the bus bandwidth) and crosses every
-    # node boundary of the ring (tuning.cc ncclTopoTuneModel: nsteps = nRanks, nInterSteps = nNodes, ring only)
-    broadcast = coll == "broadcast"
-    nsteps = 2 * (n_ranks - 1) if all_reduce else n_ranks if broadcast else n_ranks - 1
-    n_inter = 2 * (n_nodes - 1) if all_reduce else n_nodes if broadcast else n_nodes - 1
+    nsteps = 2 * (n_ranks - 1) if all_reduce else n_ranks - 1
+    n_inter = 2 * (n_nodes - 1) if all_reduce else n_nodes - 1
     out = []
     for algo in (("tree", "ring") if all_reduce else ("ring",)):
         for p, proto in enumerate(t.protocols):
@@ -88,8 +85,8 @@ def collective_time(coll: str, nbytes: float, n_ranks: int, n_nodes: int, busbw_
                     nvlink: bool = True) -> float:
     """Seconds NCCL's model gives a collective of `nbytes` (the all-reduce's buffer, or the
     gathered result) over `n_ranks` ranks on `n_nodes` nodes (n_nodes > 1), the fastest of its
-    algorithms and protocols. coll: "all_reduce" (tree or ring), "all_gather" (ring; reduce-
-    scatter is costed the same) or "broadcast" (ring: every rank receives the whole buffer)."""
+    algorithms and protocols. coll: "all_reduce" (tree or ring) or "all_gather" (ring; reduce-
+    scatter is costed the same)."""
     log_size = _log2i(nbytes / 64)
     best = math.inf
     for lat, bw, correction in _choices(coll, n_ranks, n_nodes, busbw_bytes_per_s, nvlink):
