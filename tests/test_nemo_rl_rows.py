@@ -66,7 +66,9 @@ def test_before_0_5_a_disaggregated_trainer_sends_its_optimizer_to_host_and_back
     old, new = (predict_rl_step(_at_release(row, v), headroom=False) for v in ("0.4.0", "0.5.0"))
     trip = old.extra["phases_s"]["other"]
     assert new.extra["phases_s"]["other"] == 0.0 < trip
-    assert old.predicted - new.predicted == pytest.approx(trip, rel=1e-6)  # the trainers bound this step
+    # the trainers bound this step (the two steps and the phase are each rounded to the millisecond: three
+    # roundings of at most 0.5 ms)
+    assert old.predicted - new.predicted == pytest.approx(trip, abs=1.5e-3)
     for phase in ("generation", "logprob", "train", "weight_sync"):
         assert old.extra["phases_s"][phase] == pytest.approx(new.extra["phases_s"][phase], rel=1e-9), phase
     # PR #1404 measured the two timers at 10 -> 1 s (Qwen3-235B) and 13 -> ~1 s (Qwen3-30B): seconds, not noise

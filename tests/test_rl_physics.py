@@ -282,6 +282,33 @@ def test_a_megatron_trainer_gathers_every_full_tensor_over_tp_pp_and_ep_for_a_re
     assert refit_gather_time(lora, p.pool, lay) == 0.0
 
 
+def test_the_megatron_refits_pipeline_step_is_a_broadcast_per_tensor_not_an_all_gather():
+    """NeMo-RL 0.3's gather_params broadcasts each full tensor from the stage that holds it over the PP
+    group (refit_utils.py line 127; Megatron-Bridge's broadcast_from_pp_rank later): NCCL runs a broadcast
+    as a ring of nRanks steps (tuning.cc: nsteps = nRanks, ring only), so each broadcast takes its bytes /
+    bus bandwidth and the four stages' broadcasts in turn take the whole model's bf16 bytes over the NICs,
+    where an all-gather of the same result takes 3/4 of them."""
+    from dataclasses import replace as _replace
+    from rlsolve.perf.hw import device as _device
+    from rlsolve.perf.step import refit_gather_time
+    from rlsolve.perf.train import TrainLayout
+    p = resolve(load_spec({**SPEC, "model": {"policy": "llama-3.1-70b"},
+                           "cluster": {"gpu": "H100-SXM-80GB", "nodes": 8, "gpus_per_node": 8}}))
+    dev = _device(p.pool, p.workload.precision, p.profile)
+    nic = p.pool.nic_gbytes_per_gpu * 1e9 * p.pool.network.busbw_fraction.value
+    full = p.policy.total_params * 2  # 141 GB of bf16 tensors
+    # inside one server the ring formulas: a broadcast moves the whole buffer, an all-gather (n-1)/n of it
+    nv = dev.broadcast(1e10, 4, 4) - dev.all_gather(1e10, 4, 4)
+    assert nv == pytest.approx(1e10 / 4 / dev.link(4)[0], rel=1e-9)
+    # across the servers NCCL's own model: the broadcast's algorithm bandwidth is the NICs' bus bandwidth
+    assert dev.broadcast(full, 4, 64) == pytest.approx(full / nic, rel=0.01)
+    assert dev.broadcast(full, 4, 64) / dev.all_gather(full, 4, 64) == pytest.approx(4 / 3, rel=0.01)
+    v03 = _replace(p, workload=_replace(p.workload, framework=framework_costs("nemo-rl", "0.3.0")))
+    t = refit_gather_time(v03, p.pool, TrainLayout(tp=4, pp=4, dp=4, zero_stage=1, micro_batch=1))
+    # the whole model through every GPU's own NIC (each stage's tensors too: the ring passes them on)
+    assert t >= full / nic
+
+
 def test_a_moe_refit_gathers_the_routed_experts_over_the_expert_parallel_group():
     """The PP step of a MoE refit moves only the rank's own experts; every GPU then receives the other EP
     ranks' experts of every layer: an EP group that spans two servers takes at least what crosses into a

@@ -275,6 +275,13 @@ class Device:
 
     reduce_scatter = all_gather
 
+    def broadcast(self, nbytes: float, n: int, span: int) -> float:
+        """Broadcast of `nbytes` from one rank to the other n-1. NCCL runs it as a pipelined ring of nRanks
+        steps (tuning.cc ncclTopoTuneModel: nsteps = nRanks for a broadcast, nRanks-1 for an all-gather, ring
+        only), which carries the whole buffer over every link: its algorithm bandwidth is the bus bandwidth,
+        so it takes what an all-gather of n/(n-1) times the bytes takes (the ring's latency one hop short)."""
+        return self.all_gather(nbytes * n / (n - 1), n, span) if n > 1 else 0.0
+
     def all_to_all(self, nbytes: float, n: int, span: int) -> float:
         """Each rank sends (n-1)/n of `nbytes` to the others."""
         if n <= 1 or nbytes <= 0:

@@ -1049,8 +1049,11 @@ def refit_gather_time(problem: Problem, pool: PoolHW, lay: TrainLayout) -> float
     and Megatron-Bridge's export from 0.4 give every trainer GPU every full tensor): the TP all-gather of
     this stage's tensors inside the TP group, then every other stage's full tensors received over the PP
     group, whose ranks sit tp x cp x dp apart (Megatron's default tp-cp-ep-dp-pp rank order) and so cross
-    the nodes once the model spans more than one; the broadcasts from each stage in turn move what an
-    all-gather of the whole model over the PP ranks moves. A MoE's routed experts are then all-gathered
+    the nodes once the model spans more than one. That PP step is one broadcast per tensor from the stage
+    that holds it (v0.3.0 refit_utils.py line 127 torch.distributed.broadcast; Megatron-Bridge
+    broadcast_from_pp_rank), not an all-gather: each broadcast's pipelined ring carries the whole tensor over
+    every link while its root receives nothing, so the stages' broadcasts in turn take the whole model's
+    bytes / bus bandwidth (`Device.broadcast`), pp/(pp-1) times the all-gather of the same result. A MoE's routed experts are then all-gathered
     over the expert-parallel group (`_expert_refit_gather`): the PP step moved only this EP rank's
     experts. The rest of a refit (the engine's wake, the CUDA-IPC reshard, the engine's load) is
     `sync_time`'s."""
@@ -1069,7 +1072,7 @@ def refit_gather_time(problem: Problem, pool: PoolHW, lay: TrainLayout) -> float
         return 0.0
     arch = problem.policy
     full = (arch.total_params - _ep_only_params(arch, lay)) * b
-    return (dev.all_gather(full / lay.pp, lay.tp, lay.tp) + dev.all_gather(full, lay.pp, lay.gpus)
+    return (dev.all_gather(full / lay.pp, lay.tp, lay.tp) + dev.broadcast(full, lay.pp, lay.gpus)
             + _expert_refit_gather(dev, arch, lay, b))
 
 
