@@ -898,7 +898,7 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
         return False
     # (what only some branches read is built at its first use: most calls end on the disaggregated trainers'
     # best or the fronts, without the other models' passes)
-    dims = apart_of = simple = None
+    dims = apart_of = simple = bound_ranks = None
     m_states = mem.states
     orchestration = problem.workload.framework.orchestration_s
     for kind in live:
@@ -923,12 +923,17 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
             offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of)
             if simple is None:
                 simple = (_simplicity_of(lay, False), _simplicity_of(lay, True))
-            if every_recompute and all(group.covers((
-                    time_units(lb + orchestration + (2 * dev.pcie_time(m_states) if off else 0.0)),
-                    0 if off else mem_units_up(m_states), simple[off])) for off in offloads):
-                # covered without the other models' passes and bytes: with them (>= 0) the rank is no less in
-                # time nor in memory, and a front member that covers a rank covers every rank above it
-                continue
+            if every_recompute:
+                if bound_ranks is None:  # (the same for every variant: built at the first)
+                    bound_ranks = ((time_units(lb + orchestration), mem_units_up(m_states), simple[False]),
+                                   (time_units(lb + orchestration + 2 * dev.pcie_time(m_states)), 0, simple[True]))
+                for off in offloads:
+                    if not group.covers(bound_ranks[off]):
+                        break
+                else:
+                    # covered without the other models' passes and bytes: with them (>= 0) the rank is no less in
+                    # time nor in memory, and a front member that covers a rank covers every rank above it
+                    continue
             if dims is None:
                 dims = _aux_dims(problem, lay)
             if critics is None:
