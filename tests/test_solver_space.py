@@ -722,6 +722,35 @@ def test_training_lower_bound_never_exceeds_the_scored_time():
     assert checked > 200
 
 
+def test_reference_pass_floor_never_exceeds_the_scored_pass():
+    """The bound `_all_beaten` asks before a hosted reference's pass (`reference_pass_floor`) is below the
+    reference time `train_aux` gives every layout on that count, resident or streamed from the host, and it
+    is no empty bound (the floor is within 10x of the pass somewhere)."""
+    from rlsolve.perf.step import train_aux
+    from rlsolve.solver.candidates import reference_pass_floor
+    from rlsolve.solver.rules import micro_batches, train_bases
+    rng = random.Random(23)
+    checked, tightest = 0, 0.0
+    for problem in _random_problems(12, 23):
+        if problem.reference is None:
+            continue
+        for pool in problem.pools:
+            shapes = list(train_shapes(problem, pool))
+            for n, tp, pp, cp, dp in rng.sample(shapes, min(12, len(shapes))):
+                bound = reference_pass_floor(problem, pool, n, pp)
+                for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+                    for mb in micro_batches(problem, dp)[:3]:
+                        lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
+                                          recompute=rng.choice(RECOMPUTE), sequence_parallel=tp > 1)
+                        for where in ("training", "cpu_offload"):
+                            ref_t = train_aux(problem, pool, lay, reference=where, reward="elsewhere",
+                                              reward_quant="none")[0]
+                            assert 0.0 < bound <= ref_t, (problem.policy.name, lay, where, bound, ref_t)
+                            tightest = max(tightest, bound / ref_t)
+                            checked += 1
+    assert checked > 200 and tightest > 0.1, (checked, tightest)
+
+
 def test_training_lower_bound_rests_on_the_solvers_default_moe_stack():
     """`train_time_lower_bound` charges the routed MoE block at the host efficiency of the
     default stack (no dispatcher, no CUDA graphs), and the output layer to the busiest stage (no
