@@ -607,6 +607,41 @@ def test_layouts_whose_floor_loses_every_candidate_leave_the_candidates_as_they_
     assert ppo[True] < 0.7 * ppo[False], ppo
 
 
+def test_the_reference_floor_leaves_the_verdicts_and_candidates_as_they_are(monkeypatch):
+    """Skip rule (`candidates._REFERENCE_FLOOR`): `_all_beaten` asks a hosted reference's pass only where
+    `reference_pass_floor` (at most that pass: a property test in test_solver_space.py) does not already lose the
+    variant. Every verdict is the one the pass gives, so the layouts scored (their count) and the training
+    candidates (each field, the order) are those without the rule, on random instances, tight memory among them,
+    the examples (PPO ones among them), with and without the bounds of plans already found; and the rule leaves
+    reference passes unscored."""
+    from rlsolve.solver import candidates as cand_mod
+    from rlsolve.solver.candidates import enumerate_candidates
+    real = cand_mod.train_aux
+    asked = [0]
+
+    def counted(*args, **kwargs):
+        asked[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cand_mod, "train_aux", counted)
+    problems = _enumeration_problems(67) + \
+        [resolve(load_spec(str(EXAMPLES / f"{name}.yaml"))) for name in ("ppo-7b-8xh100", "ppo-1.5b-8xh100")]
+    compared = 0
+    passes = {True: 0, False: 0}
+    for problem in problems:
+        for bounded in (True, False):
+            rows = {}
+            for rule in (True, False):
+                monkeypatch.setattr(cand_mod, "_REFERENCE_FLOOR", rule)
+                asked[0] = 0
+                cands = enumerate_candidates(problem, bounded=bounded)
+                rows[rule] = (_train_rows(cands), cands.evaluated)
+                passes[rule] += asked[0]
+            assert rows[True] == rows[False]
+            compared += bool(rows[True][0])
+    assert compared >= 14 and passes[True] < passes[False], (compared, passes)  # (44,130 against 50,471 when written)
+
+
 def _gen_rows(cands) -> list[tuple]:
     return [(c.mode, c.layout, c.hosts, c.reward_quant, c.reserved_gb, c.side, c.sync, c.pool, c.modes)
             for c in cands.gen]

@@ -697,29 +697,52 @@ def test_engine_plan_rescored_with_its_cap_and_kv_budget_gives_its_time():
     assert moved > 0
 
 
+def _sampled_train_layouts(problems, rng):
+    """(problem, pool, n, pp, layout) of up to 12 random training shapes per pool of each problem: every base,
+    the first three micro-batches, a random recompute each (the inputs of the training bounds' property tests)."""
+    from rlsolve.solver.rules import micro_batches, train_bases
+    for problem in problems:
+        for pool in problem.pools:
+            shapes = list(train_shapes(problem, pool))
+            for n, tp, pp, cp, dp in rng.sample(shapes, min(12, len(shapes))):
+                for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
+                    for mb in micro_batches(problem, dp)[:3]:
+                        yield problem, pool, n, pp, TrainLayout(
+                            tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
+                            recompute=rng.choice(RECOMPUTE), sequence_parallel=tp > 1)
+
+
 def test_training_lower_bound_never_exceeds_the_scored_time():
     """The physics bound that skips training GPU counts (`train_time_lower_bound`) is below
     the time the model gives every layout on that count, whatever else runs there."""
     from rlsolve.perf.step import train_aux
     from rlsolve.solver.candidates import train_time_lower_bound
-    from rlsolve.solver.rules import micro_batches, train_bases
-    rng = random.Random(15)
     checked = 0
-    for problem in _random_problems(12, 15):
-        for pool in problem.pools:
-            shapes = list(train_shapes(problem, pool))
-            for n, tp, pp, cp, dp in rng.sample(shapes, min(12, len(shapes))):
-                bound = train_time_lower_bound(problem, pool, n, pp)
-                for ep, vp, zero in train_bases(problem, tp, pp, cp, dp):
-                    for mb in micro_batches(problem, dp)[:3]:
-                        lay = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, zero_stage=zero, micro_batch=mb,
-                                          recompute=rng.choice(RECOMPUTE), sequence_parallel=tp > 1)
-                        t, _, old = train_core(problem, pool, lay)
-                        value = train_aux(problem, pool, lay, reference="elsewhere", reward="elsewhere",
-                                          reward_quant="none")[2]
-                        assert bound <= (t.total + old + value) * (1 + 1e-12), (problem.policy.name, lay)
-                        checked += 1
+    for problem, pool, n, pp, lay in _sampled_train_layouts(_random_problems(12, 15), random.Random(15)):
+        bound = train_time_lower_bound(problem, pool, n, pp)
+        t, _, old = train_core(problem, pool, lay)
+        value = train_aux(problem, pool, lay, reference="elsewhere", reward="elsewhere", reward_quant="none")[2]
+        assert bound <= (t.total + old + value) * (1 + 1e-12), (problem.policy.name, lay)
+        checked += 1
     assert checked > 200
+
+
+def test_reference_pass_floor_never_exceeds_the_scored_pass():
+    """The bound `_all_beaten` asks before a hosted reference's pass (`reference_pass_floor`) is below the
+    reference time `train_aux` gives every layout on that count, resident or streamed from the host, and it
+    is no empty bound (the floor is within 10x of the pass somewhere)."""
+    from rlsolve.perf.step import train_aux
+    from rlsolve.solver.candidates import reference_pass_floor
+    problems = [p for p in _random_problems(12, 23) if p.reference is not None]
+    checked, tightest = 0, 0.0
+    for problem, pool, n, pp, lay in _sampled_train_layouts(problems, random.Random(23)):
+        bound = reference_pass_floor(problem, pool, n, pp)
+        for where in ("training", "cpu_offload"):
+            ref_t = train_aux(problem, pool, lay, reference=where, reward="elsewhere", reward_quant="none")[0]
+            assert 0.0 < bound <= ref_t, (problem.policy.name, lay, where, bound, ref_t)
+            tightest = max(tightest, bound / ref_t)
+            checked += 1
+    assert checked > 200 and tightest > 0.1, (checked, tightest)
 
 
 def test_training_lower_bound_rests_on_the_solvers_default_moe_stack():

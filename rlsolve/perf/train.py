@@ -1101,8 +1101,9 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     slots = pipeline_chunk_slots(arch, lay)
     if memo is None:
         memo = {}
+    etp = lay.etp
     key = ("layer_fwd", id(arch), id(dev.pool), dev.precision, dev.overrides, lay.tp, lay.sp, lay.cp, lay.ep,
-           lay.etp, lay.micro_batch, lay.attention, lay.attention_kernel, seq_len, attn_len, lay.moe_dispatcher, lay.cuda_graphs,
+           etp, lay.micro_batch, lay.attention, lay.attention_kernel, seq_len, attn_len, lay.moe_dispatcher, lay.cuda_graphs,
            lay.moe_token_drop, lay.moe_a2a_overlap)
     hit = memo.get(key)  # (one hash of the key)
     if hit is None:
@@ -1117,14 +1118,15 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
         # context parallel: ring exchange of this rank's K/V, overlapped with attention
         kv_bytes = tokens * (2 * arch.n_kv_heads * arch.d_head) * BF16 / lay.tp
         cp_layer = dev.all_gather(kv_bytes * lay.cp, lay.cp, lay.tp * lay.cp)
-        hit = memo[key] = dense, moe, head, head_elem, tp_layer, cp_layer
+        hit = memo[key] = dense, moe, head, head_elem, tp_layer, cp_layer, {}
     # the sums over the stage's layers read the per-layer times and how many layers the stage holds (pp, and vp
-    # where the embedding and the loss take slots) alone: memoized beside them, shared by every dp, ZeRO stage and
-    # recompute of those degrees
-    skey = (key, lay.pp, None if slots is None else lay.vp)
-    stage = memo.get(skey)
+    # where the embedding and the loss take slots) alone: memoized in the per-layer entry (its last item, so the
+    # layer key is hashed once), shared by every dp, ZeRO stage and recompute of those degrees
+    sums = hit[6]
+    skey = (lay.pp, None if slots is None else lay.vp)
+    stage = sums.get(skey)
     if stage is None:
-        stage = memo[skey] = _stage_sums(hit, layers_stage, moe_frac, slots, lay)
+        stage = sums[skey] = _stage_sums(hit, layers_stage, moe_frac, slots, lay)
     layers_stage, head, head_elem, gemm, attn, attn_b, elem, elem_b, ep, tp_fwd, cp_exposed = stage
     moe = hit[1]
     bwd_gemm = 1.0 if lora else 2.0  # frozen weights need no weight-gradient GEMM
@@ -1133,7 +1135,7 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
     bwd_compute = bwd_gemm * (gemm + head) + attn_b + elem_b + 2 * head_elem
     bwd_tp, bwd_ep, bwd_cp = tp_fwd, ep, cp_exposed * attn_b / attn if attn else 0.0
     if not lora:  # frozen weights have no gradients to accumulate
-        dense_p, expert_p = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, lay.etp)
+        dense_p, expert_p = params_per_gpu(arch, lay.tp, lay.pp, lay.ep, etp)
         if lay.zero_stage >= 2:  # gradients sharded: each rank accumulates only its shard
             dense_p, expert_p = dense_p / (lay.dp * lay.cp), expert_p / lay.expert_dp
         bwd_compute += dev.stream_time(2 * lay.main_grad_bytes * (dense_p + expert_p))
@@ -1161,10 +1163,10 @@ def stage_times(arch: Architecture, dev: Device, lay: TrainLayout, seq_len: floa
 
 def _stage_sums(layer: tuple, layers_stage: int, moe_frac: float, slots: int | None, lay: TrainLayout) -> tuple:
     """`stage_times`' sums over the busiest stage's layers from the per-layer times `layer` (_layer_fwd's dense
-    and MoE tuples, the LM head's GEMM and log-softmax, a layer's TP and CP collectives) and the even split's
-    `layers_stage`: (layers, head, head_elem, GEMM, attention, attention backward, elementwise, elementwise
+    and MoE tuples, the LM head's GEMM and log-softmax, a layer's TP and CP collectives; after them `stage_times`'
+    memo of these sums) and the even split's `layers_stage`: (layers, head, head_elem, GEMM, attention, attention backward, elementwise, elementwise
     backward, EP, TP forward, exposed CP forward)."""
-    dense, moe, head, head_elem, tp_layer, cp_layer = layer
+    dense, moe, head, head_elem, tp_layer, cp_layer = layer[:6]
     if slots is not None:
         # the busiest stage: a middle one (vp * slots layers) or the last (one layer fewer, plus the
         # output layer), whichever takes longer; with pp = 2 there is no middle stage

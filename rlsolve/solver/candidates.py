@@ -32,7 +32,8 @@ each has a property test in tests/test_solver_space.py):
   a candidate already found: the fastest disaggregated trainer of its group, or a member of its
   colocated front (`_interleaved_beaten`); where that bound, from the plain layout's least recompute
   that fits, holds at every recompute, the micro-batch is skipped before its memory
-  (`_SKIP_BEATEN_MICRO_BATCHES`; micro-batches of max-length sequences, without a target).
+  (`_SKIP_BEATEN_MICRO_BATCHES`; micro-batches of max-length sequences, without a target). Those tests ask a
+  reference's pass on the trainers only where its floor (`reference_pass_floor`) does not lose already.
 
 For the throughput objective without a price cap or linear constraints (`bounded`), bounds
 against plans already found also prune. A first plan per mode comes from a few training
@@ -890,7 +891,8 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
     would be skipped by the tests of `_train_candidates` (see `_interleaved_beaten`, whose verdict this is;
     `every_recompute` there). `critics` (PPO, no target; with `every_recompute`): (pass s, states) pairs that
     each critic paired with it is no less than one of (`_critic_floor`), added to the other models' as
-    `with_critic` adds a critic's; None: no critic."""
+    `with_critic` adds a critic's; None: no critic. A reference on these GPUs is charged its floor
+    (`reference_pass_floor`) first: where that loses the variant, its pass is not asked (the same verdict)."""
     live = kinds if limit is None else _within_limit(kinds, lb, n, pp, bounds, limit)
     gather, _, hold_u = _refit_terms(problem, pool, lay, modes, cache)  # (interleaving does not change it)
     lb += gather
@@ -898,16 +900,21 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
         return False
     # (what only some branches read is built at its first use: most calls end on the disaggregated trainers'
     # best or the fronts, without the other models' passes)
-    dims = apart_of = simple = None
+    dims = apart_of = simple = bound_ranks = ref_floor = ref_ranks = None
     m_states = mem.states
     orchestration = problem.workload.framework.orchestration_s
     for kind in live:
         for hosts, ref, quant, _ in variants_of(kind):
+            # a reference on these GPUs (resident or streamed in) takes at least `reference_pass_floor`: where that
+            # alone loses, its pass is not scored (the verdict is the one its pass would give: the terms only add)
+            hosted_ref = _REFERENCE_FLOOR and ref in ("training", "cpu_offload")
+            if hosted_ref and ref_floor is None:
+                ref_floor = reference_pass_floor(problem, pool, n, pp, cache)
             if kind == "disagg":
                 if apart_of is None:
                     apart_of = tuple(getattr(lay, k) for k in apart) + (hold_u,)
                 best = best_disagg.get((n, hosts, ref, quant) + apart_of, math.inf)
-                if lb >= best:
+                if lb >= best or (hosted_ref and lb + ref_floor >= best):
                     continue
                 if dims is None:
                     dims = _aux_dims(problem, lay)
@@ -923,12 +930,27 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
             offloads = _offloads(problem, modes, kind, hosts, ref, quant, aux_of)
             if simple is None:
                 simple = (_simplicity_of(lay, False), _simplicity_of(lay, True))
-            if every_recompute and all(group.covers((
-                    time_units(lb + orchestration + (2 * dev.pcie_time(m_states) if off else 0.0)),
-                    0 if off else mem_units_up(m_states), simple[off])) for off in offloads):
-                # covered without the other models' passes and bytes: with them (>= 0) the rank is no less in
-                # time nor in memory, and a front member that covers a rank covers every rank above it
-                continue
+            if every_recompute:
+                if bound_ranks is None:  # (the same for every variant: built at the first)
+                    bound_ranks = ((time_units(lb + orchestration), mem_units_up(m_states), simple[False]),
+                                   (time_units(lb + orchestration + 2 * dev.pcie_time(m_states)), 0, simple[True]))
+                for off in offloads:
+                    if not group.covers(bound_ranks[off]):
+                        break
+                else:
+                    # covered without the other models' passes and bytes: with them (>= 0) the rank is no less in
+                    # time nor in memory, and a front member that covers a rank covers every rank above it
+                    continue
+                if hosted_ref and ref_floor > 0.0:  # (the same with the reference's floor in the time)
+                    if ref_ranks is None:
+                        at = lb + ref_floor + orchestration
+                        ref_ranks = ((time_units(at), bound_ranks[0][1], simple[False]),
+                                     (time_units(at + 2 * dev.pcie_time(m_states)), 0, simple[True]))
+                    for off in offloads:
+                        if not group.covers(ref_ranks[off]):
+                            break
+                    else:
+                        continue
             if dims is None:
                 dims = _aux_dims(problem, lay)
             if critics is None:
@@ -1311,6 +1333,7 @@ def _shape_layout(tp: int, pp: int, cp: int, dp: int, mb: int) -> TrainLayout:
 _SKIP_BEATEN_MICRO_BATCHES = True  # (a switch for the property test that compares the candidates without it)
 _MEMO_BEATEN_VP = True  # (likewise: `beaten_from` in `_train_candidates`)
 _FLOOR_BEFORE_SCORING = True  # (likewise: the floor test before `train_core` in `_train_candidates`)
+_REFERENCE_FLOOR = True  # (likewise: `reference_pass_floor` before the other models' passes in `_all_beaten`)
 
 
 def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> bool:
@@ -1454,6 +1477,27 @@ def train_time_lower_bound(problem: Problem, pool: PoolHW, n: int, pp: int = 1) 
         work += update * _stage_seconds_per_token(problem.value, dev, pp, wl.seq_mean, 3) + \
             forward * _stage_seconds_per_token(problem.value, dev, pp, wl.seq_mean, 0)
     return work * wl.seq_mean * pp / n
+
+
+def reference_pass_floor(problem: Problem, pool: PoolHW, n: int, pp: int, cache: dict | None = None) -> float:
+    """Seconds that the reference's forward pass on a trainer of n GPUs with `pp` stages (`train_aux`'s reference
+    time, resident or streamed from the host) never undercuts: `train_time_lower_bound`'s forward term with the
+    reference's architecture (its GEMMs at the device's fastest rate, attention, elementwise traffic and the MoE
+    host slowdown at their least, over the rollout's samples of mean length, the busiest stage's share of the
+    n / pp GPUs), shaded by 1e-9; 0 without a reference. The copies over PCIe of a reference on the host only add.
+    A property test checks it against `train_aux`. Memoized in `cache` (the caller's, for one pool) by (n, pp)."""
+    if problem.reference is None:
+        return 0.0
+    key = ("reference pass floor", n, pp)
+    hit = None if cache is None else cache.get(key)
+    if hit is None:
+        wl = problem.workload
+        dev = device(pool, wl.precision, problem.profile)
+        per_token = _stage_seconds_per_token(problem.reference, dev, pp, wl.seq_mean, 0)
+        hit = wl.samples / dev.logprob_efficiency * per_token * wl.seq_mean * pp / n * (1 - 1e-9)
+        if cache is not None:
+            cache[key] = hit
+    return hit
 
 
 def _stage_seconds_per_token(arch, dev, pp: int, seq_len: float, train_gemms: int) -> float:
