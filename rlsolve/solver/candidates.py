@@ -41,7 +41,9 @@ plan of every mode it serves is dropped: training GPU counts by `train_time_lowe
 (GEMM FLOPs at the device's fastest rate; colocated, plus `_ColocatedEngineFloor`), engines
 best first by `gen_side(lower_bound=True)` with the least training side that completes a plan
 with them (a trainer hosting none of their models, plus a group for the models neither hosts), then
-trainers, engines and auxiliary groups by the fastest partner left. Each bound has a
+trainers, engines and auxiliary groups by the fastest partner left. An engine whose bound already
+trails an engine found in its front (`_prune_gen`'s) that leaves it out, and whose plan cannot lower an
+incumbent at that bound, is not simulated (`_gen_candidates`' `fronts`). Each bound has a
 property test."""
 from __future__ import annotations
 
@@ -1311,6 +1313,7 @@ def _shape_layout(tp: int, pp: int, cp: int, dp: int, mb: int) -> TrainLayout:
 _SKIP_BEATEN_MICRO_BATCHES = True  # (a switch for the property test that compares the candidates without it)
 _MEMO_BEATEN_VP = True  # (likewise: `beaten_from` in `_train_candidates`)
 _FLOOR_BEFORE_SCORING = True  # (likewise: the floor test before `train_core` in `_train_candidates`)
+_SKIP_DOMINATED_ENGINES = True  # (likewise: `_gen_candidates`' engines left out of their front before simulating)
 
 
 def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> bool:
@@ -1824,7 +1827,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
     if incumbent is None:
         incumbent = {m: INF_TIME for m in modes}
     found: list[GenCand] = []
-    apart = _gen_apart(fronts) if fronts is not None else None
+    apart = _gen_apart(fronts) if fronts is not None and _SKIP_DOMINATED_ENGINES else None
     members: dict[tuple, list[tuple]] = {}  # per front (`_gen_front`): (time in ms, rank) of the engines found
     for bound, _, mode, n, lay, extra, q, (sync, release), least in sorted(
             tasks, key=lambda x: (min(x[0].values()), x[1])):
