@@ -1730,7 +1730,8 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
     prunes the engines to their fronts (None: it keeps them all); then a candidate whose least time (its
     bound) already trails an engine found in its front that leaves it out of the front (`_gen_covers`), and
     that cannot lower an incumbent with that least time, is not simulated: `_prune_gen` drops it whatever its
-    exact time (the member sorts before it), and the incumbents come out the same."""
+    exact time (the member sorts before it), and the incumbents come out the same; nor is its exact time
+    needed past that member's where its plan cannot lower an incumbent there (gen_side's `beyond`)."""
     pool = problem.pools[p]
     memo = {} if memo is None else memo
     tasks: list[tuple] = []   # (bound ms per mode, order, mode, n, layout, level or hosts, quant, weight-sync s)
@@ -1834,17 +1835,24 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         limit = _relaxed(incumbent) if margin else incumbent
         if bounded and all(b > limit[m] for m, b in bound.items()):
             continue
+        covering: list[int] = []  # the times (ms) of the engines found that leave this one out of its front
         if apart is not None:
             hosts, level, within = (frozenset(), extra, None) if mode == "colocated" else (extra[0], 0, extra[1])
             key, rank = _gen_front(mode, p, n, hosts, q, within, lay, level, sync, apart)
-            if any(u < least and _gen_covers(mode, k, rank) for u, k in members.get(key, ())) and all(
-                    step >= incumbent[m] for m, step in
-                    _plan_steps(problem, mode, p, n, hosts, within, level, sync, coloc, disagg, least).items()):
+            covering = [u for u, k in members.get(key, ()) if _gen_covers(mode, k, rank)]
+            if covering and min(covering) < least and all(step >= incumbent[m] for m, step in _plan_steps(
+                    problem, mode, p, n, hosts, within, level, sync, coloc, disagg, least).items()):
                 continue
         deadline.check("simulating engine layouts")
         # the engine time (s) from which on this candidate is pruned (`_beyond_limit`): its exact time is not needed
         beyond = _beyond_limit(problem, p, n, mode, coloc if mode == "colocated" else disagg, extra, sync, release,
                                limit, d_modes) if bounded else None
+        if covering and all(step >= incumbent[m] for m, step in _plan_steps(
+                problem, mode, p, n, hosts, within, level, sync, coloc, disagg, min(covering) + 1).items()):
+            # nor from a time (ms) past the fastest engine found that leaves it out of its front, where its plan
+            # cannot lower an incumbent either (`_prune_gen` drops it): in seconds as `_beyond_limit` turns one
+            own = (min(covering) + 1) * TIME_UNIT_S * (1 + 1e-5) - (sync + release if mode == "colocated" else 0.0)
+            beyond = own if beyond is None else min(beyond, own)
         if mode == "colocated":
             side = _engine_side(problem, p, lay, memo, reserved_gb=extra, fixed_shares=coloc_fixed, beyond=beyond)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
