@@ -679,6 +679,33 @@ def test_engines_cut_at_the_pruning_limit_leave_the_candidates_as_they_are(monke
     assert compared >= 14 and cut[0] > 50, (compared, cut)
 
 
+def test_engines_left_out_of_their_front_before_simulating_leave_the_candidates_as_they_are(monkeypatch):
+    """Skip rule (`_gen_candidates`' `fronts`, `_SKIP_DOMINATED_ENGINES`): an engine whose lower bound already
+    trails an engine found in its front that leaves it out (`_gen_covers`), and whose plan cannot lower an
+    incumbent at that bound (`_plan_steps`), is not simulated: `_prune_gen` drops it whatever its exact time.
+    Every candidate (each field, the order: engines, trainers, auxiliary groups) is that of the enumeration
+    without the rule, on random instances, tight memory among them, the examples and RL rows' targets, with and
+    without the bounds of plans already found and with an engine degree kept apart (user constraints); and the
+    rule skips some engines (fewer scored)."""
+    from test_solver_space import _framework_problems
+    from rlsolve.solver import candidates as cand_mod
+    from rlsolve.solver.candidates import enumerate_candidates
+    compared = 0
+    scored = {True: 0, False: 0}
+    for problem in _enumeration_problems(67) + _framework_problems(step=12):
+        for bounded, apart in ((True, frozenset()), (False, frozenset()), (True, frozenset({"generation.tp"}))):
+            rows = {}
+            for rule in (True, False):
+                monkeypatch.setattr(cand_mod, "_SKIP_DOMINATED_ENGINES", rule)
+                cands = enumerate_candidates(problem, bounded=bounded, keep_apart=apart)
+                rows[rule] = (_gen_rows(cands), _train_rows(cands),
+                              [(a.pool, a.gpus, a.hosts, a.reward_quant, a.side) for a in cands.aux])
+                scored[rule] += cands.evaluated
+            assert rows[True] == rows[False], (bounded, apart)
+            compared += bool(rows[True][0])
+    assert compared >= 30 and scored[True] < scored[False], (compared, scored)
+
+
 def test_the_largest_engine_time_within_a_limit_is_that_of_a_scan():
     """`candidates._largest_within` (the engine time `_beyond_limit` allows in a mode): the largest x in [-1, limit]
     whose step stays within the limit, as a scan finds it, for any guess, right or wrong, on every mode's

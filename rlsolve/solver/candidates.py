@@ -42,7 +42,9 @@ plan of every mode it serves is dropped: training GPU counts by `train_time_lowe
 (GEMM FLOPs at the device's fastest rate; colocated, plus `_ColocatedEngineFloor`), engines
 best first by `gen_side(lower_bound=True)` with the least training side that completes a plan
 with them (a trainer hosting none of their models, plus a group for the models neither hosts), then
-trainers, engines and auxiliary groups by the fastest partner left. Each bound has a
+trainers, engines and auxiliary groups by the fastest partner left. An engine whose bound already
+trails an engine found in its front (`_prune_gen`'s) that leaves it out, and whose plan cannot lower an
+incumbent at that bound, is not simulated (`_gen_candidates`' `fronts`). Each bound has a
 property test."""
 from __future__ import annotations
 
@@ -228,7 +230,7 @@ def enumerate_candidates(problem: Problem, all_counts: bool = False, prune: bool
         out.aux = _prune_aux_by_bound(problem, out.aux, out.train, _relaxed(incumbent))
     for p in range(len(problem.pools)):
         out.gen += _gen_candidates(problem, p, modes, all_counts, out, deadline, bounded, incumbent=incumbent,
-                                   memo=memo)
+                                   memo=memo, fronts=keep_apart if prune else None)
     if prune:
         out.gen = _prune_gen(out.gen, keep_apart)
     if incumbent is not None:
@@ -1334,6 +1336,7 @@ _SKIP_BEATEN_MICRO_BATCHES = True  # (a switch for the property test that compar
 _MEMO_BEATEN_VP = True  # (likewise: `beaten_from` in `_train_candidates`)
 _FLOOR_BEFORE_SCORING = True  # (likewise: the floor test before `train_core` in `_train_candidates`)
 _REFERENCE_FLOOR = True  # (likewise: `reference_pass_floor` before the other models' passes in `_all_beaten`)
+_SKIP_DOMINATED_ENGINES = True  # (likewise: `_gen_candidates`' engines left out of their front before simulating)
 
 
 def _layout_allowed(problem: Problem, lay: TrainLayout, rules: dict | None) -> bool:
@@ -1759,14 +1762,20 @@ class _TrainIndex:
 
 def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool, out: Candidates,
                     deadline: Deadline, bounded: bool, incumbent: dict | None = None,
-                    memo: dict | None = None, margin: bool = True) -> list[GenCand]:
+                    memo: dict | None = None, margin: bool = True,
+                    fronts: frozenset | None = None) -> list[GenCand]:
     """Engine candidates of pool p. `bounded` (throughput, no price cap, no linear
     constraint): best first by a lower bound of the best plan each can be part of
     (`gen_side(lower_bound=True)` and the least training side it can complete a plan with:
     `_TrainIndex.completing`; none: not scored); one whose bound exceeds the best plan already
     found in every mode it serves (plus RUNNER_UP_MARGIN) is not simulated, since it cannot be
     part of an optimal plan. `incumbent` (per mode, ms): the plans found before,
-    updated with the ones found here."""
+    updated with the ones found here. `fronts`: the degrees the caller's `_prune_gen` keeps apart, where it
+    prunes the engines to their fronts (None: it keeps them all); then a candidate whose least time (its
+    bound) already trails an engine found in its front that leaves it out of the front (`_gen_covers`), and
+    that cannot lower an incumbent with that least time, is not simulated: `_prune_gen` drops it whatever its
+    exact time (the member sorts before it), and the incumbents come out the same; nor is its exact time
+    needed past that member's where its plan cannot lower an incumbent there (gen_side's `beyond`)."""
     pool = problem.pools[p]
     memo = {} if memo is None else memo
     tasks: list[tuple] = []   # (bound ms per mode, order, mode, n, layout, level or hosts, quant, weight-sync s)
@@ -1797,7 +1806,7 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                 bound = low + time_units(t.time)
                 # (the release: the engine's sleep reads its weights alone, the same at any decode time)
                 tasks.append(({"colocated": bound}, (0, order), "colocated", n, lay, lv, "none",
-                              (sync, engine_release_time(lb))))
+                              (sync, engine_release_time(lb)), low))
                 order += 1
     if d_modes:
         # Counts from the largest down: an engine layout's bound never falls with fewer
@@ -1859,18 +1868,35 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
                         tt = time_units(t.time)
                     bound = {m: compose_step(m, tg, tt, recv, 0) for m in allowed_in}
                     tasks.append((bound, (1, n, li, hi), "disagg", n, lay, (hosts, allowed_in, k, fixed), q,
-                                  (recv_s, 0.0)))
+                                  (recv_s, 0.0), tg))
     if incumbent is None:
         incumbent = {m: INF_TIME for m in modes}
     found: list[GenCand] = []
-    for bound, _, mode, n, lay, extra, q, (sync, release) in sorted(tasks, key=lambda x: (min(x[0].values()), x[1])):
+    apart = _gen_apart(fronts) if fronts is not None and _SKIP_DOMINATED_ENGINES else None
+    members: dict[tuple, list[tuple]] = {}  # per front (`_gen_front`): (time in ms, rank) of the engines found
+    for bound, _, mode, n, lay, extra, q, (sync, release), least in sorted(
+            tasks, key=lambda x: (min(x[0].values()), x[1])):
         limit = _relaxed(incumbent) if margin else incumbent
         if bounded and all(b > limit[m] for m, b in bound.items()):
             continue
+        covering: list[int] = []  # the times (ms) of the engines found that leave this one out of its front
+        if apart is not None:
+            hosts, level, within = (frozenset(), extra, None) if mode == "colocated" else (extra[0], 0, extra[1])
+            key, rank = _gen_front(mode, p, n, hosts, q, within, lay, level, sync, apart)
+            covering = [u for u, k in members.get(key, ()) if _gen_covers(mode, k, rank)]
+            if covering and min(covering) < least and all(step >= incumbent[m] for m, step in _plan_steps(
+                    problem, mode, p, n, hosts, within, level, sync, coloc, disagg, least).items()):
+                continue
         deadline.check("simulating engine layouts")
         # the engine time (s) from which on this candidate is pruned (`_beyond_limit`): its exact time is not needed
         beyond = _beyond_limit(problem, p, n, mode, coloc if mode == "colocated" else disagg, extra, sync, release,
                                limit, d_modes) if bounded else None
+        if covering and all(step >= incumbent[m] for m, step in _plan_steps(
+                problem, mode, p, n, hosts, within, level, sync, coloc, disagg, min(covering) + 1).items()):
+            # nor from a time (ms) past the fastest engine found that leaves it out of its front, where its plan
+            # cannot lower an incumbent either (`_prune_gen` drops it): in seconds as `_beyond_limit` turns one
+            own = (min(covering) + 1) * TIME_UNIT_S * (1 + 1e-5) - (sync + release if mode == "colocated" else 0.0)
+            beyond = own if beyond is None else min(beyond, own)
         if mode == "colocated":
             side = _engine_side(problem, p, lay, memo, reserved_gb=extra, fixed_shares=coloc_fixed, beyond=beyond)
             g = GenCand(mode, lay, frozenset(), "none", extra, side, sync, pool=p)
@@ -1883,19 +1909,29 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         if not side.fits or side.cut is not None or engine_cap_violations(problem, lay, side.max_num_seqs):
             continue
         found.append(g)
+        if apart is not None:
+            members.setdefault(key, []).append((time_units(g.time), rank))
         # the best plan this candidate makes with a trainer that hosts what it does not
-        if mode == "colocated":
-            t = coloc.colocated(p, n, extra, frozenset())
-            if t is not None:
-                incumbent["colocated"] = min(incumbent["colocated"], time_units(g.time) + time_units(t.time))
-        else:
-            t = disagg.disagg(p, n, pool.n_gpus, len(problem.pools), extra)
-            if t is not None:
-                for m in g.modes & (t.modes if t.modes is not None else g.modes):  # a plan the target runs
-                    step = compose_step(m, time_units(g.time), time_units(t.time), time_units(g.sync),
-                                        time_units(t.send), hold=time_units(t.hold))
-                    incumbent[m] = min(incumbent[m], step)
+        for m, step in _plan_steps(problem, mode, p, n, g.hosts, g.modes, g.reserved_gb, g.sync, coloc, disagg,
+                                   time_units(g.time)).items():
+            incumbent[m] = min(incumbent[m], step)
     return found
+
+
+def _plan_steps(problem: Problem, mode: str, pool: int, gpus: int, hosts: frozenset, modes: frozenset | None,
+                reserved_gb: int, sync: float, coloc: _TrainIndex, disagg: _TrainIndex, gen_units: int) -> dict:
+    """Per mode, the step (ms) of the best plan an engine candidate (`GenCand`'s fields) makes with a trainer that
+    hosts what it does not, its engines taking `gen_units` (ms: `GenCand.time`'s; nothing else here reads its
+    side): the incumbents `_gen_candidates` updates. Never falls as `gen_units` rises (`compose_step`)."""
+    if mode == "colocated":
+        t = coloc.colocated(pool, gpus, reserved_gb, frozenset())
+        return {} if t is None else {"colocated": gen_units + time_units(t.time)}
+    t = disagg.disagg(pool, gpus, problem.pools[pool].n_gpus, len(problem.pools), hosts)
+    if t is None:
+        return {}
+    return {m: compose_step(m, gen_units, time_units(t.time), time_units(sync), time_units(t.send),
+                            hold=time_units(t.hold))
+            for m in modes & (t.modes if t.modes is not None else modes)}  # a plan the target runs
 
 
 def _beyond_limit(problem: Problem, p: int, n: int, mode: str, index: _TrainIndex, level: Any, sync: float,
@@ -2112,26 +2148,45 @@ def _prune_gen(cands: list[GenCand], keep_apart: frozenset = frozenset()) -> lis
     receive time and hosted models. Keep, per colocated (pool, count), the front of (time,
     memory spared); per disaggregated (pool, hosted models, quantization), the front of
     (time, receive time, GPUs)."""
-    apart = sorted(k.split(".", 1)[1] for k in keep_apart if k.startswith("generation."))
-    key_of = (lambda c: tuple(c.gpus if k == "gpus" else getattr(c.layout, k) for k in apart))
-    fronts: dict[tuple, list[GenCand]] = {}
+    apart = _gen_apart(keep_apart)
+    fronts: dict[tuple, list[tuple]] = {}
     out: list[GenCand] = []
     order = sorted(cands, key=lambda c: (time_units(c.time), -c.reserved_gb, time_units(c.sync), c.gpus,
                                          c.layout.ep, c.layout.pp, c.layout.tp))
     for c in order:  # (each front holds what its test reads of its members)
-        if c.mode == "colocated":
-            front = fronts.setdefault(("colocated", c.pool, c.gpus) + key_of(c), [])
-            if any(k >= c.reserved_gb for k in front):
-                continue
-            front.append(c.reserved_gb)
-        else:
-            front = fronts.setdefault(("disagg", c.pool, c.hosts, c.reward_quant, c.modes) + key_of(c), [])
-            sync, gpus = time_units(c.sync), c.gpus
-            if any(k[0] <= sync and k[1] <= gpus for k in front):
-                continue
-            front.append((sync, gpus))
+        key, rank = _gen_front(c.mode, c.pool, c.gpus, c.hosts, c.reward_quant, c.modes, c.layout, c.reserved_gb,
+                               c.sync, apart)
+        front = fronts.setdefault(key, [])
+        if any(_gen_covers(c.mode, k, rank) for k in front):
+            continue
+        front.append(rank)
         out.append(c)
     return out
+
+
+def _gen_apart(keep_apart: frozenset) -> list[str]:
+    """The engine degrees (or "gpus") that user constraints name: engines differing in them are never compared."""
+    return sorted(k.split(".", 1)[1] for k in keep_apart if k.startswith("generation."))
+
+
+def _gen_front(mode: str, pool: int, gpus: int, hosts: frozenset, quant: str, modes: frozenset | None,
+               layout: GenLayout, reserved_gb: int, sync: float, apart: list[str]) -> tuple[tuple, Any]:
+    """The front an engine candidate competes in (`_prune_gen`), and what the front compares of it beside its time
+    (none of it reads the engines' side, so it is known before they are simulated): colocated, its pool and
+    count, and the memory it spares; disaggregated, its pool, hosted models, quantization and modes, and its
+    receive time (ms) and GPUs; each front with the degrees kept apart."""
+    extra = tuple(gpus if k == "gpus" else getattr(layout, k) for k in apart)
+    if mode == "colocated":
+        return ("colocated", pool, gpus) + extra, reserved_gb
+    return ("disagg", pool, hosts, quant, modes) + extra, (time_units(sync), gpus)
+
+
+def _gen_covers(mode: str, member, rank) -> bool:
+    """Whether a front member (`_gen_front_rank`), no slower, leaves a candidate of that rank out of the front:
+    colocated, sparing at least its memory; disaggregated, receiving no slower on no more GPUs."""
+    if mode == "colocated":
+        return member >= rank
+    return member[0] <= rank[0] and member[1] <= rank[1]
 
 
 def _simplicity(c: TrainCand) -> tuple:
