@@ -133,3 +133,25 @@ def test_the_reference_pass_runs_with_the_policys_sequence_parallelism(rows):
     assert swap > 0.0
     # (phases are printed to the millisecond)
     assert on["reference"] - on["old_logprob"] == pytest.approx(swap, abs=2e-3)
+
+
+def test_the_reference_swap_copies_the_policy_out_into_fresh_pinned_memory(rows):
+    """NeMo-RL v0.3.0 megatron_policy_worker.py use_reference_model (lines 1142-1160) copies the policy's state
+    dict out with .to('cpu', non_blocking=True, copy=True) into pinned host memory that PyTorch allocates for it
+    every step, loads the reference's pinned copy in, and loads the policy's back: for the 70B TP4 PP4 row the
+    reference pass is the old log-prob pass plus the busiest stage's 16-bit weights (20 of the 80 layers and the
+    embedding or output layer, over TP 4) once at the 2.4 GB/s measured for such a copy (vLLM#48337's level-1
+    sleep, constants.yaml engine_sleep_offload_gbps_per_gpu) and twice at H100 PCIe Gen5 (64 GB/s a direction
+    at the 0.8 of line rate pinned copies reach, constants.yaml pcie_fraction)."""
+    from rlsolve.models.catalog import find_model
+    row = rows["nemorl03-blog-llama3p1-70b-grpo-megatron-64g"]
+    assert (row["layout"]["training"]["tp"], row["layout"]["training"]["pp"]) == (4, 4)
+    a = find_model("llama-3.1-70b")
+    embedding = a.vocab * a.hidden
+    per_layer = (a.total_params - 2 * embedding) / a.layers
+    stage_bytes = 2 * (a.layers / 4 * per_layer + embedding) / 4
+    assert 9.0e9 < stage_bytes < 9.2e9
+    want = stage_bytes / 2.4e9 + 2 * stage_bytes / (0.8 * 64e9)  # ~3.78 + 0.35 s
+    phases = predict_rl_step(row, headroom=False).extra["phases_s"]
+    # (phases are printed to the millisecond)
+    assert phases["reference"] - phases["old_logprob"] == pytest.approx(want, abs=2e-3)

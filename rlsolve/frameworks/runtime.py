@@ -138,6 +138,9 @@ class FrameworkRuntime(_Strict):
     # RL-specific costs of the training and log-prob passes, where read in the framework's source
     # (None: not read; the model's own physics applies)
     reference_swap_copies: _Int | None = None
+    # how many of those copies go into host memory allocated afresh for them each step (pinned: the
+    # policy's weights copied out); None: not read, every copy at PCIe speed
+    reference_swap_fresh_host_copies: _Int | None = None
     # the reference is an FSDP module of its own, sharded as the policy is, with its parameters in host
     # memory (FSDP CPUOffload): each unshard copies the local shard in again, so every forward micro-batch
     # of the reference pass copies the rank's shard (None: not read; one copy per step of its weights)
@@ -301,7 +304,8 @@ def train_attention_kernel(strategy: str) -> str:
 class FrameworkCosts:
     """What a target framework adds to every step the physics does not: its own orchestration,
     the engine's log-prob returns, and how its training and log-prob passes run: host<->GPU
-    weight copies per reference pass (1: the reference's weights streamed in), bytes moved per
+    weight copies per reference pass (1: the reference's weights streamed in) and how many of them
+    go into freshly allocated host memory (0: every one at PCIe speed), bytes moved per
     fp32 logit in a forward's log-prob computation (None: the model's own count), whether
     pipeline-parallel training pads every packed micro-batch to the longest, and the bytes per
     parameter its FSDP reduce-scatters gradients in (None: the parameters' 16 bits), and the bytes
@@ -334,6 +338,7 @@ class FrameworkCosts:
     # LLM-class default for the GPU, engine_default_max_num_seqs)
     engine_unset_max_num_seqs: int | None = None
     reference_swap_copies: int = 1
+    reference_swap_fresh_copies: int = 0
     reference_fsdp_cpu_offload: bool = False
     engine_ray_multi_gpu: bool = False
     logit_fp32_bytes_forward: float | None = None
@@ -462,6 +467,9 @@ def framework_costs(framework: str, version: str | None = None, strategy: str | 
                                                for f in chosen),
                           reference_swap_copies=min(f.reference_swap_copies.value if f.reference_swap_copies else 1
                                                     for f in chosen),
+                          reference_swap_fresh_copies=min(f.reference_swap_fresh_host_copies.value
+                                                          if f.reference_swap_fresh_host_copies else 0
+                                                          for f in chosen),
                           reference_fsdp_cpu_offload=flag("reference_fsdp_cpu_offload"),
                           engine_ray_multi_gpu=flag("engine_ray_executor_multi_gpu"),
                           logit_fp32_bytes_forward=None if None in logit else min(x.value for x in logit),

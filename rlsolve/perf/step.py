@@ -972,11 +972,14 @@ def train_aux(problem: Problem, pool: PoolHW, lay: TrainLayout, *, reference: st
             # reference into the policy's own model also copies the policy's weights out and back
             # (workload.framework.reference_swap_copies); one whose FSDP offloads the reference's
             # parameters copies the shard in again for every forward micro-batch
-            # (workload.framework.reference_fsdp_cpu_offload, verl)
+            # (workload.framework.reference_fsdp_cpu_offload, verl); of a swap's copies, those into host
+            # memory allocated afresh each step (workload.framework.reference_swap_fresh_copies: NeMo-RL's
+            # policy weights copied out) run at the rate of such a copy (`fresh_host_copy_time`)
             copies = wl.framework.reference_swap_copies
+            fresh = min(copies, wl.framework.reference_swap_fresh_copies) if in_policy else 0
             if fsdp_offload:
                 copies *= reference_micro_batches(wl, lay)
-            ref_t += copies * dev.pcie_time(wbytes)
+            ref_t += (copies - fresh) * dev.pcie_time(wbytes) + fresh * fresh_host_copy_time(dev, wbytes)
         else:
             resident += wbytes
     if problem.reward is not None and reward == "training":
@@ -1296,6 +1299,13 @@ def trainer_offload_time(problem: Problem, dev: Device, mem, resident: float, ze
     else:
         out = dev.pcie_time(mem.weights + resident) + mem.optimizer / fresh
     return max(out, pcie), pcie
+
+
+def fresh_host_copy_time(dev: Device, nbytes: float) -> float:
+    """Seconds to copy `nbytes` per GPU from the GPU into host memory allocated for the copy (pinned pages
+    allocated and registered as they are filled): the rate measured for one (constants.yaml
+    engine_sleep_offload_gbps_per_gpu, the engines' level-1 sleep that does the same), never below PCIe."""
+    return max(nbytes / (constants()["engine_sleep_offload_gbps_per_gpu"] * GB), dev.pcie_time(nbytes))
 
 
 def optimizer_prep_time(problem: Problem, dev: Device, mem) -> float:
