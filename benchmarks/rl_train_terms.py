@@ -12,6 +12,13 @@ that scales with the slots (a per-micro-batch host cost) misses the same millise
 both phases; a rate the model gets wrong misses in proportion to the modelled time per slot.
 
 The terms are the estimate `rlsolve cases` scores (their sum is its `train` phase; a test holds it).
+
+Where a row measures NeMo-RL's one log-prob timer (`logprob`: old log-probs and reference together), it also
+prints the update at the forward rate that timer implies: the same run's two log-prob passes forward the
+policy's weights with its own degrees and kernels (NeMo-RL runs the reference in the policy's own model on the
+same micro-batches, use_reference_model), so measured / modelled of their forward (the reference's weight swap,
+the model's reference pass less its old log-prob pass, set apart) is the share of the update's miss that a
+forward rate explains, and what is left is the update's own (backward, optimizer, per-global-batch work).
 """
 from __future__ import annotations
 
@@ -49,10 +56,22 @@ def row_terms(row: dict) -> dict | None:
            "old_logprob": side.old_logprob, "reference": side.reference, "measured": measured,
            "slots": {"train": update_slots, "logprob": logprob_slots}}
     modelled = {"train": side.train.total, "logprob": side.old_logprob + side.reference}
+    out["forward_rate"] = forward_rate(side.old_logprob, side.reference, measured)
     out["per_slot_ms"] = {k: (1e3 * modelled[k] / out["slots"][k],
                               1e3 * float(measured[k]) / out["slots"][k] if k in measured else None)
                           for k in modelled}
     return out
+
+
+def forward_rate(old: float, reference: float, measured: dict) -> float | None:
+    """Measured / modelled forward of a row's two log-prob passes where it gives them under one timer
+    (`logprob`) and both are the policy's forward on the same micro-batches (NeMo-RL): the measured timer
+    less the modelled reference swap (the reference pass less the old log-prob pass), over twice the
+    modelled old log-prob pass. None where the row gives no such timer, no train phase or no old pass."""
+    if "logprob" not in measured or "train" not in measured or old <= 0:
+        return None
+    swap = reference - old
+    return (float(measured["logprob"]) - swap) / (2 * old)
 
 
 def main() -> None:
@@ -72,6 +91,11 @@ def main() -> None:
               + f"  = {r['train']:.2f} s (measured {r['measured'].get('train', '-')})")
         print(f"  log-prob  old {r['old_logprob']:.2f} + reference {r['reference']:.2f} s"
               f" (measured {r['measured'].get('logprob', '-')})")
+        if r["forward_rate"] is not None:
+            at_rate = r["forward_rate"] * r["train"]
+            rest = float(r["measured"]["train"]) - at_rate
+            print(f"  update at the log-prob passes' measured forward rate (x{r['forward_rate']:.2f}): {at_rate:.2f} s,"
+                  f" the update's own miss {rest:+.2f} s ({rest / at_rate:+.0%})")
         for k, (mod, meas) in r["per_slot_ms"].items():
             miss = f"  miss {meas - mod:+.0f} ms" if meas is not None else ""
             got = f"{meas:.0f}" if meas is not None else "-"

@@ -50,3 +50,24 @@ def test_rows_without_measured_phases_are_left_out(terms):
     mod, rows = terms
     row = {**rows[0], "measured": {"step_s": rows[0]["measured"]["step_s"]}}
     assert mod.row_terms(row) is None
+
+
+def test_forward_rate_sets_the_reference_swap_apart(terms):
+    """The forward rate is the measured log-prob timer less the modelled swap (reference pass less old
+    pass) over twice the old pass: old 5 s, reference 9 s (swap 4 s), timer 20 s -> (20 - 4) / 10 = 1.6;
+    none without the combined timer, a train phase or an old pass."""
+    mod, rows = terms
+    assert mod.forward_rate(5.0, 9.0, {"logprob": 20, "train": 30}) == pytest.approx(1.6)
+    assert mod.forward_rate(5.0, 9.0, {"old_logprob": 8, "train": 30}) is None
+    assert mod.forward_rate(5.0, 9.0, {"logprob": 20}) is None
+    assert mod.forward_rate(0.0, 9.0, {"logprob": 20, "train": 30}) is None
+
+
+def test_nemo_rl_rows_give_the_forward_rate(terms):
+    """Every NeMo-RL v0.3 row measures the combined log-prob timer and a train phase, so each gets the
+    rate, computed from its own modelled passes and measured timer."""
+    mod, rows = terms
+    for row in rows:
+        r = mod.row_terms(row)
+        assert r["forward_rate"] == pytest.approx(
+            (float(r["measured"]["logprob"]) - (r["reference"] - r["old_logprob"])) / (2 * r["old_logprob"]))
