@@ -1288,24 +1288,28 @@ def trainer_offload_time(problem: Problem, dev: Device, mem, resident: float, ze
     pcie = dev.pcie_time(states)
     if not problem.workload.framework.refit_offloads_trainer:
         return 0.0, 2 * pcie
-    fresh = constants()["engine_sleep_offload_gbps_per_gpu"] * GB
     if zero_stage >= 3:
         # the FSDP worker's model.to('cpu') carries the gradients too (nn.Module._apply moves each parameter's
         # .grad; NeMo-RL v0.3.0 dtensor_policy_worker.py offload_after_refit -> move_to_cpu, lines 1287-1335, and
         # the gradients of the last update are still set: optimizer.zero_grad() runs at the start of train, line
         # 561), where the framework's FSDP trainer bytes were read (runtime.yaml fsdp_trainer_bytes_per_param)
         grads = mem.grads if problem.workload.framework.fsdp_trainer_bytes is not None else 0.0
-        out = (mem.weights + grads + mem.optimizer) / fresh + dev.pcie_time(resident)
+        out = fresh_host_time(mem.weights + grads + mem.optimizer) + dev.pcie_time(resident)
     else:
-        out = dev.pcie_time(mem.weights + resident) + mem.optimizer / fresh
+        out = dev.pcie_time(mem.weights + resident) + fresh_host_time(mem.optimizer)
     return max(out, pcie), pcie
 
 
-def fresh_host_copy_time(dev: Device, nbytes: float) -> float:
+def fresh_host_time(nbytes: float) -> float:
     """Seconds to copy `nbytes` per GPU from the GPU into host memory allocated for the copy (pinned pages
     allocated and registered as they are filled): the rate measured for one (constants.yaml
-    engine_sleep_offload_gbps_per_gpu, the engines' level-1 sleep that does the same), never below PCIe."""
-    return max(nbytes / (constants()["engine_sleep_offload_gbps_per_gpu"] * GB), dev.pcie_time(nbytes))
+    engine_sleep_offload_gbps_per_gpu, the engines' level-1 sleep that does the same)."""
+    return nbytes / (constants()["engine_sleep_offload_gbps_per_gpu"] * GB)
+
+
+def fresh_host_copy_time(dev: Device, nbytes: float) -> float:
+    """`fresh_host_time`, never below PCIe."""
+    return max(fresh_host_time(nbytes), dev.pcie_time(nbytes))
 
 
 def optimizer_prep_time(problem: Problem, dev: Device, mem) -> float:
@@ -1316,7 +1320,7 @@ def optimizer_prep_time(problem: Problem, dev: Device, mem) -> float:
     `trainer_offload_time` charges the optimizer). 0 where the framework keeps them on the GPUs."""
     if not problem.workload.framework.logprob_prep_offloads_optimizer:
         return 0.0
-    return mem.optimizer / (constants()["engine_sleep_offload_gbps_per_gpu"] * GB) + dev.pcie_time(mem.optimizer)
+    return fresh_host_time(mem.optimizer) + dev.pcie_time(mem.optimizer)
 
 
 def trainer_switch_time(problem: Problem, dev: Device, mem, resident: float, zero_stage: int,
@@ -1334,7 +1338,7 @@ def engine_release_time(gen: GenSide) -> float:
     """Seconds for colocated engines to give their GPUs to training after the rollout: the
     frameworks sleep the engine at level 1, copying its weights to host memory at the measured
     rate (constants.yaml engine_sleep_offload_gbps_per_gpu); the KV cache is dropped."""
-    return gen.weights / (constants()["engine_sleep_offload_gbps_per_gpu"] * GB)
+    return fresh_host_time(gen.weights)
 
 
 def compose_step(mode: str, gen, train, recv, send, hold=0, maximum=max):
