@@ -936,7 +936,7 @@ def _all_beaten(problem: Problem, pool: PoolHW, lay: TrainLayout, mem: Any, cap:
                 if bound_ranks is None:  # (the same for every variant: built at the first)
                     bound_ranks = ((time_units(lb + orchestration), mem_units_up(m_states), simple[False]),
                                    (time_units(lb + orchestration + 2 * dev.pcie_time(m_states)), 0, simple[True]))
-                for off in offloads:
+                for off in offloads:  # (a loop, not all() over a generator: ~14k calls a DeepSeek-V2 solve)
                     if not group.covers(bound_ranks[off]):
                         break
                 else:
@@ -1879,23 +1879,23 @@ def _gen_candidates(problem: Problem, p: int, modes: list[str], all_counts: bool
         limit = _relaxed(incumbent) if margin else incumbent
         if bounded and all(b > limit[m] for m, b in bound.items()):
             continue
-        covering: list[int] = []  # the times (ms) of the engines found that leave this one out of its front
+        fastest = None  # the time (ms) of the fastest engine found that leaves this one out of its front
         if apart is not None:
             hosts, level, within = (frozenset(), extra, None) if mode == "colocated" else (extra[0], 0, extra[1])
             key, rank = _gen_front(mode, p, n, hosts, q, within, lay, level, sync, apart)
-            covering = [u for u, k in members.get(key, ()) if _gen_covers(mode, k, rank)]
-            if covering and min(covering) < least and all(step >= incumbent[m] for m, step in _plan_steps(
+            fastest = min((u for u, k in members.get(key, ()) if _gen_covers(mode, k, rank)), default=None)
+            if fastest is not None and fastest < least and all(step >= incumbent[m] for m, step in _plan_steps(
                     problem, mode, p, n, hosts, within, level, sync, coloc, disagg, least).items()):
                 continue
         deadline.check("simulating engine layouts")
         # the engine time (s) from which on this candidate is pruned (`_beyond_limit`): its exact time is not needed
         beyond = _beyond_limit(problem, p, n, mode, coloc if mode == "colocated" else disagg, extra, sync, release,
                                limit, d_modes) if bounded else None
-        if covering and all(step >= incumbent[m] for m, step in _plan_steps(
-                problem, mode, p, n, hosts, within, level, sync, coloc, disagg, min(covering) + 1).items()):
+        if fastest is not None and all(step >= incumbent[m] for m, step in _plan_steps(
+                problem, mode, p, n, hosts, within, level, sync, coloc, disagg, fastest + 1).items()):
             # nor from a time (ms) past the fastest engine found that leaves it out of its front, where its plan
             # cannot lower an incumbent either (`_prune_gen` drops it): in seconds as `_beyond_limit` turns one
-            own = (min(covering) + 1) * TIME_UNIT_S * (1 + 1e-5) - (sync + release if mode == "colocated" else 0.0)
+            own = (fastest + 1) * TIME_UNIT_S * (1 + 1e-5) - (sync + release if mode == "colocated" else 0.0)
             beyond = own if beyond is None else min(beyond, own)
         if mode == "colocated":
             side = _engine_side(problem, p, lay, memo, reserved_gb=extra, fixed_shares=coloc_fixed, beyond=beyond)
@@ -2182,7 +2182,7 @@ def _gen_front(mode: str, pool: int, gpus: int, hosts: frozenset, quant: str, mo
 
 
 def _gen_covers(mode: str, member, rank) -> bool:
-    """Whether a front member (`_gen_front_rank`), no slower, leaves a candidate of that rank out of the front:
+    """Whether a front member (its `_gen_front` rank), no slower, leaves a candidate of that rank out of the front:
     colocated, sparing at least its memory; disaggregated, receiving no slower on no more GPUs."""
     if mode == "colocated":
         return member >= rank
